@@ -1,0 +1,500 @@
+"""Tests for keras_transformer.decoding (NumPy-only search algorithms)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from keras_transformer.decoding import (
+    SearchResult,
+    beam_search,
+    filter_top_k,
+    filter_top_p,
+    greedy_search,
+    length_penalty,
+    log_softmax,
+    sample_logits,
+)
+
+BOS = 0
+
+# ---------------------------------------------------------------------------------------------
+# Toy steppers
+# ---------------------------------------------------------------------------------------------
+
+
+class ToyStepper:
+    """A fake decoder: ``model(source, prefix) -> logits``, where ``prefix`` is the tuple of all
+    tokens fed so far (BOS first). Its "cache" is an array of prefixes per row that ``reorder``
+    gathers, so a search that reorders wrongly gets wrong log-probabilities."""
+
+    def __init__(self, model, sources, beam_size, max_length, break_reorder=False):
+        self.model = model
+        self.src = np.repeat(np.asarray(sources), beam_size)
+        self.n = len(self.src)
+        self.cache = np.full((self.n, max_length + 1), -1, dtype=np.int64)
+        self.next_index = 0
+        self.step_calls = 0
+        self.reorder_calls = 0
+        self.break_reorder = break_reorder
+
+    def step(self, tokens, index):
+        assert isinstance(tokens, np.ndarray) and tokens.dtype == np.int32
+        assert tokens.shape == (self.n,)
+        assert index == self.next_index, (index, self.next_index)
+        self.next_index += 1
+        self.step_calls += 1
+        self.cache[:, index] = tokens
+        return np.stack(
+            [
+                self.model(int(s), tuple(row[: index + 1].tolist()))
+                for s, row in zip(self.src, self.cache, strict=True)
+            ]
+        ).astype(np.float32)
+
+    def reorder(self, indices):
+        assert isinstance(indices, np.ndarray) and indices.dtype == np.int32
+        assert indices.shape == (self.n,)
+        # Beams never move between sources.
+        assert (self.src[indices] == self.src).all()
+        self.reorder_calls += 1
+        if not self.break_reorder:
+            self.cache = self.cache[indices]
+
+
+def random_model(seed, vocab, eos_id, eos_bias=0.0, scale=2.0):
+    """Random logits that depend on (seed, source, whole prefix)."""
+
+    @functools.cache
+    def model(source, prefix):
+        rng = np.random.default_rng([seed, source, *prefix])
+        logits = rng.normal(size=vocab) * scale
+        logits[eos_id] += eos_bias
+        return logits.astype(np.float32)
+
+    return model
+
+
+def table_model(table, vocab, default):
+    """Probabilities from a table keyed by the generated prefix (without BOS); zero -> -inf."""
+
+    def model(source, prefix):
+        probs = np.zeros(vocab)
+        for tok, p in table.get(prefix[1:], default).items():
+            probs[tok] = p
+        with np.errstate(divide="ignore"):
+            return np.log(probs).astype(np.float32)
+
+    return model
+
+
+def run_greedy(model, sources, max_length, eos_id, pad_id=0):
+    st = ToyStepper(model, sources, 1, max_length)
+    res = greedy_search(
+        st.step, len(sources), bos_id=BOS, eos_id=eos_id, max_length=max_length, pad_id=pad_id
+    )
+    return res, st
+
+
+def run_beam(model, sources, beam_size, max_length, eos_id, alpha, pad_id=0, **kw):
+    st = ToyStepper(model, sources, beam_size, max_length, **kw)
+    res = beam_search(
+        st.step,
+        st.reorder,
+        len(sources),
+        beam_size=beam_size,
+        bos_id=BOS,
+        eos_id=eos_id,
+        max_length=max_length,
+        alpha=alpha,
+        pad_id=pad_id,
+    )
+    return res, st
+
+
+def seq_logprob(model, source, seq):
+    """Sum of log-probabilities of ``seq`` (without BOS) under ``model``, in float64."""
+    total = 0.0
+    prefix = (BOS,)
+    for tok in seq:
+        total += float(log_softmax(model(source, prefix).astype(np.float64))[tok])
+        prefix = prefix + (tok,)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementary functions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_length_penalty_matches_gnmt_formula():
+    for length in (1, 2, 5, 10, 37):
+        for alpha in (0.0, 0.6, 1.0):
+            assert length_penalty(length, alpha) == pytest.approx(((5 + length) / 6) ** alpha)
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+    arr = length_penalty(np.array([1, 4, 13]), 0.5)
+    np.testing.assert_allclose(arr, [1.0, np.sqrt(1.5), np.sqrt(3.0)])
+
+
+def test_log_softmax_is_stable_and_normalised():
+    x = np.array([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -np.inf]])
+    out = log_softmax(x)
+    assert np.isfinite(out[0]).all()
+    np.testing.assert_allclose(np.exp(out).sum(axis=-1), [1.0, 1.0])
+    np.testing.assert_allclose(
+        out[0], np.log(np.exp([-2.0, -1.0, 0.0]) / np.exp([-2.0, -1.0, 0.0]).sum())
+    )
+    assert out[1, 2] == -np.inf
+    assert log_softmax(np.zeros((2, 4), np.float32)).dtype == np.float32
+
+
+def test_search_result_to_lists():
+    res = SearchResult(
+        tokens=np.array([[5, 3, 1, 0], [4, 4, 4, 4], [1, 0, 0, 0]], np.int32),
+        scores=np.zeros(3, np.float32),
+    )
+    assert res.to_lists(eos_id=1) == [[5, 3], [4, 4, 4, 4], []]
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy
+# ---------------------------------------------------------------------------------------------
+
+
+def test_greedy_layout_padding_and_early_stop():
+    eos, pad = 1, 9
+    # source 0 -> [2, EOS]; source 1 -> [3, 3, 3, ...] (never EOS); source 2 -> [EOS]
+    tables = {
+        0: {(): {2: 0.6, 1: 0.4}, (2,): {1: 0.7, 3: 0.3}},
+        1: {(): {3: 0.8, 1: 0.2}},
+        2: {(): {1: 0.9, 2: 0.1}},
+    }
+    defaults = {0: {1: 0.5, 2: 0.5}, 1: {3: 0.9, 1: 0.1}, 2: {1: 1.0}}
+
+    def model(source, prefix):
+        return table_model(tables[source], 4, defaults[source])(source, prefix)
+
+    res, st = run_greedy(model, [0, 1, 2], max_length=3, eos_id=eos, pad_id=pad)
+    np.testing.assert_array_equal(res.tokens, [[2, 1, pad], [3, 3, 3], [1, pad, pad]])
+    assert res.tokens.dtype == np.int32 and res.scores.dtype == np.float32
+    np.testing.assert_allclose(
+        res.scores,
+        [math.log(0.6 * 0.7), math.log(0.8 * 0.9 * 0.9), math.log(0.9)],
+        rtol=1e-5,
+    )
+    assert res.to_lists(eos) == [[2], [3, 3, 3], []]
+    assert st.step_calls == 3
+
+    # Without source 1 every row finishes after two steps, long before max_length.
+    res, st = run_greedy(model, [0, 2], max_length=10, eos_id=eos, pad_id=pad)
+    np.testing.assert_array_equal(res.tokens, [[2, 1], [1, pad]])
+    assert st.step_calls == 2
+
+
+def test_greedy_respects_max_length_and_picks_argmax():
+    eos = 3
+    for seed in range(4):
+        model = random_model(seed, vocab=7, eos_id=eos, eos_bias=-3.0)
+        res, st = run_greedy(model, [0, 1, 2, 3], max_length=5, eos_id=eos)
+        assert res.tokens.shape[1] <= 5 and st.step_calls <= 5
+        for b, seq in enumerate(res.tokens.tolist()):
+            prefix = (BOS,)
+            for tok in seq:
+                assert tok == int(np.argmax(model(b, prefix)))
+                if tok == eos:
+                    break
+                prefix = prefix + (tok,)
+            np.testing.assert_allclose(
+                res.scores[b],
+                seq_logprob(model, b, prefix[1:] + ((eos,) if tok == eos else ())),
+                rtol=1e-5,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+@pytest.mark.parametrize("seed", range(6))
+def test_beam_one_equals_greedy(seed, alpha):
+    eos = 2
+    model = random_model(seed, vocab=6, eos_id=eos, eos_bias=1.0 if seed % 2 else -1.0)
+    sources = [0, 1, 2, 3, 4]
+    g, _ = run_greedy(model, sources, max_length=8, eos_id=eos, pad_id=0)
+    b, _ = run_beam(model, sources, 1, max_length=8, eos_id=eos, alpha=alpha, pad_id=0)
+    np.testing.assert_array_equal(b.tokens, g.tokens)
+    lengths = np.array(
+        [
+            len(s) + (1 if eos in r else 0)
+            for s, r in zip(g.to_lists(eos), g.tokens.tolist(), strict=True)
+        ]
+    )
+    np.testing.assert_allclose(b.scores, g.scores / length_penalty(lengths, alpha), rtol=1e-5)
+
+
+# greedy takes 2 (p=0.5) then EOS (0.4): 0.20; beam 2 finds 3 (0.4) then EOS (0.9): 0.36.
+HAND_TABLE = {
+    (): {2: 0.5, 3: 0.4, 1: 0.1},
+    (2,): {1: 0.4, 2: 0.3, 3: 0.3},
+    (3,): {1: 0.9, 2: 0.05, 3: 0.05},
+}
+HAND_DEFAULT = {1: 0.9, 2: 0.05, 3: 0.05}
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_two_beats_greedy_hand_checked(alpha):
+    model = table_model(HAND_TABLE, 4, HAND_DEFAULT)
+    g, _ = run_greedy(model, [0], max_length=3, eos_id=1)
+    assert g.to_lists(1) == [[2]]
+    np.testing.assert_allclose(g.scores, [math.log(0.5) + math.log(0.4)], rtol=1e-6)
+
+    b, st = run_beam(model, [0], 2, max_length=3, eos_id=1, alpha=alpha)
+    np.testing.assert_array_equal(b.tokens, [[3, 1]])
+    expected = (math.log(0.4) + math.log(0.9)) / ((5 + 2) / 6) ** alpha
+    np.testing.assert_allclose(b.scores, [expected], rtol=1e-6)
+    # Two finished hypotheses after step 2 and the best alive one (0.15) is worse: done early.
+    assert st.step_calls == 2
+
+
+# Short [EOS] has p=0.4, long [2, 2, 2, EOS] has p = 0.6 * 0.9 * 0.9 * 0.6 = 0.2916:
+# alpha=0: log 0.4 = -0.916 > log 0.2916 = -1.232; alpha=1: -0.916 < -1.232 / 1.5 = -0.821.
+ALPHA_TABLE = {
+    (): {1: 0.4, 2: 0.6},
+    (2,): {2: 0.9, 1: 0.1},
+    (2, 2): {2: 0.9, 1: 0.1},
+    (2, 2, 2): {1: 0.6, 2: 0.4},
+}
+
+
+def test_alpha_changes_preferred_length():
+    model = table_model(ALPHA_TABLE, 3, {1: 0.5, 2: 0.5})
+    short, _ = run_beam(model, [0], 2, max_length=4, eos_id=1, alpha=0.0)
+    assert short.to_lists(1) == [[]]
+    np.testing.assert_allclose(short.scores, [math.log(0.4)], rtol=1e-6)
+    long, _ = run_beam(model, [0], 2, max_length=4, eos_id=1, alpha=1.0)
+    assert long.to_lists(1) == [[2, 2, 2]]
+    np.testing.assert_array_equal(long.tokens, [[2, 2, 2, 1]])
+    np.testing.assert_allclose(long.scores, [math.log(0.2916) / 1.5], rtol=1e-6)
+
+
+def exhaustive_best(model, source, vocab, eos_id, max_length, alpha):
+    """Best normalised score over every sequence: ending in EOS within max_length, or of
+    length max_length without EOS."""
+    best_score, best_seq = -np.inf, None
+    non_eos = [v for v in range(vocab) if v != eos_id]
+    for length in range(1, max_length + 1):
+        for body in itertools.product(non_eos, repeat=length - 1):
+            for last in range(vocab):
+                if last != eos_id and length < max_length:
+                    continue
+                seq = list(body) + [last]
+                score = seq_logprob(model, source, seq) / length_penalty(length, alpha)
+                if score > best_score:
+                    best_score, best_seq = score, seq
+    return best_seq, best_score
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize("seed", range(4))
+def test_wide_beam_equals_exhaustive_search(seed, alpha):
+    vocab, eos, max_length = 4, 3, 3
+    # Wide enough that no prefix is ever pruned: 4 * 3**2 = 36 candidates at the last step.
+    beam = 36
+    model = random_model(seed, vocab=vocab, eos_id=eos, eos_bias=0.5, scale=1.5)
+    sources = [0, 1]
+    res, _ = run_beam(model, sources, beam, max_length=max_length, eos_id=eos, alpha=alpha)
+    for b in sources:
+        seq, score = exhaustive_best(model, b, vocab, eos, max_length, alpha)
+        got = res.tokens[b].tolist()[: len(seq)]
+        assert got == seq, (b, got, seq)
+        assert all(t == 0 for t in res.tokens[b, len(seq) :])
+        np.testing.assert_allclose(res.scores[b], score, rtol=1e-5)
+
+
+def test_broken_reorder_is_detected_by_the_toy_stepper():
+    """Sanity check of the test harness: ignoring reorder changes the results."""
+    vocab, eos, max_length = 4, 3, 3
+    differs = False
+    for seed in range(4):
+        model = random_model(seed, vocab=vocab, eos_id=eos, eos_bias=0.5, scale=1.5)
+        good, _ = run_beam(model, [0, 1], 4, max_length=max_length, eos_id=eos, alpha=0.6)
+        bad, _ = run_beam(
+            model, [0, 1], 4, max_length=max_length, eos_id=eos, alpha=0.6, break_reorder=True
+        )
+        differs |= not np.array_equal(good.scores, bad.scores)
+    assert differs
+
+
+@pytest.mark.parametrize("beam", [1, 2, 3, 5])
+def test_batched_equals_per_source(beam):
+    eos = 1
+    model = random_model(11, vocab=8, eos_id=eos, eos_bias=-0.5)
+    sources = [0, 1, 2]
+    batched, _ = run_beam(model, sources, beam, max_length=7, eos_id=eos, alpha=0.6)
+    singles = [run_beam(model, [s], beam, max_length=7, eos_id=eos, alpha=0.6)[0] for s in sources]
+    assert batched.to_lists(eos) == [r.to_lists(eos)[0] for r in singles]
+    np.testing.assert_array_equal(batched.scores, np.concatenate([r.scores for r in singles]))
+    width = batched.tokens.shape[1]
+    assert width == max(r.tokens.shape[1] for r in singles)
+    for i, r in enumerate(singles):
+        w = r.tokens.shape[1]
+        np.testing.assert_array_equal(batched.tokens[i, :w], r.tokens[0])
+        assert (batched.tokens[i, w:] == 0).all()
+
+
+def test_beam_layout_padding_and_max_length():
+    eos, pad = 1, 7
+    # source 0 ends quickly with EOS; source 1 almost never emits EOS and hits max_length.
+    tables = {0: {(): {1: 0.9, 2: 0.05, 3: 0.05}}, 1: {}}
+    defaults = {0: {1: 0.95, 2: 0.05}, 1: {2: 0.5, 3: 0.49, 1: 0.01}}
+
+    def model(source, prefix):
+        return table_model(tables[source], 4, defaults[source])(source, prefix)
+
+    res, st = run_beam(model, [0, 1], 2, max_length=4, eos_id=eos, alpha=0.6, pad_id=pad)
+    assert res.tokens.shape == (2, 4)
+    np.testing.assert_array_equal(res.tokens[0], [1, pad, pad, pad])
+    np.testing.assert_array_equal(res.tokens[1], [2, 2, 2, 2])
+    np.testing.assert_allclose(
+        res.scores, [math.log(0.9), 4 * math.log(0.5) / length_penalty(4, 0.6)], rtol=1e-5
+    )
+    assert st.step_calls == 4 and st.reorder_calls == 3
+    assert res.to_lists(eos) == [[], [2, 2, 2, 2]]
+
+    for max_length in (1, 2, 5):
+        model2 = random_model(3, vocab=6, eos_id=eos, eos_bias=-4.0)
+        res, st = run_beam(model2, [0, 1, 2], 3, max_length=max_length, eos_id=eos, alpha=0.6)
+        assert res.tokens.shape[1] <= max_length
+        assert st.step_calls <= max_length
+
+
+def test_beam_argument_validation():
+    model = random_model(0, vocab=5, eos_id=1)
+    st = ToyStepper(model, [0], 2, 4)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(st.step, st.reorder, 1, beam_size=0, bos_id=0, eos_id=1, max_length=4)
+    with pytest.raises(ValueError, match="max_length"):
+        beam_search(st.step, st.reorder, 1, beam_size=2, bos_id=0, eos_id=1, max_length=0)
+    with pytest.raises(ValueError, match="max_length"):
+        greedy_search(st.step, 1, bos_id=0, eos_id=1, max_length=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        greedy_search(st.step, 0, bos_id=0, eos_id=1, max_length=3)
+
+    def bad_rows(tokens, index):
+        return np.zeros((len(tokens) + 1, 5), np.float32)
+
+    with pytest.raises(ValueError, match=r"shape \(5, 5\); expected \(4, vocab\)"):
+        beam_search(bad_rows, lambda i: None, 2, beam_size=2, bos_id=0, eos_id=1, max_length=3)
+
+    def vocab_changes(tokens, index):
+        return np.zeros((len(tokens), 5 + index), np.float32)
+
+    with pytest.raises(ValueError, match=r"shape \(3, 6\); expected \(3, 5\)"):
+        greedy_search(vocab_changes, 3, bos_id=0, eos_id=1, max_length=3)
+
+    with pytest.raises(ValueError, match="eos_id"):
+        greedy_search(lambda t, i: np.zeros((len(t), 5)), 2, bos_id=0, eos_id=5, max_length=3)
+
+    def nan_logits(tokens, index):
+        return np.full((len(tokens), 5), np.nan, np.float32)
+
+    with pytest.raises(ValueError, match="NaN"):
+        beam_search(nan_logits, lambda i: None, 1, beam_size=2, bos_id=0, eos_id=1, max_length=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling
+# ---------------------------------------------------------------------------------------------
+
+
+def test_top_k_one_and_temperature_zero_are_argmax():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(200, 11)).astype(np.float32)
+    expected = np.argmax(logits, axis=-1)
+    for temperature in (0.5, 1.0, 3.0):
+        got = sample_logits(logits, rng, temperature=temperature, top_k=1)
+        assert got.dtype == np.int32 and got.shape == (200,)
+        np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(sample_logits(logits, rng, temperature=0.0), expected)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampling_frequencies_match_softmax(temperature):
+    logits = np.array([1.0, 0.2, -0.5, 2.0, 0.0])
+    draws = 20_000
+    rng = np.random.default_rng(1234)
+    got = sample_logits(np.tile(logits, (draws, 1)), rng, temperature=temperature)
+    freq = np.bincount(got, minlength=5) / draws
+    probs = np.exp(logits / temperature) / np.exp(logits / temperature).sum()
+    np.testing.assert_allclose(freq, probs, atol=0.012)
+
+
+def test_filtered_tokens_never_sampled():
+    logits = np.array([0.5, 2.0, 1.0, -1.0, 1.9, 0.0])
+    draws = 5_000
+    tiled = np.tile(logits, (draws, 1))
+    rng = np.random.default_rng(7)
+
+    got = sample_logits(tiled, rng, top_k=2)
+    assert set(np.unique(got).tolist()) == {1, 4}
+    # Renormalised over the kept tokens.
+    p1 = 1.0 / (1.0 + math.exp(1.9 - 2.0))
+    assert abs((got == 1).mean() - p1) < 0.03
+
+    probs = np.exp(logits) / np.exp(logits).sum()  # ~ [.09 .39 .14 .02 .35 .05]
+    got = sample_logits(tiled, rng, top_p=0.8)
+    nucleus = {1, 4, 2}
+    assert probs[[1, 4]].sum() < 0.8 <= probs[[1, 4, 2]].sum()
+    assert set(np.unique(got).tolist()) == nucleus
+
+    got = sample_logits(tiled, rng, top_k=3, top_p=0.5)
+    assert set(np.unique(got).tolist()) == {1, 4}
+
+
+def test_filter_top_p_keeps_smallest_nucleus():
+    probs = np.array([[0.1, 0.5, 0.15, 0.25]])
+    logits = np.log(probs)
+    kept = lambda p: np.flatnonzero(np.isfinite(filter_top_p(logits, p)[0])).tolist()  # noqa: E731
+    assert kept(0.45) == [1]  # 0.5 >= 0.45
+    assert kept(0.05) == [1]  # the top token is always kept
+    assert kept(0.7) == [1, 3]  # 0.5 + 0.25 = 0.75 >= 0.7
+    assert kept(0.8) == [1, 2, 3]  # 0.75 < 0.8 <= 0.9
+    assert kept(0.95) == [0, 1, 2, 3]
+    assert kept(1.0) == [0, 1, 2, 3]
+    out = filter_top_p(logits, 0.7)
+    np.testing.assert_allclose(out[0, [1, 3]], logits[0, [1, 3]])
+    assert np.isneginf(out[0, [0, 2]]).all()
+    with pytest.raises(ValueError):
+        filter_top_p(logits, 0.0)
+
+
+def test_filter_top_k_hand_checked():
+    logits = np.array([[3.0, 1.0, 3.0, 2.0, -1.0]])
+    out = filter_top_k(logits, 2)
+    # Tie between ids 0 and 2: the lower id wins, exactly k entries survive.
+    assert np.flatnonzero(np.isfinite(out[0])).tolist() == [0, 2]
+    assert np.flatnonzero(np.isfinite(filter_top_k(logits, 1)[0])).tolist() == [0]
+    assert np.flatnonzero(np.isfinite(filter_top_k(logits, 3)[0])).tolist() == [0, 2, 3]
+    np.testing.assert_array_equal(filter_top_k(logits, 0), logits)
+    np.testing.assert_array_equal(filter_top_k(logits, 10), logits)
+    # Input is not modified.
+    assert np.isfinite(logits).all()
+
+
+def test_sample_logits_validation():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="temperature"):
+        sample_logits(np.zeros((2, 3)), rng, temperature=-1.0)
+    with pytest.raises(ValueError, match="top_k"):
+        sample_logits(np.zeros((2, 3)), rng, top_k=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        sample_logits(np.zeros((2, 3)), rng, top_p=1.5)
+    with pytest.raises(ValueError, match="shape"):
+        sample_logits(np.zeros(3), rng)
