@@ -284,6 +284,48 @@ def test_alpha_changes_preferred_length():
     np.testing.assert_allclose(long.scores, [math.log(0.2916) / 1.5], rtol=1e-6)
 
 
+# Stopping rule, alpha=1 (penalties 1, 7/6, 4/3): after step 1 the finished hypotheses are
+# [EOS] (log .35 = -1.050) and [3, EOS] (log .3168 / (7/6) = -0.985); the best alive beam [2, 2]
+# has log .3267 = -1.119 but -1.119 / (7/6) = -0.959 > -1.050, so the search must go on and
+# find [2, 2, EOS] (log .32343 / (4/3) = -0.847). Stopping with fewer than K finished (after
+# step 0) or without normalising the alive score (after step 1) would miss it.
+STOP_TABLE = {
+    (): {1: 0.35, 2: 0.33, 3: 0.32},
+    (2,): {2: 0.99, 1: 0.01},
+    (3,): {1: 0.99, 2: 0.01},
+    (2, 2): {1: 0.99, 2: 0.01},
+}
+
+
+def test_stopping_rule_needs_k_finished_and_normalised_alive_score():
+    model = table_model(STOP_TABLE, 4, {1: 0.5, 2: 0.5})
+    res, st = run_beam(model, [0], 2, max_length=5, eos_id=1, alpha=1.0)
+    np.testing.assert_array_equal(res.tokens, [[2, 2, 1]])
+    np.testing.assert_allclose(res.scores, [math.log(0.33 * 0.99 * 0.99) / (8 / 6)], rtol=1e-6)
+    # After step 2 the kept finished scores (-0.847, -0.985) beat every alive beam: done.
+    assert st.step_calls == 3
+
+
+# Only the K best finished hypotheses count for stopping (alpha=1, K=2). Finished: [EOS]
+# (step 0, -1.204), [2, EOS] (step 1, log .18 / (7/6) = -1.470), [2, 2, EOS] (step 2,
+# log .07 / (4/3) = -1.994, ranked 1 so kept as a candidate). After step 2 the best alive beam
+# [2, 2, 2] scores log .12 / (4/3) = -1.590: the two best finished (-1.204, -1.470) are both
+# above it, so the search stops there, while the worst of all three (-1.994) is not.
+TRIM_TABLE = {
+    (): {2: 0.4, 1: 0.3, 3: 0.29, 0: 0.01},
+    (2,): {2: 0.5, 1: 0.45, 3: 0.05},
+    (2, 2): {2: 0.6, 1: 0.35, 3: 0.05},
+}
+
+
+def test_stopping_rule_keeps_only_k_best_finished():
+    model = table_model(TRIM_TABLE, 4, {2: 0.3, 3: 0.3, 1: 0.4})
+    res, st = run_beam(model, [0], 2, max_length=6, eos_id=1, alpha=1.0)
+    np.testing.assert_array_equal(res.tokens, [[1]])
+    np.testing.assert_allclose(res.scores, [math.log(0.3)], rtol=1e-6)
+    assert st.step_calls == 3
+
+
 def exhaustive_best(model, source, vocab, eos_id, max_length, alpha):
     """Best normalised score over every sequence: ending in EOS within max_length, or of
     length max_length without EOS."""
@@ -319,16 +361,15 @@ def test_wide_beam_equals_exhaustive_search(seed, alpha):
 
 
 def test_broken_reorder_is_detected_by_the_toy_stepper():
-    """Sanity check of the test harness: ignoring reorder changes the results."""
-    vocab, eos, max_length = 4, 3, 3
+    """Sanity check of the test harness: a stepper that ignores reorder gets other results."""
     differs = False
     for seed in range(4):
-        model = random_model(seed, vocab=vocab, eos_id=eos, eos_bias=0.5, scale=1.5)
-        good, _ = run_beam(model, [0, 1], 4, max_length=max_length, eos_id=eos, alpha=0.6)
+        model = random_model(seed, vocab=6, eos_id=3, eos_bias=-1.0)
+        good, _ = run_beam(model, [0, 1, 2], 3, max_length=6, eos_id=3, alpha=0.6)
         bad, _ = run_beam(
-            model, [0, 1], 4, max_length=max_length, eos_id=eos, alpha=0.6, break_reorder=True
+            model, [0, 1, 2], 3, max_length=6, eos_id=3, alpha=0.6, break_reorder=True
         )
-        differs |= not np.array_equal(good.scores, bad.scores)
+        differs |= good.to_lists(3) != bad.to_lists(3)
     assert differs
 
 
@@ -347,6 +388,30 @@ def test_batched_equals_per_source(beam):
         w = r.tokens.shape[1]
         np.testing.assert_array_equal(batched.tokens[i, :w], r.tokens[0])
         assert (batched.tokens[i, w:] == 0).all()
+
+
+def test_partitioned_top_candidates_match_full_sort(monkeypatch):
+    """Large vocabularies take an np.partition path; it must rank exactly like the stable full
+    sort, ties included (logits are rounded so that many candidates tie)."""
+    import keras_transformer.decoding as decoding
+
+    eos = 2
+    base = random_model(5, vocab=9, eos_id=eos)
+
+    def model(source, prefix):
+        return np.round(base(source, prefix))  # coarse values: lots of ties
+
+    def run(limit):
+        monkeypatch.setattr(decoding, "_FULL_SORT_LIMIT", limit)
+        return run_beam(model, [0, 1, 2, 3], 4, max_length=6, eos_id=eos, alpha=0.6)[0]
+
+    full, part = run(10**9), run(0)
+    np.testing.assert_array_equal(part.tokens, full.tokens)
+    np.testing.assert_array_equal(part.scores, full.scores)
+    x = np.round(np.random.default_rng(0).normal(size=(5, 40)))
+    monkeypatch.setattr(decoding, "_FULL_SORT_LIMIT", 0)
+    got = decoding._top_n_stable(x, 7)
+    np.testing.assert_array_equal(got, np.argsort(-x, axis=1, kind="stable")[:, :7])
 
 
 def test_beam_layout_padding_and_max_length():
@@ -468,6 +533,9 @@ def test_filter_top_p_keeps_smallest_nucleus():
     assert kept(0.8) == [1, 2, 3]  # 0.75 < 0.8 <= 0.9
     assert kept(0.95) == [0, 1, 2, 3]
     assert kept(1.0) == [0, 1, 2, 3]
+    # Exactly on the boundary: 0.25 + 0.25 reaches p = 0.5, the third token is not needed.
+    uniform = np.zeros((1, 4))
+    assert np.flatnonzero(np.isfinite(filter_top_p(uniform, 0.5)[0])).tolist() == [0, 1]
     out = filter_top_p(logits, 0.7)
     np.testing.assert_allclose(out[0, [1, 3]], logits[0, [1, 3]])
     assert np.isneginf(out[0, [0, 2]]).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -24,8 +25,18 @@ from keras_transformer.text.tokenizer import (
     train_sentencepiece,
 )
 
-SRC_WORDS = "the a cat dog bird sat ran on under mat tree house big small red blue".split()
-TGT_WORDS = "el la gato perro pajaro sento corrio en bajo alfombra arbol casa grande".split()
+# fmt: off
+SRC_WORDS = [
+    "the", "a", "cat", "dog", "bird", "sat", "ran", "on", "under", "mat", "tree", "house",
+    "big", "small", "red", "blue",
+]
+# fmt: on
+# fmt: off
+TGT_WORDS = [
+    "el", "la", "gato", "perro", "pajaro", "sento", "corrio", "en", "bajo", "alfombra", "arbol",
+    "casa", "grande",
+]
+# fmt: on
 
 MAX_SRC = 14
 MAX_TGT = 18
@@ -61,7 +72,7 @@ def python_too_long(sources, targets, src_tok, tgt_tok, max_src, max_tgt) -> lis
     """Reference: which pairs exceed the limits (source + EOS, target + BOS)."""
     return [
         len(src_tok.encode([s])[0]) + 1 > max_src or len(tgt_tok.encode([t])[0]) + 1 > max_tgt
-        for s, t in zip(sources, targets)
+        for s, t in zip(sources, targets, strict=True)
     ]
 
 
@@ -90,7 +101,7 @@ def test_bucket_boundaries_for():
     for max_len in (1, 7, 50, 128):
         b = bucket_boundaries_for(max_len)
         assert b[-1] == max_len + 1
-        assert all(x < y for x, y in zip(b, b[1:]))
+        assert all(x < y for x, y in pairwise(b))
 
 
 def test_bucket_batch_sizes():
@@ -179,8 +190,10 @@ def test_long_pairs_dropped_and_everything_else_kept(pairs, tokenizers, epoch):
     )
     got = Counter()
     for s, _, to in epoch:
-        got.update(zip(src_tok.decode(s), tgt_tok.decode(to)))
-    expected = Counter((s, t) for s, t, bad in zip(sources, targets, too_long) if not bad)
+        got.update(zip(src_tok.decode(s), tgt_tok.decode(to), strict=True))
+    expected = Counter(
+        (s, t) for s, t, bad in zip(sources, targets, too_long, strict=True) if not bad
+    )
     assert sum(got.values()) == len(sources) - n_dropped
     assert got == expected
 
@@ -188,8 +201,8 @@ def test_long_pairs_dropped_and_everything_else_kept(pairs, tokenizers, epoch):
 def test_same_seed_same_order(pairs, tokenizers, epoch):
     again = collect(build(pairs, tokenizers, seed=7))
     assert len(again) == len(epoch)
-    for a, b in zip(epoch, again):
-        for x, y in zip(a, b):
+    for a, b in zip(epoch, again, strict=True):
+        for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
     other = collect(build(pairs, tokenizers, seed=8))
     first = [row.tobytes() for s, _, _ in epoch for row in s]
@@ -232,7 +245,7 @@ def test_truncate_instead_of_drop(pairs, tokenizers):
 def test_repeat_gives_full_batches(pairs, tokenizers):
     ds = build(pairs, tokenizers, repeat=True, tokens_per_batch=40)
     n_kept = 0
-    for (s, _), _ in ds.take(60):
+    for (s, _), _ in ds.take(150):
         assert s.shape[0] == max(1, 40 // s.shape[1])
         n_kept += s.shape[0]
     assert n_kept > len(pairs[0])  # crossed an epoch boundary
@@ -261,11 +274,11 @@ def test_classification_dataset(pairs, tokenizers):
         sizes.append(ids.shape[0])
         n = (ids != PAD_ID).sum(axis=1)
         assert np.all(ids[np.arange(len(ids)), n - 1] == EOS_ID)
-        got.update(zip(src_tok.decode(ids), y.tolist()))
+        got.update(zip(src_tok.decode(ids), y.tolist(), strict=True))
     assert sizes == [16, 16, 16, 2]
     expected = Counter(
         (src_tok.decode([ids[:7]])[0], label)
-        for ids, label in zip(src_tok.encode(texts), labels)
+        for ids, label in zip(src_tok.encode(texts), labels, strict=True)
     )
     assert got == expected
 

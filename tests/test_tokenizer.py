@@ -20,10 +20,13 @@ from keras_transformer.text.tokenizer import (
     train_sentencepiece,
 )
 
-WORDS = (
-    "the a cat dog bird sat ran flew on under over mat tree house big small red "
-    "blue green quickly slowly happily river mountain"
-).split()
+# fmt: off
+WORDS = [
+    "the", "a", "cat", "dog", "bird", "sat", "ran", "flew", "on", "under", "over", "mat",
+    "tree", "house", "big", "small", "red", "blue", "green", "quickly", "slowly", "happily",
+    "river", "mountain",
+]
+# fmt: on
 
 
 def make_sentences(n: int, seed: int = 0) -> list[str]:
@@ -162,15 +165,21 @@ def test_in_graph_detokenize_stops_at_eos(tok):
     assert out == tok.decode(padded(rows, 20))
 
 
-def test_tokenize_inside_tf_function(tok, corpus):
+def test_first_use_inside_tf_function_then_eager(model_path, corpus):
     import tensorflow as tf
+
+    # A fresh tokenizer whose in-graph side is first built while tracing.
+    fresh = SentencePieceTokenizer(model_path)
 
     @tf.function
     def f(x):
-        return tok.tokenize(x).to_tensor()
+        return fresh.tokenize(x).to_tensor()
 
     dense = f(tf.constant(corpus[:5])).numpy()
-    assert tok.decode(dense) == corpus[:5]
+    assert fresh.decode(dense) == corpus[:5]
+    assert fresh.tokenize(tf.constant(corpus[:5])).to_list() == fresh.encode(corpus[:5])
+    ds = tf.data.Dataset.from_tensor_slices(corpus[:5]).map(fresh.tokenize)
+    assert [x.numpy().tolist() for x in ds] == fresh.encode(corpus[:5])
 
 
 # ------------------------------------------------------------------------ construction

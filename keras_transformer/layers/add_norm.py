@@ -22,7 +22,7 @@ class AddNorm(keras.layers.Layer):
                                                     name="norm")
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
-    def build(self, input_shape=None, sublayer_shape=None):
+    def build(self, x_shape=None, sublayer_output_shape=None):
         self.norm.build((None, None, self.d_model))
         self.built = True
 
@@ -34,8 +34,8 @@ class AddNorm(keras.layers.Layer):
         y = x + self.dropout_layer(sublayer_output, training=training)
         return y if self.pre_norm else self.norm(y)
 
-    def compute_output_shape(self, input_shape, sublayer_shape=None):
-        return input_shape
+    def compute_output_shape(self, x_shape, sublayer_output_shape=None):
+        return x_shape
 
     def get_config(self):
         config = super().get_config()

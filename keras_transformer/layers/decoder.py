@@ -11,7 +11,6 @@ from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import causal_mask, expand_key_mask
 
 
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(keras.layers.Layer):
     """x (B,T,d_model), memory (B,S,d_model), memory_mask (B,S) bool -> (B,T,d_model).
@@ -54,7 +53,7 @@ class DecoderLayer(keras.layers.Layer):
             layers += [self.cross_attention_layer, self.cross_attention_norm]
         return layers
 
-    def build(self, input_shape=None, memory_shape=None):
+    def build(self, x_shape=None, memory_shape=None):
         for layer in self._sublayers():
             layer.build((None, None, self.d_model))
         self.built = True
@@ -95,8 +94,8 @@ class DecoderLayer(keras.layers.Layer):
         x, _ = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask, False)
         return x, cache
 
-    def compute_output_shape(self, input_shape, memory_shape=None):
-        return input_shape
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
 
     def get_config(self):
         config = super().get_config()
@@ -135,7 +134,7 @@ class Decoder(keras.layers.Layer):
             if pre_norm else None
         )
 
-    def build(self, input_shape=None, memory_shape=None):
+    def build(self, x_shape=None, memory_shape=None):
         for layer in self.decoder_layers:
             layer.build((None, None, self.d_model))
         if self.final_norm is not None:
@@ -178,8 +177,8 @@ class Decoder(keras.layers.Layer):
             x, cache = layer.step(x, cache, i, index, cross_keys, cross_values, memory_mask)
         return self._close(x), cache
 
-    def compute_output_shape(self, input_shape, memory_shape=None):
-        return input_shape
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
 
     def get_config(self):
         config = super().get_config()

@@ -65,10 +65,9 @@ class PositionalEmbedding(keras.layers.Layer):
                 initializer=keras.initializers.RandomNormal(stddev=0.02),
             )
         else:
-            # A constant, not a weight: it is a formula, so it stays out of checkpoints.
-            self.position_embedding = ops.convert_to_tensor(
-                sinusoidal_position_encoding(self.max_length, self.d_model)
-            )
+            # A NumPy constant, not a weight: it is a formula, so it stays out of checkpoints,
+            # and it becomes a tensor in whichever graph reads it.
+            self.position_embedding = sinusoidal_position_encoding(self.max_length, self.d_model)
         self.built = True
 
     @property
@@ -86,7 +85,7 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def positions(self, start, length):
         """-> (length, d_model) position vectors for positions start .. start+length-1."""
-        table = ops.cast(self.position_embedding, self.compute_dtype)
+        table = ops.cast(ops.convert_to_tensor(self.position_embedding), self.compute_dtype)
         return ops.slice(table, (start, 0), (length, self.d_model))
 
     def call(self, ids, start_index=0, training=None):

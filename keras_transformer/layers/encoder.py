@@ -8,7 +8,6 @@ from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import expand_key_mask
 
 
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class EncoderLayer(keras.layers.Layer):
     """x (B,S,d_model), padding_mask (B,S) bool -> (B,S,d_model): self-attention, then FFN."""
@@ -33,7 +32,7 @@ class EncoderLayer(keras.layers.Layer):
         self.feed_forward_norm = AddNorm(d_model, dropout, pre_norm, epsilon, dtype=policy,
                                          name="feed_forward_add_norm")
 
-    def build(self, input_shape=None):
+    def build(self, x_shape=None):
         for layer in (self.self_attention, self.attention_norm, self.feed_forward,
                       self.feed_forward_norm):
             layer.build((None, None, self.d_model))
@@ -48,8 +47,8 @@ class EncoderLayer(keras.layers.Layer):
         x = self.feed_forward_norm(x, self.feed_forward(h, training=training), training=training)
         return (x, weights) if return_attention_scores else x
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, x_shape):
+        return x_shape
 
     def get_config(self):
         config = super().get_config()
@@ -87,7 +86,7 @@ class Encoder(keras.layers.Layer):
             if pre_norm else None
         )
 
-    def build(self, input_shape=None):
+    def build(self, x_shape=None):
         for layer in self.encoder_layers:
             layer.build((None, None, self.d_model))
         if self.final_norm is not None:
@@ -103,8 +102,8 @@ class Encoder(keras.layers.Layer):
             x = self.final_norm(x)
         return (x, all_weights) if return_attention_scores else x
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, x_shape):
+        return x_shape
 
     def get_config(self):
         config = super().get_config()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import tensorflow as tf
@@ -42,7 +43,7 @@ def _check_boundaries(boundaries: Sequence[int], longest: int) -> list[int]:
     boundaries = [int(b) for b in boundaries]
     if not boundaries:
         raise ValueError("bucket_boundaries must not be empty")
-    if boundaries[0] < 2 or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
+    if boundaries[0] < 2 or any(b <= a for a, b in pairwise(boundaries)):
         raise ValueError(
             f"bucket_boundaries must be strictly increasing and >= 2, got {boundaries}"
         )
@@ -91,7 +92,7 @@ def count_too_long(
     tgt_ids = target_tokenizer.encode(list(targets))
     return sum(
         1
-        for s, t in zip(src_ids, tgt_ids)
+        for s, t in zip(src_ids, tgt_ids, strict=True)
         if len(s) + 1 > max_source_length or len(t) + 1 > max_target_length
     )
 
@@ -150,9 +151,7 @@ def make_translation_dataset(
     ids are truncated and EOS/BOS kept.
     """
     if len(sources) != len(targets):
-        raise ValueError(
-            f"sources and targets differ in length: {len(sources)} vs {len(targets)}"
-        )
+        raise ValueError(f"sources and targets differ in length: {len(sources)} vs {len(targets)}")
     if len(sources) == 0:
         raise ValueError("make_translation_dataset got no sentence pairs")
     _length_limits(max_source_length, max_target_length)

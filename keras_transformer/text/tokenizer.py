@@ -119,9 +119,7 @@ class SentencePieceTokenizer:
         try:
             self._sp = spm.SentencePieceProcessor(model_proto=data)
         except RuntimeError as err:
-            raise ValueError(
-                f"Could not parse SentencePiece model from {source}: {err}"
-            ) from err
+            raise ValueError(f"Could not parse SentencePiece model from {source}: {err}") from err
         # Canonical bytes (re-serialized) so equal models compare equal.
         self._model_bytes = self._sp.serialized_model_proto()
         specials = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
@@ -194,9 +192,12 @@ class SentencePieceTokenizer:
             import tensorflow as tf
             import tensorflow_text as tf_text
 
-            self._tf_tokenizer = tf_text.SentencepieceTokenizer(
-                model=self._model_bytes, out_type=tf.int32
-            )
+            # First use may be while tracing a tf.function or tf.data map; the
+            # model resource must live eagerly, not in that one traced graph.
+            with tf.init_scope():
+                self._tf_tokenizer = tf_text.SentencepieceTokenizer(
+                    model=self._model_bytes, out_type=tf.int32
+                )
         return self._tf_tokenizer
 
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
@@ -283,7 +284,7 @@ def load_parallel_text(src_path: str | Path, tgt_path: str | Path) -> ParallelTe
             f"Parallel files differ in line count: {src_path} has {len(src_lines)} lines, "
             f"{tgt_path} has {len(tgt_lines)} lines"
         )
-    return _keep_nonempty(zip(src_lines, tgt_lines))
+    return _keep_nonempty(zip(src_lines, tgt_lines, strict=True))
 
 
 def load_tsv_pairs(path: str | Path, src_col: int = 0, tgt_col: int = 1) -> ParallelText:

@@ -1,0 +1,28 @@
+# One-command set-up: each target creates .venv from requirements.txt when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint setup clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m train --config train/configs/demo.yaml --out runs/demo
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q --durations=15
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

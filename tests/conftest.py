@@ -1,0 +1,28 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_policy():
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy("float32")
+    yield
+
+
+@pytest.fixture
+def tiny_config():
+    from keras_transformer.config import TransformerConfig
+
+    return TransformerConfig.preset(
+        "tiny", source_vocab_size=40, target_vocab_size=40, d_model=32, num_heads=4, d_ff=64,
+        max_source_length=24, max_target_length=24, dropout=0.0)
+
+
+def random_ids(rng: np.random.Generator, batch: int, length: int, vocab: int = 40):
+    """Ids that avoid pad/bos/eos (0, 2, 3) so tests control where specials go."""
+    return rng.integers(4, vocab, size=(batch, length)).astype("int32")

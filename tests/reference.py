@@ -1,0 +1,74 @@
+"""Independent NumPy implementations of the paper's formulas, used as test oracles."""
+
+import math
+
+import numpy as np
+
+
+def positional_encoding(length, d_model):
+    pe = np.zeros((length, d_model))
+    for pos in range(length):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / (10000 ** (i / d_model)))
+            if i + 1 < d_model:
+                pe[pos, i + 1] = math.cos(pos / (10000 ** (i / d_model)))
+    return pe
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def attention(q, k, v, mask=None):
+    """q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv); mask True = keep."""
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores)
+    return weights @ v, weights
+
+
+def dense(layer, x):
+    kernel, bias = (np.asarray(w) for w in layer.weights)
+    return x @ kernel + bias
+
+
+def multi_head_attention(mha, query, value, mask=None):
+    """Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)."""
+    h, dk = mha.num_heads, mha.head_dim
+    q, k, v = dense(mha.query_dense, query), dense(mha.key_dense, value), dense(mha.value_dense, value)
+    if mask is not None and mask.ndim == 4:  # (B, 1, Tq|1, Tk): the same for every head
+        mask = mask[:, 0]
+    heads, weights = [], []
+    for i in range(h):
+        sl = slice(i * dk, (i + 1) * dk)
+        out, w = attention(q[..., sl], k[..., sl], v[..., sl], mask)
+        heads.append(out)
+        weights.append(w)
+    return dense(mha.output_dense, np.concatenate(heads, axis=-1)), np.stack(weights, axis=1)
+
+
+def layer_norm(x, gamma, beta, eps):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def label_smoothed_loss(labels, logits, epsilon, pad_id=0):
+    total, count = 0.0, 0
+    vocab = logits.shape[-1]
+    for b in range(labels.shape[0]):
+        for t in range(labels.shape[1]):
+            if labels[b, t] == pad_id:
+                continue
+            logp = np.log(softmax(logits[b, t].astype(np.float64)))
+            target = np.full(vocab, epsilon / vocab)
+            target[labels[b, t]] += 1.0 - epsilon
+            total += -(target * logp).sum()
+            count += 1
+    return total / count
+
+
+def transformer_lr(step, d_model, warmup):
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)

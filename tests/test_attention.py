@@ -1,0 +1,84 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+    update_cache,
+)
+from keras_transformer.layers.masks import causal_mask, key_padding_mask
+from tests.reference import attention, multi_head_attention
+
+
+def test_scaled_dot_product_matches_reference_with_mask():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(2, 3, 5, 8)).astype("float32")
+    k = rng.normal(size=(2, 3, 6, 8)).astype("float32")
+    v = rng.normal(size=(2, 3, 6, 4)).astype("float32")
+    mask = rng.random((2, 1, 5, 6)) > 0.3
+    mask[..., 0] = True  # every query keeps at least one key
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    ref_out, ref_weights = attention(q, k, v, mask)
+    np.testing.assert_allclose(np.asarray(weights), ref_weights, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(out), ref_out, atol=1e-5)
+    assert np.all(np.asarray(weights)[np.broadcast_to(~mask, weights.shape)] == 0.0)
+    np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, atol=1e-6)
+
+
+def test_scale_is_one_over_sqrt_dk():
+    # One query, two keys: weights are softmax([q.k1, q.k2] / sqrt(d_k)).
+    q = np.array([[[[1.0, 1.0, 1.0, 1.0]]]], "float32")
+    k = np.array([[[[1.0, 0, 0, 0], [2.0, 2.0, 2.0, 2.0]]]], "float32")
+    v = np.eye(2, dtype="float32")[None, None]
+    _, weights = scaled_dot_product_attention(q, k, v)
+    logits = np.array([1.0, 8.0]) / 2.0
+    np.testing.assert_allclose(np.asarray(weights)[0, 0, 0],
+                               np.exp(logits) / np.exp(logits).sum(), atol=1e-6)
+
+
+def test_multi_head_matches_reference():
+    rng = np.random.default_rng(1)
+    mha = MultiHeadAttention(num_heads=4, d_model=16)
+    query = rng.normal(size=(2, 5, 16)).astype("float32")
+    value = rng.normal(size=(2, 7, 16)).astype("float32")
+    ids = np.array([[5] * 7, [5] * 4 + [0] * 3])
+    mask = np.asarray(key_padding_mask(ids))
+    out, weights = mha(query, value, mask, return_attention_scores=True)
+    ref_out, ref_weights = multi_head_attention(mha, query, value, mask)
+    np.testing.assert_allclose(np.asarray(out), ref_out, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(weights), ref_weights, atol=1e-6)
+    assert np.all(np.asarray(weights)[1, :, :, 4:] == 0.0)
+
+
+def test_causal_mask_shape_and_values():
+    mask = np.asarray(causal_mask(4))
+    assert mask.shape == (1, 1, 4, 4)
+    np.testing.assert_array_equal(mask[0, 0], np.tril(np.ones((4, 4), bool)))
+
+
+def test_d_model_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        MultiHeadAttention(num_heads=3, d_model=16)
+
+
+def test_cache_update_writes_only_its_slot():
+    cache = np.zeros((2, 3, 2, 5, 4), "float32")
+    key = np.ones((2, 1, 4), "float32")
+    value = 2 * np.ones((2, 1, 4), "float32")
+    updated = np.asarray(update_cache(cache, 1, 3, key, value))
+    expected = cache.copy()
+    expected[:, 1, 0, 3] = 1.0
+    expected[:, 1, 1, 3] = 2.0
+    np.testing.assert_array_equal(updated, expected)
+
+
+def test_cached_self_attention_equals_causal_full_call():
+    rng = np.random.default_rng(2)
+    mha = MultiHeadAttention(num_heads=2, d_model=8)
+    x = rng.normal(size=(3, 6, 8)).astype("float32")
+    full = np.asarray(mha(x, x, causal_mask(6)))
+    cache = keras.ops.zeros((3, 1, 2, 6, 8))
+    for t in range(6):
+        out, cache = mha.call_cached(x[:, t:t + 1], cache, 0, t)
+        np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], atol=1e-5)
