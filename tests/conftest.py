@@ -8,10 +8,16 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_policy():
-    keras.utils.set_random_seed(0)
+def _float32_policy():
     keras.mixed_precision.set_global_policy("float32")
     yield
+
+
+@pytest.fixture
+def seeded():
+    """Seed Keras/TF/NumPy. Not autouse: tf.random.set_seed clears TF's kernel cache, which
+    frees the resources of tensorflow-text tokenizers created earlier in the same module."""
+    keras.utils.set_random_seed(0)
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from keras_transformer.layers.attention import (
 from keras_transformer.layers.masks import causal_mask, key_padding_mask
 from tests.reference import attention, multi_head_attention
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 
 def test_scaled_dot_product_matches_reference_with_mask():
     rng = np.random.default_rng(0)

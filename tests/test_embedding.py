@@ -4,6 +4,8 @@ import pytest
 from keras_transformer.layers.embedding import PositionalEmbedding, sinusoidal_position_encoding
 from tests.reference import positional_encoding
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 
 @pytest.mark.parametrize("length,d_model", [(50, 16), (7, 6), (128, 64)])
 def test_sinusoidal_table_matches_formula(length, d_model):

@@ -1,8 +1,11 @@
 import numpy as np
+import pytest
 
 from keras_transformer.layers.add_norm import AddNorm
 from keras_transformer.layers.feed_forward import FeedForward
 from tests.reference import dense, layer_norm
+
+pytestmark = pytest.mark.usefixtures("seeded")
 
 
 def test_feed_forward_is_relu_mlp():

@@ -7,6 +7,8 @@ from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.schedules import TransformerSchedule
 from tests.reference import label_smoothed_loss, transformer_lr
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
 def test_label_smoothed_loss_matches_reference(epsilon):

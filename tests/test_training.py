@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
@@ -9,6 +10,8 @@ from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.translator import search_ids
+
+pytestmark = pytest.mark.usefixtures("seeded")
 
 
 def copy_reverse_batch(rng, batch=16, length=6, vocab=40):

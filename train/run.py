@@ -108,6 +108,7 @@ def run_translation(config: RunConfig, out: Path) -> dict:
         steps_per_epoch=config.training.steps_per_epoch or None,
         callbacks=[keras.callbacks.BackupAndRestore(str(out / "backup"))],
         verbose=config.training.verbose,
+        shuffle=False,  # the dataset shuffles itself, before bucketing
     )
     train_seconds = time.perf_counter() - start
     model.save(out / "model.keras")

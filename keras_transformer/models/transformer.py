@@ -114,6 +114,9 @@ class Transformer(keras.Model):
             source_ids, target_in_ids = inputs["source"], inputs["target_in"]
         else:
             source_ids, target_in_ids = inputs
+        batch = (source_ids.shape[0], target_in_ids.shape[0])
+        if None not in batch and batch[0] != batch[1]:
+            raise ValueError(f"source_ids and target_in_ids disagree on the batch size: {batch}")
         memory, memory_mask = self.encode(source_ids, training=training)
         return self.decode(target_in_ids, memory, memory_mask, training=training)
 

@@ -194,6 +194,8 @@ class SentencePieceTokenizer:
 
             # First use may be while tracing a tf.function or tf.data map; the
             # model resource must live eagerly, not in that one traced graph.
+            # tf.random.set_seed (and keras.utils.set_random_seed) clears TF's kernel
+            # cache and with it this resource: seed before the first tokenize call.
             with tf.init_scope():
                 self._tf_tokenizer = tf_text.SentencepieceTokenizer(
                     model=self._model_bytes, out_type=tf.int32

@@ -1,0 +1,72 @@
+"""`python -m train` end to end on a few hundred demo pairs, and its config errors."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from train.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "train" / "configs" / "demo.yaml"
+
+
+def run_cli(*args, cwd=ROOT):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "train", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_small_demo_run_writes_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("--config", str(DEMO), "--out", str(out),
+                     "--set", "data.train_size=300", "--set", "data.dev_size=20",
+                     "--set", "data.test_size=20", "--set", "training.epochs=1",
+                     "--set", "eval.beam_size=2", "--set", "training.verbose=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("model.keras", "spm.model", "config.yaml", "metrics.json", "test.hyp"):
+        assert (out / name).is_file(), name
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("bleu", "chrf", "sacrebleu_signature", "train_seconds", "dev_bleu"):
+        assert key in metrics
+    assert metrics["sacrebleu_signature"].startswith("nrefs:1|")
+    assert 0.0 <= metrics["bleu"] <= 100.0
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["data"]["train_size"] == 300
+    assert resolved["training"]["epochs"] == 1
+    assert "test: BLEU" in result.stdout
+    assert len((out / "test.hyp").read_text(encoding="utf-8").splitlines()) == 20
+
+
+def test_unknown_key_and_wrong_type_are_reported(tmp_path):
+    result = run_cli("--config", str(DEMO), "--out", str(tmp_path), "--set", "training.epoch=3")
+    assert result.returncode == 2
+    assert "unknown key(s) ['epoch'] in training" in result.stderr
+    result = run_cli("--config", str(DEMO), "--out", str(tmp_path), "--set",
+                     "training.epochs=many")
+    assert result.returncode == 2
+    assert "training.epochs must be an integer" in result.stderr
+
+
+def test_missing_data_file_names_the_path(tmp_path):
+    result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"),
+                     "--set", "data.corpus=parallel", "--set", f"data.data_dir={tmp_path}",
+                     "--set", "data.train_source=train.en", "--set", "data.train_target=train.vi")
+    assert result.returncode == 1
+    assert f"data file not found: {tmp_path / 'train.en'}" in result.stderr
+
+
+def test_load_config_overrides_and_errors(tmp_path):
+    config = load_config(DEMO, ["model.overrides.d_model=64", "eval.alpha=1"])
+    assert config.model.overrides["d_model"] == 64
+    assert config.eval.alpha == 1.0
+    with pytest.raises(ConfigError, match="must be true or false"):
+        load_config(DEMO, ["training.jit_compile=maybe"])
+    with pytest.raises(FileNotFoundError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(DEMO, ["training.epochs"])
