@@ -1,0 +1,50 @@
+import numpy as np
+import pytest
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
+from keras_transformer.translator import encode_sources, pad_batch, translate
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    words = ["red", "blue", "cat", "dog", "big", "small", "one", "two", "three", "I", "saw"]
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=rng.integers(2, 7))) for _ in range(300)]
+    path = train_sentencepiece(texts, tmp_path_factory.mktemp("spm") / "spm", 60)
+    return SentencePieceTokenizer(path)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    config = TransformerConfig.preset(
+        "tiny", source_vocab_size=tokenizer.vocab_size, target_vocab_size=tokenizer.vocab_size,
+        d_model=32, num_heads=4, d_ff=64, max_source_length=16, max_target_length=16,
+        dropout=0.0)
+    model = Transformer(config)
+    model.build()
+    return model
+
+
+def test_batching_keeps_input_order(model, tokenizer):
+    sentences = ["I saw two big red dogs", "cat", "one small blue cat", "dog dog"]
+    together = translate(model, tokenizer, tokenizer, sentences, beam_size=1, batch_size=3)
+    alone = [translate(model, tokenizer, tokenizer, [s], beam_size=1)[0] for s in sentences]
+    assert together == alone
+
+
+def test_empty_and_over_long_sentences_are_clear_errors(model, tokenizer):
+    with pytest.raises(ValueError, match="sentence 1 is empty"):
+        translate(model, tokenizer, tokenizer, ["cat", "   "])
+    long = " ".join(["red cat"] * 20)
+    with pytest.raises(ValueError, match="max_source_length=16"):
+        translate(model, tokenizer, tokenizer, [long])
+
+
+def test_sources_end_with_eos_and_pad_with_zero(tokenizer):
+    rows = encode_sources(["cat", "I saw a dog"], tokenizer, 16, eos_id=3)
+    assert all(r[-1] == 3 for r in rows)
+    batch = pad_batch(rows)
+    assert batch.shape == (2, max(len(r) for r in rows))
+    assert (batch[0, len(rows[0]):] == 0).all()
