@@ -102,7 +102,11 @@ def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str
               beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
               max_length: int | None = None, jit_compile: bool = False,
               progress=None) -> list[str]:
-    """Translate sentences (batched by length, returned in input order)."""
+    """Translate sentences (batched by length, returned in input order).
+
+    max_length (generated tokens, EOS included) defaults to `default_max_length` of the
+    longest source in each batch.
+    """
     c = model.config
     encoded = encode_sources(sentences, source_tokenizer, c.max_source_length, c.eos_id)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))

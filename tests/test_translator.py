@@ -29,8 +29,11 @@ def model(tokenizer):
 
 def test_batching_keeps_input_order(model, tokenizer):
     sentences = ["I saw two big red dogs", "cat", "one small blue cat", "dog dog"]
-    together = translate(model, tokenizer, tokenizer, sentences, beam_size=1, batch_size=3)
-    alone = [translate(model, tokenizer, tokenizer, [s], beam_size=1)[0] for s in sentences]
+    # A fixed max_length: the default grows with the longest source of each batch.
+    together = translate(model, tokenizer, tokenizer, sentences, beam_size=1, batch_size=3,
+                         max_length=12)
+    alone = [translate(model, tokenizer, tokenizer, [s], beam_size=1, max_length=12)[0]
+             for s in sentences]
     assert together == alone
 
 

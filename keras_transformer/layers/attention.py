@@ -118,7 +118,8 @@ class MultiHeadAttention(keras.layers.Layer):
         cache = update_cache(cache, layer, index, key, value)
         keys = ops.cast(cache[:, layer, 0], self.compute_dtype)
         values = ops.cast(cache[:, layer, 1], self.compute_dtype)
-        visible = ops.less_equal(ops.arange(ops.shape(cache)[3]), index)[None, None, None, :]
+        # reshape, not [None, None, None, :]: TFLite has no bool StridedSlice.
+        visible = ops.reshape(ops.less_equal(ops.arange(ops.shape(cache)[3]), index), (1, 1, 1, -1))
         return self.attend(query, keys, values, visible, training), cache
 
     def compute_output_shape(self, query_shape, value_shape=None):

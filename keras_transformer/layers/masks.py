@@ -32,4 +32,5 @@ def cache_mask(index, cache_length):
 
 def expand_key_mask(mask):
     """(B, S) bool -> (B, 1, 1, S), broadcast over heads and queries; None stays None."""
-    return None if mask is None else mask[:, None, None, :]
+    # expand_dims, not [:, None, None, :]: TFLite has no bool StridedSlice.
+    return None if mask is None else ops.expand_dims(ops.expand_dims(mask, 1), 1)

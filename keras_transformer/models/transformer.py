@@ -114,6 +114,8 @@ class Transformer(keras.Model):
             source_ids, target_in_ids = inputs["source"], inputs["target_in"]
         else:
             source_ids, target_in_ids = inputs
+        check_ids(source_ids, "source_ids")
+        check_ids(target_in_ids, "target_in_ids")
         batch = (source_ids.shape[0], target_in_ids.shape[0])
         if None not in batch and batch[0] != batch[1]:
             raise ValueError(f"source_ids and target_in_ids disagree on the batch size: {batch}")
