@@ -111,6 +111,8 @@ def test_bad_inputs_are_clear_errors(tiny_config):
         model((np.zeros((5,), "int32"), np.zeros((1, 3), "int32")))
     with pytest.raises(TypeError, match="integer token ids"):
         model((np.zeros((1, 3), "float32"), np.zeros((1, 3), "int32")))
+    with pytest.raises(ValueError, match="source_ids is empty"):
+        model((np.zeros((1, 0), "int32"), np.ones((1, 3), "int32")))
     with pytest.raises(ValueError, match="disagree on the batch size"):
         model((np.ones((2, 3), "int32"), np.ones((3, 3), "int32")))
     too_long = np.ones((1, tiny_config.max_source_length + 1), "int32")

@@ -32,14 +32,17 @@ def main(argv=None) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from train.run import run_translation
-
-    if config.task != "translation":
-        print(f"error: task {config.task!r} is not supported (use translation)", file=sys.stderr)
+    if config.task not in ("translation", "classification"):
+        print(f"error: task {config.task!r} is not supported (use translation or "
+              f"classification)", file=sys.stderr)
         return 2
+    from train.callbacks import CheckpointError
+    from train.run import TrainingDiverged, run_classification, run_translation
+
+    run = run_translation if config.task == "translation" else run_classification
     try:
-        run_translation(config, Path(args.out))
-    except (FileNotFoundError, ValueError) as err:
+        run(config, Path(args.out))
+    except (FileNotFoundError, ValueError, CheckpointError, TrainingDiverged) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

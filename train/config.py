@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,9 @@ class DataConfig:
     test_source: str = ""
     test_target: str = ""
     tsv: str = ""
+    # tsv corpora with several translations of one source: keep each source's pairs in one
+    # split, so that dev/test never score a sentence the model was trained on.
+    group_by_source: bool = False
     dev_size: int = 1000
     test_size: int = 1000
     train_size: int = 60000
@@ -43,6 +47,8 @@ class TokenizerConfig:
 class ModelConfig:
     preset: str = "tiny"
     overrides: dict[str, Any] = field(default_factory=dict)
+    num_classes: int = 0  # task classification: 0 = one more than the largest training label
+    pooling: str = "mean"  # task classification: mean | first
 
 
 @dataclass
@@ -55,10 +61,15 @@ class TrainingConfig:
     beta_1: float = 0.9
     beta_2: float = 0.98
     epsilon: float = 1e-9
-    jit_compile: bool = False
-    precision: str = "float32"
+    jit_compile: bool | str = "auto"  # true | false | auto (on for GPU/TPU, off on CPU)
+    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    strategy: str = "auto"  # auto | default | mirrored | multiworker
     seed: int = 0
     verbose: int = 1
+    save_every_steps: int = 100  # backup for resuming; a kill loses at most this many steps
+    keep_checkpoints: int = 5  # per-epoch weights kept for python -m train.average
+    early_stopping_patience: int = 0  # epochs without a better dev BLEU; 0: never stop early
+    tensorboard: bool = True
 
 
 @dataclass
@@ -68,6 +79,8 @@ class EvalConfig:
     batch_size: int = 128
     max_sentences: int = 0  # 0: the whole split
     samples: int = 5
+    dev_bleu_sentences: int = 200  # scored after every epoch for the best checkpoint; 0: off
+    dev_bleu_beam: int = 1
 
 
 @dataclass
@@ -92,6 +105,10 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
     if hint is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return value
+    if isinstance(annotation, types.UnionType) and set(annotation.__args__) == {bool, str}:
+        if not isinstance(value, bool) and value != "auto":
+            raise ConfigError(f"{where} must be true or false or auto, got {value!r}")
         return value
     if hint is bool:
         if not isinstance(value, bool):

@@ -28,6 +28,8 @@ def check_ids(ids, name: str):
         raise ValueError(f"{name} must have shape (batch, length), got shape {tuple(ids.shape)}")
     if "int" not in str(ids.dtype):
         raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    if ids.shape[1] == 0:
+        raise ValueError(f"{name} is empty (length 0); every sequence needs at least EOS")
 
 
 def vocab_logits(hidden, embedding: PositionalEmbedding, output_projection=None):

@@ -1,0 +1,175 @@
+"""What every runtime shares: the manifest of an export directory and sentence handling.
+
+NumPy and the standard library only, so the TensorFlow-free runtimes can import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger("export")
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+
+# Variant name -> manifest key of every format that has float32/fp16/int8 files.
+VARIANTS = ("float32", "fp16", "int8")
+
+
+class ExportError(RuntimeError):
+    """An export directory is missing a file, has a corrupt one, or lacks a format."""
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_entry(root: Path, path: Path) -> dict:
+    """A file (or a directory, summed) -> {"bytes", "sha256"} as recorded in the manifest."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        digest = hashlib.sha256()
+        for p in files:
+            digest.update(str(p.relative_to(path)).encode())
+            digest.update(sha256(p).encode())
+        return {"bytes": sum(p.stat().st_size for p in files), "sha256": digest.hexdigest()}
+    return {"bytes": path.stat().st_size, "sha256": sha256(path)}
+
+
+class Manifest:
+    """The parsed ``manifest.json`` of an export directory, with checked file access."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        path = self.root / MANIFEST
+        if not self.root.is_dir():
+            raise ExportError(f"export directory not found: {self.root}")
+        if not path.is_file():
+            raise ExportError(
+                f"{path} is missing: {self.root} is not an export directory "
+                f"(make one with `python -m export --run runs/<name> --out {self.root}`)")
+        try:
+            self.data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ExportError(f"{path} is corrupt (not valid JSON): {err}") from err
+        version = self.data.get("manifest_version")
+        if version != MANIFEST_VERSION:
+            raise ExportError(
+                f"{path} has manifest_version {version!r}; this code reads version "
+                f"{MANIFEST_VERSION}. Re-export the run with this version of the code.")
+        self._checked: set[str] = set()
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    @property
+    def model(self) -> dict:
+        return self.data["model"]
+
+    @property
+    def special_ids(self) -> dict:
+        return self.data["special_ids"]
+
+    def file(self, relative: str, verify: bool = True) -> Path:
+        """Path of a file listed in the manifest; ExportError naming it if missing or corrupt."""
+        path = self.root / relative
+        entry = self.data["files"].get(relative)
+        if entry is None:
+            raise ExportError(f"{relative} is not listed in {self.root / MANIFEST}")
+        if not path.exists():
+            raise ExportError(f"{path} is missing from the export directory; re-export the run")
+        if verify and relative not in self._checked:
+            if file_entry(self.root, path)["sha256"] != entry["sha256"]:
+                raise ExportError(
+                    f"{path} is corrupt: its checksum does not match {MANIFEST}; re-export the run")
+            self._checked.add(relative)
+        return path
+
+    def format_files(self, fmt: str, variant: str = "float32") -> dict[str, str]:
+        """{role: relative path} of one exported format and variant, e.g. ("onnx", "int8")."""
+        formats = self.data["formats"]
+        if fmt not in formats:
+            raise ExportError(
+                f"{self.root} has no {fmt} export (it has {sorted(formats)}); run "
+                f"`python -m export --run <run dir> --format {fmt} --out {self.root}`")
+        variants = formats[fmt]["variants"]
+        if variant not in variants:
+            raise ExportError(
+                f"{self.root} has no {variant} variant of {fmt} (it has {sorted(variants)}); "
+                f"export with --quantize {variant}")
+        return variants[variant]
+
+    def tokenizer_files(self) -> tuple[Path, Path]:
+        tok = self.data["tokenizer"]
+        return self.file(tok["source"]), self.file(tok["target"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentences -> ids (the same rules as keras_transformer.translator, without TensorFlow)
+# ---------------------------------------------------------------------------------------------
+
+
+def default_max_length(source_length: int, limit: int) -> int:
+    """How many tokens to allow a translation: 1.5x the source plus 10, capped by the model."""
+    return min(limit, int(source_length * 1.5) + 10)
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> np.ndarray:
+    """Id lists -> (B, longest) int32, right-padded with pad_id."""
+    out = np.full((len(rows), max(len(r) for r in rows)), pad_id, np.int32)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def encode_sources(sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]],
+                   max_source_length: int, eos_id: int, *,
+                   truncate: bool = True) -> list[list[int] | None]:
+    """Sentences -> id lists ending in EOS; None for empty or whitespace-only sentences.
+
+    Over-long sentences keep their first max_source_length - 1 pieces (with a warning), or
+    raise ValueError when truncate is False.
+    """
+    encoded: list[list[int] | None] = []
+    for i, (text, ids) in enumerate(zip(sentences, encode(list(sentences)), strict=True)):
+        if not text.strip() or not ids:
+            encoded.append(None)
+            continue
+        if len(ids) + 1 > max_source_length:
+            message = (f"sentence {i + 1} has {len(ids) + 1} tokens (with EOS) but the model "
+                       f"accepts at most max_source_length={max_source_length}")
+            if not truncate:
+                raise ValueError(f"{message}; split the sentence")
+            logger.warning("%s; keeping its first %d tokens", message, max_source_length - 1)
+            ids = ids[: max_source_length - 1]
+        encoded.append(list(ids) + [eos_id])
+    return encoded
+
+
+def decode_lines(raw: bytes, source: str = "input") -> list[str]:
+    """UTF-8 bytes -> lines; invalid bytes become U+FFFD with a warning naming the line."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for number, line in enumerate(lines, start=1):
+        line = line.rstrip(b"\r")
+        try:
+            out.append(line.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            logger.warning("%s line %d is not valid UTF-8 (%s); invalid bytes replaced by U+FFFD",
+                           source, number, err.reason)
+            out.append(line.decode("utf-8", errors="replace"))
+    return out

@@ -1,0 +1,179 @@
+"""Run directory -> export directory: SavedModel, ONNX and TFLite files plus manifest.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import tensorflow as tf
+
+from export.common import MANIFEST, MANIFEST_VERSION, file_entry
+from export.module import DecodingModule, load_float32_model
+
+log = logging.getLogger("export")
+
+FORMATS = ("savedmodel", "onnx", "tflite")
+QUANTIZE = ("none", "fp16", "int8", "all")
+# tf2onnx 1.17 converts opsets 13-18 only.
+ONNX_OPSET = 17
+
+_VERSIONED = ("tensorflow", "tensorflow-text", "keras", "tf2onnx", "onnx", "onnxruntime",
+              "ai-edge-litert", "sentencepiece", "keras-transformer")
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in _VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _tokenizer_files(run_dir: Path) -> tuple[str, str]:
+    if (run_dir / "spm.model").is_file():
+        return "spm.model", "spm.model"
+    if (run_dir / "spm_source.model").is_file() and (run_dir / "spm_target.model").is_file():
+        return "spm_source.model", "spm_target.model"
+    raise FileNotFoundError(
+        f"{run_dir} has neither spm.model nor spm_source.model + spm_target.model")
+
+
+def export_savedmodel(model, out: Path, target_tokenizer_path: Path | None = None,
+                      source_tokenizer_path: Path | None = None) -> list[str]:
+    """encode + decode_step (+ translate when the tokenizers are given) -> out/savedmodel."""
+    module = DecodingModule(model, cache_update="slice")
+    signatures = {"encode": module.encode.get_concrete_function(),
+                  "decode_step": module.decode_step.get_concrete_function()}
+    if source_tokenizer_path is not None:
+        from export.translate_graph import add_translate
+
+        signatures["translate"] = add_translate(module, source_tokenizer_path,
+                                                target_tokenizer_path)
+    path = out / "savedmodel"
+    if path.exists():
+        shutil.rmtree(path)
+    tf.saved_model.save(module, str(path), signatures=signatures)
+    return sorted(signatures)
+
+
+def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
+    """encoder.onnx + decoder_step.onnx (opset 17, checked), and dynamic-int8 copies."""
+    import onnx
+    import tf2onnx
+
+    module = DecodingModule(model, cache_update="select")
+    files = {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"}
+    for role, fn in (("encoder", module.encode), ("decoder_step", module.decode_step)):
+        proto, _ = tf2onnx.convert.from_function(fn, input_signature=fn.input_signature,
+                                                 opset=ONNX_OPSET)
+        onnx.checker.check_model(proto, full_check=True)
+        onnx.save(proto, str(out / files[role]))
+    variants = {"float32": files}
+    if int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantized = {role: name.replace(".onnx", ".int8.onnx") for role, name in files.items()}
+        for role in files:
+            quantize_dynamic(str(out / files[role]), str(out / quantized[role]),
+                             weight_type=QuantType.QInt8)
+            onnx.checker.check_model(onnx.load(str(out / quantized[role])))
+        variants["int8"] = quantized
+    return variants
+
+
+def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """One .tflite per variant, each with `encode` and `decode_step` signatures, builtins only."""
+    module = DecodingModule(model, cache_update="slice")
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(module, tmp, signatures={
+            "encode": module.encode.get_concrete_function(),
+            "decode_step": module.decode_step.get_concrete_function()})
+        for variant in variants:
+            converter = tf.lite.TFLiteConverter.from_saved_model(
+                tmp, signature_keys=["encode", "decode_step"])
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            if variant in ("fp16", "int8"):
+                converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            if variant == "fp16":
+                converter.target_spec.supported_types = [tf.float16]
+            name = "model.tflite" if variant == "float32" else f"model.{variant}.tflite"
+            (out / name).write_bytes(converter.convert())
+            result[variant] = {"model": name}
+    return result
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
+               quantize: str = "none", translate_signature: bool = True) -> dict:
+    """Export a training run; returns the manifest that is also written to out/manifest.json."""
+    run_dir, out = Path(run_dir), Path(out_dir)
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise ValueError(f"unknown formats {unknown}; choose from {FORMATS}")
+    if quantize not in QUANTIZE:
+        raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
+    model = load_float32_model(run_dir)
+    c = model.config
+    out.mkdir(parents=True, exist_ok=True)
+    previous = out / MANIFEST
+    if previous.exists():
+        previous.unlink()
+    source_tok, target_tok = _tokenizer_files(run_dir)
+    for name in {source_tok, target_tok}:
+        shutil.copyfile(run_dir / name, out / name)
+
+    manifest_formats: dict = {}
+    if "savedmodel" in formats:
+        log.info("exporting SavedModel")
+        sig = export_savedmodel(
+            model, out,
+            source_tokenizer_path=(out / source_tok) if translate_signature else None,
+            target_tokenizer_path=(out / target_tok) if translate_signature else None)
+        manifest_formats["savedmodel"] = {"signatures": sig,
+                                          "variants": {"float32": {"model": "savedmodel"}}}
+    if "onnx" in formats:
+        log.info("exporting ONNX (opset %d)", ONNX_OPSET)
+        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "variants": export_onnx(
+            model, out, int8=quantize in ("int8", "all"))}
+    if "tflite" in formats:
+        log.info("exporting TFLite")
+        variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
+                    "int8": ("float32", "int8"), "all": ("float32", "fp16", "int8")}[quantize]
+        manifest_formats["tflite"] = {"signatures": ["decode_step", "encode"],
+                                      "variants": export_tflite(model, out, variants)}
+
+    files = {name: file_entry(out, out / name) for name in sorted({source_tok, target_tok})}
+    for fmt in manifest_formats.values():
+        for variant in fmt["variants"].values():
+            for name in variant.values():
+                files[name] = file_entry(out, out / name)
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "run": str(run_dir),
+        "formats": manifest_formats,
+        "files": files,
+        "tokenizer": {"source": source_tok, "target": target_tok},
+        "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
+        "special_ids": {"pad": c.pad_id, "unk": 1, "bos": c.bos_id, "eos": c.eos_id},
+        "max_source_length": c.max_source_length,
+        "max_target_length": c.max_target_length,
+        "model": {"num_decoder_layers": c.num_decoder_layers, "d_model": c.d_model,
+                  "num_encoder_layers": c.num_encoder_layers, "num_heads": c.num_heads,
+                  "parameters": int(model.count_params())},
+        "interface": {
+            "encode": "source_ids int32 (B,S) -> cross_key_values float32 (B,L,2,S,D), "
+                      "memory_mask bool (B,S)",
+            "decode_step": "tokens int32 (B,), cross_key_values, memory_mask bool (B,S), "
+                           "cache float32 (B,L,2,T,D), index int32 () -> logits float32 (B,V), "
+                           "new_cache float32 (B,L,2,T,D)",
+        },
+        "versions": _versions(),
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest

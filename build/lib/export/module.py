@@ -1,0 +1,106 @@
+"""The exported computation: a tf.Module with `encode`, `decode_step` and `translate`.
+
+Every format is made from this module, so every runtime runs the same two functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+import keras_transformer.layers.attention as attention
+from keras_transformer.config import TransformerConfig
+from keras_transformer.models.transformer import Transformer
+
+CACHE_UPDATES = ("slice", "select")
+
+
+def load_float32_model(run_dir: str | Path) -> Transformer:
+    """A float32 rebuild of `run_dir/model.keras`: mixed-precision graphs do not export."""
+    run_dir = Path(run_dir)
+    path = run_dir / "model.keras"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: is {run_dir} a finished training run?")
+    trained = keras.models.load_model(path, compile=False)
+    config = trained.config
+    config_path = run_dir / "model_config.json"
+    if config_path.is_file():
+        config = TransformerConfig.from_dict(json.loads(config_path.read_text()))
+    model = Transformer(config, dtype="float32")
+    model.build()
+    model.set_weights(trained.get_weights())
+    return model
+
+
+def _select_update_cache(cache, layer, index, key, value):
+    """Like attention.update_cache, as an elementwise select: tf2onnx has no XlaDynamicUpdateSlice.
+
+    Where() copies values without arithmetic, so the cache is bit-identical to slice_update's.
+    """
+    update = tf.cast(tf.stack([key, value], axis=1)[:, None, :, :, :], cache.dtype)
+    shape = tf.shape(cache)
+    layer_hit = tf.equal(tf.range(shape[1]), layer)[None, :, None, None, None]
+    position_hit = tf.equal(tf.range(shape[3]), tf.cast(index, tf.int32))[
+        None, None, None, :, None]
+    return tf.where(tf.logical_and(layer_hit, position_hit), update, cache)
+
+
+@contextlib.contextmanager
+def cache_update(mode: str):
+    """Trace decode_step with the chosen cache write (the library keeps slice_update)."""
+    if mode not in CACHE_UPDATES:
+        raise ValueError(f"cache_update must be one of {CACHE_UPDATES}, got {mode!r}")
+    if mode == "slice":
+        yield
+        return
+    original = attention.update_cache
+    attention.update_cache = _select_update_cache
+    try:
+        yield
+    finally:
+        attention.update_cache = original
+
+
+class DecodingModule(tf.Module):
+    """encode: source_ids (B,S) int32 -> cross_key_values (B,L,2,S,D) f32, memory_mask (B,S) bool.
+
+    decode_step: tokens (B,), cross_key_values, memory_mask, cache (B,L,2,T,D), index () int32
+    -> logits (B,V) f32, new_cache (B,L,2,T,D). Batch, source length S and cache length T are
+    dynamic; T is chosen by the caller (at most max_target_length).
+    """
+
+    def __init__(self, model: Transformer, cache_update: str = "slice", name=None):
+        super().__init__(name=name)
+        if cache_update not in CACHE_UPDATES:
+            raise ValueError(f"cache_update must be one of {CACHE_UPDATES}, got {cache_update!r}")
+        self.model = model
+        # Without the variables tracked directly, the TFLite converter writes no weights.
+        self.vars = [v.value for v in model.weights]
+        self.cache_update = cache_update
+        c = model.config
+        layers, d_model = c.num_decoder_layers, c.d_model
+        self.encode = tf.function(self._encode, input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+        self.decode_step = tf.function(self._decode_step, input_signature=[
+            tf.TensorSpec([None], tf.int32, name="tokens"),
+            tf.TensorSpec([None, layers, 2, None, d_model], tf.float32, name="cross_key_values"),
+            tf.TensorSpec([None, None], tf.bool, name="memory_mask"),
+            tf.TensorSpec([None, layers, 2, None, d_model], tf.float32, name="cache"),
+            tf.TensorSpec([], tf.int32, name="index"),
+        ])
+
+    def _encode(self, source_ids):
+        cross_key_values, memory_mask = self.model.encode_for_decoding(source_ids)
+        return {"cross_key_values": tf.identity(cross_key_values, name="cross_key_values"),
+                "memory_mask": tf.identity(memory_mask, name="memory_mask")}
+
+    def _decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+        with cache_update(self.cache_update):
+            logits, cache = self.model.decode_step(tokens, cross_key_values, memory_mask, cache,
+                                                   index)
+        return {"logits": tf.identity(logits, name="logits"),
+                "new_cache": tf.identity(cache, name="new_cache")}

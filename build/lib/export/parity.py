@@ -1,0 +1,191 @@
+"""Cross-runtime parity of an export: tensors, greedy/beam tokens, and BLEU of the variants.
+
+    python -m export.parity --export exports/demo [--run runs/demo]
+
+Exits non-zero when any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from export.common import Manifest
+from export.runtime import Translator, load_backend
+
+TOLERANCE = 1e-4
+RUNTIMES = ("keras", "savedmodel", "onnx", "tflite")
+SHAPES = ((1, 7, 12), (5, 19, 30))  # (batch, source length, cache length)
+
+
+def random_inputs(manifest: Manifest, batch: int, source_length: int, cache_length: int,
+                  seed: int = 0) -> dict:
+    """Padded source ids (B,S), tokens (B,), a random cache (B,L,2,T,D) and an index."""
+    rng = np.random.default_rng(seed)
+    vocab = manifest["vocab"]
+    ids = rng.integers(4, vocab["source_size"], size=(batch, source_length)).astype(np.int32)
+    lengths = rng.integers(1, source_length + 1, size=batch)
+    lengths[0] = source_length
+    for row, length in enumerate(lengths):
+        ids[row, length - 1] = manifest.special_ids["eos"]
+        ids[row, length:] = manifest.special_ids["pad"]
+    model = manifest.model
+    cache = rng.normal(size=(batch, model["num_decoder_layers"], 2, cache_length,
+                             model["d_model"])).astype(np.float32)
+    tokens = rng.integers(4, vocab["target_size"], size=batch).astype(np.int32)
+    return {"source_ids": ids, "tokens": tokens, "cache": cache,
+            "index": int(rng.integers(1, cache_length))}
+
+
+def tensor_outputs(backend, inputs: dict) -> dict[str, np.ndarray]:
+    """Every output of encode, and of decode_step fed the reference encoding (in `inputs`)."""
+    cross_key_values, memory_mask = backend.encode(inputs["source_ids"])
+    ref_kv = inputs.get("cross_key_values", backend.to_numpy(cross_key_values))
+    ref_mask = inputs.get("memory_mask", backend.to_numpy(memory_mask))
+    if not isinstance(cross_key_values, np.ndarray):  # TF runtimes take tensors
+        ref_kv, ref_mask = backend.tf.constant(ref_kv), backend.tf.constant(ref_mask)
+        cache = backend.tf.constant(inputs["cache"])
+    else:
+        cache = inputs["cache"]
+    logits, new_cache = backend.decode_step(inputs["tokens"], ref_kv, ref_mask, cache,
+                                            inputs["index"])
+    return {"encode.cross_key_values": backend.to_numpy(cross_key_values),
+            "encode.memory_mask": backend.to_numpy(memory_mask),
+            "decode_step.logits": backend.to_numpy(logits),
+            "decode_step.new_cache": backend.to_numpy(new_cache)}
+
+
+def tensor_parity(manifest: Manifest, backends: dict, shapes=SHAPES) -> list[dict]:
+    """Rows {output, shape, runtime: max|Δ| vs the first backend}; the mask counts mismatches."""
+    rows = []
+    names = list(backends)
+    for shape in shapes:
+        inputs = random_inputs(manifest, *shape)
+        reference = tensor_outputs(backends[names[0]], inputs)
+        inputs["cross_key_values"] = reference["encode.cross_key_values"]
+        inputs["memory_mask"] = reference["encode.memory_mask"]
+        outputs = {name: tensor_outputs(backends[name], inputs) for name in names[1:]}
+        for key, ref in reference.items():
+            row = {"output": key, "shape": "x".join(map(str, ref.shape))}
+            for name in names[1:]:
+                got = outputs[name][key]
+                if got.shape != ref.shape:
+                    row[name] = float("inf")
+                elif ref.dtype == bool:
+                    row[name] = float(np.sum(got != ref))
+                else:
+                    row[name] = float(np.max(np.abs(got.astype(np.float64) - ref)))
+            rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict], runtimes: list[str]) -> str:
+    head = f"{'output':<24} {'shape':<16}" + "".join(f"{r:>12}" for r in runtimes)
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        lines.append(f"{row['output']:<24} {row['shape']:<16}"
+                     + "".join(f"{row[r]:>12.2e}" for r in runtimes))
+    return "\n".join(lines)
+
+
+def demo_test_split(count: int) -> tuple[list[str], list[str]]:
+    """The first `count` pairs of the demo corpus' test split (it is drawn first, so stable)."""
+    from keras_transformer.text.demo_corpus import demo_splits
+
+    pairs = demo_splits(train_size=0, dev_size=0, test_size=count)["test"]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> float:
+    import sacrebleu
+
+    return float(sacrebleu.metrics.BLEU().corpus_score(hypotheses, [references]).score)
+
+
+def file_size(manifest: Manifest, fmt: str, variant: str) -> int:
+    files = manifest.format_files(fmt, variant).values()
+    return sum(manifest["files"][name]["bytes"] for name in files)
+
+
+def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: int = 200,
+        beam_sentences: int = 50, bleu_sentences: int = 1000, out=print) -> bool:
+    """All checks, printed; True when every one passes."""
+    manifest = Manifest(export_dir)
+    ok = True
+    backends = {name: load_backend(manifest, name, run_dir=run_dir) for name in RUNTIMES}
+
+    out(f"1. encode/decode_step max|Δ| against keras (tolerance {TOLERANCE:g}; "
+        f"memory_mask: mismatching elements)")
+    rows = tensor_parity(manifest, backends)
+    out(format_table(rows, list(RUNTIMES[1:])))
+    worst = max(row[r] for row in rows for r in RUNTIMES[1:])
+    passed = worst <= TOLERANCE
+    ok &= passed
+    out(f"   {'PASS' if passed else 'FAIL'}: worst {worst:.2e}\n")
+
+    sources, references = demo_test_split(max(sentences, bleu_sentences))
+    translators = {name: Translator(manifest, b) for name, b in backends.items()}
+    out(f"2. greedy token ids on {sentences} demo test sentences")
+    ids = {}
+    for name, translator in translators.items():
+        start = time.perf_counter()
+        ids[name] = translator.translate_ids(sources[:sentences], beam_size=1)
+        out(f"   {name:<11} {time.perf_counter() - start:6.1f} s")
+    for name in RUNTIMES[1:]:
+        diff = first_difference(ids["keras"], ids[name])
+        passed = diff is None
+        ok &= passed
+        out(f"   keras vs {name:<11} {'identical' if passed else f'DIFFER at sentence {diff}'}")
+
+    out(f"\n3. beam-4 token ids on {beam_sentences} sentences, keras vs onnx")
+    beams = {name: translators[name].translate_ids(sources[:beam_sentences], beam_size=4)
+             for name in ("keras", "onnx")}
+    diff = first_difference(beams["keras"], beams["onnx"])
+    ok &= diff is None
+    out(f"   {'identical' if diff is None else f'DIFFER at sentence {diff}'}")
+
+    variants = [("tflite", v) for v in manifest["formats"].get("tflite", {}).get("variants", {})]
+    variants += [("onnx", v) for v in manifest["formats"].get("onnx", {}).get("variants", {})]
+    out(f"\n4. greedy BLEU of each variant on {bleu_sentences} demo test sentences "
+        f"(quantized: within 1.0 of float32)")
+    scores = {}
+    for fmt, variant in variants:
+        backend = backends[fmt] if variant == "float32" else load_backend(manifest, fmt, variant)
+        hyps = Translator(manifest, backend).translate(sources[:bleu_sentences], beam_size=1)
+        scores[(fmt, variant)] = bleu(hyps, references[:bleu_sentences])
+        delta = scores[(fmt, variant)] - scores.get((fmt, "float32"), scores[(fmt, variant)])
+        passed = abs(delta) <= 1.0
+        ok &= passed
+        out(f"   {fmt:<7} {variant:<8} {file_size(manifest, fmt, variant) / 1e6:7.2f} MB  "
+            f"BLEU {scores[(fmt, variant)]:6.2f}  Δ {delta:+.2f}  {'ok' if passed else 'FAIL'}")
+    out(f"\n{'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export.parity", description=__doc__)
+    parser.add_argument("--export", required=True, help="export directory")
+    parser.add_argument("--run", default=None,
+                        help="training run for the keras runtime (default: the manifest's)")
+    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--beam-sentences", type=int, default=50)
+    parser.add_argument("--bleu-sentences", type=int, default=1000)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.WARNING)
+    ok = run(args.export, args.run, args.sentences, args.beam_sentences, args.bleu_sentences)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""TransformerConfig: every size of the model in one dataclass, with the paper's presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+
+
+@dataclass
+class TransformerConfig:
+    """Sizes and switches of the encoder-decoder Transformer (and its one-stack variants)."""
+
+    source_vocab_size: int = 8000
+    target_vocab_size: int = 8000
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    max_source_length: int = 256
+    max_target_length: int = 256
+    positional: str = "sinusoidal"
+    pre_norm: bool = False
+    share_embeddings: bool = False
+    tie_output: bool = True
+    layer_norm_epsilon: float = 1e-6
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field and the fix for any inconsistent setting."""
+        for name in (
+            "source_vocab_size",
+            "target_vocab_size",
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "max_source_length",
+            "max_target_length",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}): "
+                f"each head gets d_model / num_heads dimensions. Try num_heads in "
+                f"{[h for h in range(1, min(self.d_model, 32) + 1) if self.d_model % h == 0]}."
+            )
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if self.positional not in POSITIONAL_KINDS:
+            raise ValueError(f"positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}")
+        if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:
+            raise ValueError(
+                "share_embeddings=True needs one joint vocabulary, but source_vocab_size="
+                f"{self.source_vocab_size} and target_vocab_size={self.target_vocab_size}. "
+                "Train a joint tokenizer or set share_embeddings=False."
+            )
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        if len(set(ids.values())) != 3:
+            raise ValueError(f"pad_id, bos_id and eos_id must differ, got {ids}")
+        for name, value in ids.items():
+            if not 0 <= value < min(self.source_vocab_size, self.target_vocab_size):
+                raise ValueError(f"{name}={value} is outside the vocabulary")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig keys {unknown}; known keys: {sorted(known)}")
+        return cls(**values)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
+        """A named size (tiny, small, base, big) with any field overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # For tests and the embedded demo: trains in minutes on a laptop CPU.
+    "tiny": dict(d_model=64, num_heads=4, d_ff=256, num_encoder_layers=2, num_decoder_layers=2),
+    "small": dict(d_model=256, num_heads=4, d_ff=1024, num_encoder_layers=3, num_decoder_layers=3),
+    # Table 3 of the paper, "base" and "big".
+    "base": dict(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6),
+    "big": dict(
+        d_model=1024, num_heads=16, d_ff=4096, num_encoder_layers=6, num_decoder_layers=6,
+        dropout=0.3,
+    ),
+}

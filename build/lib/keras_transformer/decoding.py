@@ -1,0 +1,440 @@
+"""Search algorithms for autoregressive decoding, in NumPy only.
+
+This module imports nothing but NumPy and the standard library, so the same code runs in the
+training package and in a deployment runtime without TensorFlow or Keras.
+
+The searches never see the model. They drive a *stepper* through two callables:
+
+``step(tokens, index) -> logits``
+    ``tokens`` is an ``int32`` array of shape ``(n,)`` holding the previous token of every row,
+    ``index`` is its decoder position (index 0 is the BOS token). Returns the logits for the
+    next token, a float array of shape ``(n, vocab)``. The stepper keeps its own key/value cache.
+
+``reorder(indices) -> None``
+    Beam search only. After choosing which beams survive it passes the ``int32`` parent row of
+    every new row; the stepper must gather its cache rows (``cache = cache[indices]``). Rows are
+    laid out ``b * beam_size + k`` (source ``b``, beam ``k``), so the stepper must have been
+    tiled to ``batch_size * beam_size`` rows before the search starts.
+
+Beam search follows the "2K candidates" scheme of tensor2tensor / Hugging Face with Hugging
+Face's default stopping heuristic; with ``beam_size=1`` it returns exactly the greedy tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "SearchResult",
+    "StepFn",
+    "ReorderFn",
+    "beam_search",
+    "filter_top_k",
+    "filter_top_p",
+    "greedy_search",
+    "length_penalty",
+    "log_softmax",
+    "sample_logits",
+]
+
+StepFn = Callable[[np.ndarray, int], np.ndarray]
+ReorderFn = Callable[[np.ndarray], None]
+
+# Above this many candidates per source, the top-2K selection uses np.partition first.
+_FULL_SORT_LIMIT = 4096
+
+
+@dataclass
+class SearchResult:
+    """Output of :func:`greedy_search` and :func:`beam_search`.
+
+    Attributes:
+        tokens: ``(batch, T)`` ``int32``: the generated ids without the BOS token, EOS included
+            when it was produced, ``pad_id`` after it. ``T`` is the longest output. A row without
+            EOS always has length ``T`` (it stopped at ``max_length``), so padding only ever
+            follows an EOS.
+        scores: ``(batch,)`` ``float32``. Greedy: the sum of the log-probabilities of the
+            generated tokens (EOS included). Beam: the length-normalised score of the returned
+            hypothesis, ``sum_logprob / length_penalty(len, alpha)``.
+    """
+
+    tokens: np.ndarray
+    scores: np.ndarray
+
+    def to_lists(self, eos_id: int) -> list[list[int]]:
+        """The ids of every row up to (not including) the first EOS, as Python lists."""
+        out = []
+        for row in np.asarray(self.tokens):
+            ids = row.tolist()
+            if eos_id in ids:
+                ids = ids[: ids.index(eos_id)]
+            out.append(ids)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementary functions
+# ---------------------------------------------------------------------------------------------
+
+
+def length_penalty(length, alpha: float):
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al., 2016).
+
+    Accepts a scalar (returns a Python float) or an array (returns a float64 array).
+    """
+    if np.ndim(length) == 0:
+        return float(((5.0 + float(length)) / 6.0) ** float(alpha))
+    return ((5.0 + np.asarray(length, dtype=np.float64)) / 6.0) ** float(alpha)
+
+
+def log_softmax(logits, axis: int = -1) -> np.ndarray:
+    """Numerically stable log-softmax along ``axis``.
+
+    Floating inputs keep their dtype; other inputs are computed in float64. ``-inf`` logits give
+    ``-inf``; a slice whose logits are all ``-inf`` gives NaN.
+    """
+    x = np.asarray(logits)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        m = np.max(x, axis=axis, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0).astype(x.dtype)
+        shifted = x - m
+        lse = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+        return shifted - lse
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    return np.exp(log_softmax(x))
+
+
+def filter_top_k(logits, k: int) -> np.ndarray:
+    """Keep the ``k`` largest logits of every row (last axis), set the others to ``-inf``.
+
+    Exactly ``k`` entries are kept; on ties the lower id wins (as in ``np.argmax``), so
+    ``k=1`` keeps only the argmax. ``k=0`` (or ``k >= vocab``) disables the filter.
+    """
+    x = np.array(logits, dtype=np.result_type(np.asarray(logits).dtype, np.float32), copy=True)
+    k = int(k)
+    if k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {k}")
+    vocab = x.shape[-1]
+    if k == 0 or k >= vocab:
+        return x
+    order = np.argsort(-x, axis=-1, kind="stable")
+    drop = order[..., k:]
+    np.put_along_axis(x, drop, -np.inf, axis=-1)
+    return x
+
+
+def filter_top_p(logits, p: float) -> np.ndarray:
+    """Nucleus filter: keep the smallest set of top tokens whose cumulative probability is
+    ``>= p`` (the top token is always kept), set the others to ``-inf``. ``p >= 1`` disables it.
+    """
+    x = np.array(logits, dtype=np.result_type(np.asarray(logits).dtype, np.float32), copy=True)
+    p = float(p)
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] (1 disables it), got {p}")
+    if p >= 1.0:
+        return x
+    probs = _softmax(x.astype(np.float64))
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    sorted_probs = np.take_along_axis(probs, order, axis=-1)
+    mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
+    keep_sorted = mass_before < p
+    keep_sorted[..., 0] = True
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=-1)
+    x[~keep] = -np.inf
+    return x
+
+
+def sample_logits(
+    logits,
+    rng: np.random.Generator,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> np.ndarray:
+    """Sample one id per row from ``(n, vocab)`` logits; returns ``(n,)`` ``int32``.
+
+    Applied in the order temperature, top-k, top-p (as in Hugging Face). ``temperature=0``
+    means argmax; ``top_k=0`` and ``top_p=1.0`` switch the filters off.
+    """
+    x = np.asarray(logits)
+    if x.ndim != 2:
+        raise ValueError(f"logits must have shape (n, vocab), got shape {x.shape}")
+    temperature = float(temperature)
+    if temperature < 0.0 or not np.isfinite(temperature):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    if int(top_k) < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+    if not 0.0 < float(top_p) <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] (1 disables it), got {top_p}")
+    x = x.astype(np.float64)
+    if temperature == 0.0:
+        return np.argmax(x, axis=-1).astype(np.int32)
+    x = x / temperature
+    x = filter_top_k(x, top_k)
+    x = filter_top_p(x, top_p)
+    # Gumbel-max trick: argmax(logits + Gumbel noise) is a sample from softmax(logits);
+    # -inf (filtered) entries can never win.
+    noisy = x + rng.gumbel(size=x.shape)
+    return np.argmax(noisy, axis=-1).astype(np.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_positive(name: str, value) -> int:
+    if isinstance(value, bool) or int(value) != value or int(value) < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _call_step(
+    step: StepFn,
+    tokens: np.ndarray,
+    index: int,
+    n: int,
+    vocab: int | None,
+    eos_id: int,
+) -> np.ndarray:
+    """Call the stepper and validate what it returned; returns float64 logits (n, vocab)."""
+    logits = np.asarray(step(tokens, index))
+    expected = f"({n}, {vocab if vocab is not None else 'vocab'})"
+    if logits.ndim != 2 or logits.shape[0] != n or (vocab is not None and logits.shape[1] != vocab):
+        raise ValueError(
+            f"step(tokens, {index}) returned logits of shape {logits.shape}; expected {expected}"
+        )
+    if not (np.issubdtype(logits.dtype, np.floating) or np.issubdtype(logits.dtype, np.integer)):
+        raise ValueError(f"step(tokens, {index}) returned logits of dtype {logits.dtype}")
+    if vocab is None:
+        if logits.shape[1] < 2:
+            raise ValueError(f"the vocabulary must have at least 2 ids, got {logits.shape[1]}")
+        if not 0 <= eos_id < logits.shape[1]:
+            raise ValueError(f"eos_id={eos_id} is outside the vocabulary [0, {logits.shape[1]})")
+    return logits.astype(np.float64)
+
+
+def _checked_log_probs(logits: np.ndarray, active_rows: np.ndarray, index: int) -> np.ndarray:
+    """log_softmax of float64 logits; NaN in an active row is an error, elsewhere it is -inf."""
+    lp = log_softmax(logits)
+    bad = np.isnan(lp)
+    if bad.any():
+        bad_rows = bad.any(axis=1)
+        if (bad_rows & active_rows).any():
+            row = int(np.flatnonzero(bad_rows & active_rows)[0])
+            raise ValueError(
+                f"step(tokens, {index}) returned logits for row {row} that are NaN or all -inf"
+            )
+        lp[bad] = -np.inf
+    return lp
+
+
+def _top_n_stable(x: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the ``n`` largest entries of every row of ``x`` (no NaN), best first; ties are
+    broken by the lower index."""
+    rows, m = x.shape
+    if n >= m or m <= _FULL_SORT_LIMIT:
+        return np.argsort(-x, axis=1, kind="stable")[:, :n]
+    kth = np.partition(x, m - n, axis=1)[:, m - n]  # n-th largest value of every row
+    out = np.empty((rows, n), dtype=np.int64)
+    for r in range(rows):
+        idx = np.flatnonzero(x[r] >= kth[r])  # ascending, at least n of them
+        order = np.argsort(-x[r, idx], kind="stable")[:n]
+        out[r] = idx[order]
+    return out
+
+
+def _pack(seqs: list[list[int]], pad_id: int) -> np.ndarray:
+    width = max((len(s) for s in seqs), default=0)
+    out = np.full((len(seqs), width), pad_id, dtype=np.int32)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy search
+# ---------------------------------------------------------------------------------------------
+
+
+def greedy_search(
+    step: StepFn,
+    batch_size: int,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_length: int,
+    pad_id: int = 0,
+) -> SearchResult:
+    """Greedy decoding of ``batch_size`` rows.
+
+    ``max_length`` is the maximum number of generated tokens, EOS included. A row that produced
+    EOS emits ``pad_id`` afterwards (and ``pad_id`` is what is fed back to the stepper for it);
+    the search stops as soon as every row has finished. ``step`` is always called with the whole
+    batch. Ties go to the lowest id, as in ``np.argmax``.
+    """
+    batch_size = _check_positive("batch_size", batch_size)
+    max_length = _check_positive("max_length", max_length)
+    bos_id, eos_id, pad_id = int(bos_id), int(eos_id), int(pad_id)
+
+    tokens = np.full((batch_size,), bos_id, dtype=np.int32)
+    finished = np.zeros((batch_size,), dtype=bool)
+    scores = np.zeros((batch_size,), dtype=np.float64)
+    out = np.full((batch_size, max_length), pad_id, dtype=np.int32)
+    rows = np.arange(batch_size)
+    vocab = None
+    steps = 0
+    for t in range(max_length):
+        logits = _call_step(step, tokens, t, batch_size, vocab, eos_id)
+        vocab = logits.shape[1]
+        lp = _checked_log_probs(logits, ~finished, t)
+        # Same arithmetic as beam search with beam_size=1 (score + log_prob), so both pick the
+        # same token even where float rounding makes candidates tie.
+        cand = scores[:, None] + lp
+        best = np.argmax(cand, axis=1)
+        new_scores = cand[rows, best]
+        next_tokens = np.where(finished, pad_id, best).astype(np.int32)
+        scores = np.where(finished, scores, new_scores)
+        out[:, t] = next_tokens
+        finished = finished | (next_tokens == eos_id)
+        steps = t + 1
+        if finished.all():
+            break
+        tokens = next_tokens
+    return SearchResult(tokens=out[:, :steps].copy(), scores=scores.astype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search
+# ---------------------------------------------------------------------------------------------
+
+
+def beam_search(
+    step: StepFn,
+    reorder: ReorderFn,
+    batch_size: int,
+    *,
+    beam_size: int,
+    bos_id: int,
+    eos_id: int,
+    max_length: int,
+    alpha: float = 0.6,
+    pad_id: int = 0,
+) -> SearchResult:
+    """Batched beam search ("2K candidates", Hugging Face's default stopping heuristic).
+
+    The stepper must already hold ``batch_size * beam_size`` rows, laid out
+    ``b * beam_size + k``. Every step ranks, per source, the ``2K`` best of the ``K x vocab``
+    candidates by cumulative log-probability (ties: lower ``k * vocab + token`` first). EOS
+    candidates ranked below ``K`` become finished hypotheses scored
+    ``cum_logprob / length_penalty(generated_len, alpha)`` (EOS counted); the first ``K``
+    non-EOS candidates become the new beams (``reorder`` is called with their parent rows, then
+    ``step`` with their tokens). A source is done once it has ``K`` finished hypotheses and the
+    worst of them is at least the best alive ``cum_logprob / length_penalty(current_len)``; done
+    sources are still stepped but their result is frozen. At ``max_length`` the alive beams of
+    unfinished sources join the finished ones. The best finished hypothesis per source is
+    returned. With ``beam_size=1`` the tokens equal :func:`greedy_search`'s.
+    """
+    batch_size = _check_positive("batch_size", batch_size)
+    k_beams = _check_positive("beam_size", beam_size)
+    max_length = _check_positive("max_length", max_length)
+    alpha = float(alpha)
+    if not np.isfinite(alpha):
+        raise ValueError(f"alpha must be finite, got {alpha}")
+    bos_id, eos_id, pad_id = int(bos_id), int(eos_id), int(pad_id)
+
+    n = batch_size * k_beams
+    n_cand = 2 * k_beams
+    alive_scores = np.full((batch_size, k_beams), -np.inf, dtype=np.float64)
+    alive_scores[:, 0] = 0.0
+    history = np.zeros((batch_size, k_beams, max_length), dtype=np.int32)
+    # Per source: finished hypotheses as (normalised score, tokens), best first, at most K.
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch_size)]
+    done = np.zeros((batch_size,), dtype=bool)
+    row_base = (np.arange(batch_size) * k_beams)[:, None]
+
+    tokens = np.full((n,), bos_id, dtype=np.int32)
+    vocab = None
+    gen_len = 0
+    for t in range(max_length):
+        logits = _call_step(step, tokens, t, n, vocab, eos_id)
+        vocab = logits.shape[1]
+        lp = _checked_log_probs(logits, np.repeat(~done, k_beams), t)
+        gen_len = t + 1
+        penalty = length_penalty(gen_len, alpha)
+
+        cand = (alive_scores[:, :, None] + lp.reshape(batch_size, k_beams, vocab)).reshape(
+            batch_size, k_beams * vocab
+        )
+        top = _top_n_stable(cand, n_cand)  # (B, 2K) flat indices k * vocab + v, best first
+        top_scores = np.take_along_axis(cand, top, axis=1)
+        top_beam = top // vocab
+        top_token = top % vocab
+        is_eos = top_token == eos_id
+
+        # Finished hypotheses: EOS candidates ranked below K, for sources still running.
+        for b in np.flatnonzero(~done):
+            hyps = finished[b]
+            changed = False
+            for r in np.flatnonzero(is_eos[b, :k_beams]):
+                score = top_scores[b, r]
+                if not np.isfinite(score):
+                    continue
+                seq = history[b, top_beam[b, r], :t].tolist() + [eos_id]
+                hyps.append((float(score / penalty), seq))
+                changed = True
+            if changed:
+                hyps.sort(key=lambda h: -h[0])  # stable: earlier hypotheses win ties
+                del hyps[k_beams:]
+
+        # New alive beams: the first K non-EOS candidates (there are always at least K, since
+        # each beam contributes exactly one EOS candidate).
+        pick = np.argsort(is_eos, axis=1, kind="stable")[:, :k_beams]
+        parent_beam = np.take_along_axis(top_beam, pick, axis=1)
+        new_tokens = np.take_along_axis(top_token, pick, axis=1).astype(np.int32)
+        alive_scores = np.take_along_axis(top_scores, pick, axis=1)
+        history = np.take_along_axis(history, parent_beam[:, :, None], axis=1)
+        history[:, :, t] = new_tokens
+
+        # Stopping heuristic (Hugging Face's default): compare against the best alive beam
+        # normalised at the current length.
+        for b in np.flatnonzero(~done):
+            hyps = finished[b]
+            if len(hyps) >= k_beams and hyps[-1][0] >= alive_scores[b].max() / penalty:
+                done[b] = True
+
+        if done.all() or t == max_length - 1:
+            break
+        parents = (row_base + parent_beam).reshape(-1).astype(np.int32)
+        reorder(parents)
+        tokens = new_tokens.reshape(-1)
+
+    # Sources that ran out of length: their alive beams compete as (EOS-less) hypotheses.
+    penalty = length_penalty(gen_len, alpha)
+    for b in np.flatnonzero(~done):
+        hyps = finished[b]
+        for k in range(k_beams):
+            if np.isfinite(alive_scores[b, k]):
+                hyps.append((float(alive_scores[b, k] / penalty), history[b, k, :gen_len].tolist()))
+        hyps.sort(key=lambda h: -h[0])
+        del hyps[k_beams:]
+
+    best_seqs = []
+    best_scores = np.empty((batch_size,), dtype=np.float64)
+    for b in range(batch_size):
+        if finished[b]:
+            score, seq = finished[b][0]
+        else:  # unreachable unless every candidate was -inf; return the first beam as is
+            score, seq = -np.inf, history[b, 0, :gen_len].tolist()
+        best_seqs.append(seq)
+        best_scores[b] = score
+    return SearchResult(tokens=_pack(best_seqs, pad_id), scores=best_scores.astype(np.float32))

@@ -1,0 +1,136 @@
+"""Scaled dot-product attention (section 3.2.1), multi-head attention (3.2.2) and the
+fixed-size key/value cache used for incremental decoding.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+# Large enough that exp() underflows to exactly 0 in float32, small enough to stay finite.
+MASKED_LOGIT = -1e9
+
+
+def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, training=None):
+    """q (B,H,Tq,dk), k (B,H,Tk,dk), v (B,H,Tk,dv), bool mask ~(B,H,Tq,Tk) -> (B,H,Tq,dv), weights (B,H,Tq,Tk).
+
+    softmax(Q K^T / sqrt(d_k)) V, with masked positions given zero weight.
+    """
+    query = query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+    logits = ops.einsum("bhqd,bhkd->bhqk", query, key)
+    # Softmax in float32 so that mixed precision does not lose the small weights.
+    logits = ops.cast(logits, "float32")
+    if mask is not None:
+        logits = ops.where(mask, logits, MASKED_LOGIT)
+    weights = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
+    if dropout is not None:
+        weights = dropout(weights, training=training)
+    return ops.einsum("bhqk,bhkd->bhqd", weights, value), weights
+
+
+def update_cache(cache, layer, index, key, value):
+    """Write one position into the preallocated cache.
+
+    cache (B, layers, 2, max_len, d_model); key, value (B, 1, d_model) -> updated cache.
+    A fixed-size buffer written at `index` (instead of a concatenated, growing tensor) keeps
+    every shape static, which XLA, TFLite and ONNX all need.
+    """
+    update = ops.stack([key, value], axis=1)[:, None, :, :, :]
+    return ops.slice_update(cache, [0, layer, 0, index, 0], ops.cast(update, cache.dtype))
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """query (B,Tq,d_model), value (B,Tk,d_model), bool mask ~(B,1,Tq,Tk) -> (B,Tq,d_model).
+
+    MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V);
+    the h projections of each kind are one Dense of width d_model, split into heads afterwards.
+    """
+
+    def __init__(self, num_heads: int, d_model: int, dropout: float = 0.0, use_bias: bool = True,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if d_model % num_heads:
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by num_heads ({num_heads})"
+            )
+        self.num_heads = num_heads
+        self.d_model = d_model
+        self.head_dim = d_model // num_heads
+        self.dropout = dropout
+        self.use_bias = use_bias
+
+        def dense(name):
+            return keras.layers.Dense(d_model, use_bias=use_bias, dtype=self.dtype_policy,
+                                      kernel_initializer="glorot_uniform", name=name)
+
+        self.query_dense = dense("query")
+        self.key_dense = dense("key")
+        self.value_dense = dense("value")
+        self.output_dense = dense("output")
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape=None, value_shape=None):
+        for layer in (self.query_dense, self.key_dense, self.value_dense, self.output_dense):
+            layer.build((None, None, self.d_model))
+        self.built = True
+
+    def split_heads(self, x):
+        """(B, T, d_model) -> (B, H, T, head_dim)."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def merge_heads(self, x):
+        """(B, H, T, head_dim) -> (B, T, d_model)."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[2]
+        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, self.d_model))
+
+    def project_key_value(self, value):
+        """(B, Tk, d_model) -> keys, values, each (B, Tk, d_model) before the head split."""
+        return self.key_dense(value), self.value_dense(value)
+
+    def attend(self, query, keys, values, attention_mask=None, training=None,
+               return_attention_scores=False):
+        """Attention of query (B,Tq,d_model) over already projected keys/values (B,Tk,d_model)."""
+        q = self.split_heads(self.query_dense(query))
+        out, weights = scaled_dot_product_attention(
+            q, self.split_heads(keys), self.split_heads(values), attention_mask,
+            dropout=self.dropout_layer if self.dropout else None, training=training,
+        )
+        out = self.output_dense(self.merge_heads(out))
+        if return_attention_scores:
+            return out, weights
+        return out
+
+    def call(self, query, value=None, attention_mask=None, training=None,
+             return_attention_scores=False):
+        keys, values = self.project_key_value(query if value is None else value)
+        return self.attend(query, keys, values, attention_mask, training, return_attention_scores)
+
+    def call_cached(self, query, cache, layer, index, training=None):
+        """Self-attention of one new position: query (B,1,d_model) -> (B,1,d_model), updated cache.
+
+        The new key/value go into slot `index` of layer `layer` of the cache
+        (B, layers, 2, max_len, d_model); the query attends to slots 0..index.
+        """
+        key, value = self.project_key_value(query)
+        cache = update_cache(cache, layer, index, key, value)
+        keys = ops.cast(cache[:, layer, 0], self.compute_dtype)
+        values = ops.cast(cache[:, layer, 1], self.compute_dtype)
+        # reshape, not [None, None, None, :]: TFLite has no bool StridedSlice.
+        visible = ops.reshape(ops.less_equal(ops.arange(ops.shape(cache)[3]), index), (1, 1, 1, -1))
+        return self.attend(query, keys, values, visible, training), cache
+
+    def compute_output_shape(self, query_shape, value_shape=None):
+        return query_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            d_model=self.d_model,
+            dropout=self.dropout,
+            use_bias=self.use_bias,
+        )
+        return config

@@ -1,0 +1,189 @@
+"""The decoder of section 3.1: N layers of masked self-attention, encoder-decoder
+(cross) attention and feed-forward; plus the one-position step used at inference.
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.add_norm import AddNorm
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import causal_mask, expand_key_mask
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(keras.layers.Layer):
+    """x (B,T,d_model), memory (B,S,d_model), memory_mask (B,S) bool -> (B,T,d_model).
+
+    Masked self-attention (position t sees positions <= t), then cross-attention over the
+    encoder's memory (omitted when cross_attention=False, the decoder-only LM), then FFN.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 attention_dropout: float = 0.0, pre_norm: bool = False, epsilon: float = 1e-6,
+                 cross_attention: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.pre_norm = pre_norm
+        self.epsilon = epsilon
+        self.cross_attention = cross_attention
+        policy = self.dtype_policy
+
+        def add_norm(name):
+            return AddNorm(d_model, dropout, pre_norm, epsilon, dtype=policy, name=name)
+
+        self.self_attention = MultiHeadAttention(num_heads, d_model, attention_dropout,
+                                                 dtype=policy, name="self_attention")
+        self.self_attention_norm = add_norm("self_attention_add_norm")
+        if cross_attention:
+            self.cross_attention_layer = MultiHeadAttention(
+                num_heads, d_model, attention_dropout, dtype=policy, name="cross_attention")
+            self.cross_attention_norm = add_norm("cross_attention_add_norm")
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, dtype=policy, name="feed_forward")
+        self.feed_forward_norm = add_norm("feed_forward_add_norm")
+
+    def _sublayers(self):
+        layers = [self.self_attention, self.self_attention_norm, self.feed_forward,
+                  self.feed_forward_norm]
+        if self.cross_attention:
+            layers += [self.cross_attention_layer, self.cross_attention_norm]
+        return layers
+
+    def build(self, x_shape=None, memory_shape=None):
+        for layer in self._sublayers():
+            layer.build((None, None, self.d_model))
+        self.built = True
+
+    def _cross_and_feed_forward(self, x, cross_keys, cross_values, memory_mask, training):
+        weights = None
+        if self.cross_attention:
+            h = self.cross_attention_norm.normalize_input(x)
+            attended, weights = self.cross_attention_layer.attend(
+                h, cross_keys, cross_values, expand_key_mask(memory_mask), training=training,
+                return_attention_scores=True)
+            x = self.cross_attention_norm(x, attended, training=training)
+        h = self.feed_forward_norm.normalize_input(x)
+        x = self.feed_forward_norm(x, self.feed_forward(h, training=training), training=training)
+        return x, weights
+
+    def call(self, x, memory=None, memory_mask=None, training=None,
+             return_attention_scores=False):
+        length = ops.shape(x)[1]
+        h = self.self_attention_norm.normalize_input(x)
+        attended = self.self_attention(h, h, causal_mask(length), training=training)
+        x = self.self_attention_norm(x, attended, training=training)
+        cross_keys = cross_values = None
+        if self.cross_attention:
+            if memory is None:
+                raise ValueError("this DecoderLayer has cross-attention and needs `memory`")
+            cross_keys, cross_values = self.cross_attention_layer.project_key_value(memory)
+        x, weights = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask,
+                                                  training)
+        return (x, weights) if return_attention_scores else x
+
+    def step(self, x, cache, layer, index, cross_keys=None, cross_values=None,
+             memory_mask=None):
+        """One new position x (B,1,d_model) at `index` -> (B,1,d_model), updated cache."""
+        h = self.self_attention_norm.normalize_input(x)
+        attended, cache = self.self_attention.call_cached(h, cache, layer, index)
+        x = self.self_attention_norm(x, attended)
+        x, _ = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask, False)
+        return x, cache
+
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
+                      dropout=self.dropout, attention_dropout=self.attention_dropout,
+                      pre_norm=self.pre_norm, epsilon=self.epsilon,
+                      cross_attention=self.cross_attention)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Decoder(keras.layers.Layer):
+    """Embedded target (B,T,d_model), memory (B,S,d_model), memory_mask (B,S) -> (B,T,d_model)."""
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
+                 dropout: float = 0.1, attention_dropout: float = 0.0, pre_norm: bool = False,
+                 epsilon: float = 1e-6, cross_attention: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.pre_norm = pre_norm
+        self.epsilon = epsilon
+        self.cross_attention = cross_attention
+        self.decoder_layers = [
+            DecoderLayer(d_model, num_heads, d_ff, dropout, attention_dropout, pre_norm, epsilon,
+                         cross_attention, dtype=self.dtype_policy, name=f"layer_{i}")
+            for i in range(num_layers)
+        ]
+        self.final_norm = (
+            keras.layers.LayerNormalization(epsilon=epsilon, dtype=self.dtype_policy,
+                                            name="final_norm")
+            if pre_norm else None
+        )
+
+    def build(self, x_shape=None, memory_shape=None):
+        for layer in self.decoder_layers:
+            layer.build((None, None, self.d_model))
+        if self.final_norm is not None:
+            self.final_norm.build((None, None, self.d_model))
+        self.built = True
+
+    def _close(self, x):
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def call(self, x, memory=None, memory_mask=None, training=None,
+             return_attention_scores=False):
+        """Teacher forcing: all target positions at once, the causal mask hiding the future."""
+        all_weights = []
+        for layer in self.decoder_layers:
+            x, weights = layer(x, memory, memory_mask, training=training,
+                               return_attention_scores=True)
+            all_weights.append(weights)
+        x = self._close(x)
+        return (x, all_weights) if return_attention_scores else x
+
+    def init_cache(self, batch_size, max_length, dtype="float32"):
+        """Zeros (B, layers, 2, max_length, d_model): self-attention keys and values per layer."""
+        return ops.zeros((batch_size, self.num_layers, 2, max_length, self.d_model), dtype)
+
+    def compute_cross_key_values(self, memory):
+        """memory (B,S,d_model) -> (B, layers, 2, S, d_model), computed once per source."""
+        per_layer = [
+            ops.stack(layer.cross_attention_layer.project_key_value(memory), axis=1)
+            for layer in self.decoder_layers
+        ]
+        return ops.stack(per_layer, axis=1)
+
+    def step(self, x, cache, index, cross_key_values=None, memory_mask=None):
+        """x (B,1,d_model) at position `index` -> (B,1,d_model), updated cache."""
+        for i, layer in enumerate(self.decoder_layers):
+            cross_keys = cross_values = None
+            if cross_key_values is not None:
+                cross_keys = ops.cast(cross_key_values[:, i, 0], self.compute_dtype)
+                cross_values = ops.cast(cross_key_values[:, i, 1], self.compute_dtype)
+            x, cache = layer.step(x, cache, i, index, cross_keys, cross_values, memory_mask)
+        return self._close(x), cache
+
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers, d_model=self.d_model, num_heads=self.num_heads,
+                      d_ff=self.d_ff, dropout=self.dropout,
+                      attention_dropout=self.attention_dropout, pre_norm=self.pre_norm,
+                      epsilon=self.epsilon, cross_attention=self.cross_attention)
+        return config

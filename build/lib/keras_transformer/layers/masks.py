@@ -1,0 +1,36 @@
+"""Attention masks made from token ids (padding) and from positions (causality).
+
+Every mask here is boolean with True meaning "may attend", shaped to broadcast against
+attention logits of shape (batch, heads, query_len, key_len).
+"""
+
+from keras import ops
+
+
+def padding_mask(ids, pad_id: int = 0):
+    """(batch, length) ids -> (batch, length) bool, True at real tokens."""
+    return ops.not_equal(ids, pad_id)
+
+
+def key_padding_mask(ids, pad_id: int = 0):
+    """(batch, key_len) ids -> (batch, 1, 1, key_len) bool mask over keys."""
+    return padding_mask(ids, pad_id)[:, None, None, :]
+
+
+def causal_mask(query_len, key_len=None):
+    """-> (1, 1, query_len, key_len) bool, True where key position <= query position."""
+    key_len = query_len if key_len is None else key_len
+    rows = ops.arange(query_len)[:, None]
+    cols = ops.arange(key_len)[None, :]
+    return ops.greater_equal(rows, cols)[None, None, :, :]
+
+
+def cache_mask(index, cache_length):
+    """-> (1, 1, 1, cache_length) bool: a token at decoder position `index` sees slots <= index."""
+    return ops.less_equal(ops.arange(cache_length), index)[None, None, None, :]
+
+
+def expand_key_mask(mask):
+    """(B, S) bool -> (B, 1, 1, S), broadcast over heads and queries; None stays None."""
+    # expand_dims, not [:, None, None, :]: TFLite has no bool StridedSlice.
+    return None if mask is None else ops.expand_dims(ops.expand_dims(mask, 1), 1)

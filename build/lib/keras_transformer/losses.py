@@ -1,0 +1,43 @@
+"""Label-smoothed cross-entropy over the non-padding target tokens (section 5.4)."""
+
+import keras
+from keras import ops
+
+
+def label_smoothed_nll(labels, logits, epsilon: float, pad_id: int = 0):
+    """labels (B,T) int, logits (B,T,V) -> (per-token loss (B,T), token mask (B,T) float).
+
+    The target distribution puts 1 - epsilon on the label and epsilon / V on every class
+    (the label included), as Keras' `label_smoothing` does for categorical cross-entropy.
+    """
+    logits = ops.cast(logits, "float32")
+    log_probs = ops.log_softmax(logits, axis=-1)
+    labels = ops.cast(labels, "int32")
+    nll = -ops.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    uniform = -ops.mean(log_probs, axis=-1)
+    loss = (1.0 - epsilon) * nll + epsilon * uniform
+    mask = ops.cast(ops.not_equal(labels, pad_id), "float32")
+    return loss * mask, mask
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
+    """(labels (B,T) int, logits (B,T,V)) -> scalar: mean smoothed CE over tokens != pad_id."""
+
+    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0,
+                 name="label_smoothed_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        self.label_smoothing = label_smoothing
+        self.pad_id = pad_id
+
+    def call(self, y_true, y_pred):
+        loss, mask = label_smoothed_nll(y_true, y_pred, self.label_smoothing, self.pad_id)
+        # A scalar per batch: averaging over real tokens, not over (B, T) padded slots.
+        return ops.sum(loss) / ops.maximum(ops.sum(mask), 1.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id)
+        return config

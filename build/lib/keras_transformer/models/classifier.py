@@ -1,0 +1,71 @@
+"""Encoder-only Transformer: the encoder stack, pooled, then a softmax over classes."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.embedding import PositionalEmbedding
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.masks import padding_mask
+from keras_transformer.models.transformer import as_config, check_ids
+
+POOLINGS = ("mean", "first")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerClassifier(keras.Model):
+    """ids (B,S) int -> class logits (B,num_classes) float32 (uses the source-side config)."""
+
+    def __init__(self, config: TransformerConfig | dict | None = None, num_classes: int = 2,
+                 pooling: str = "mean", **kwargs):
+        super().__init__(**kwargs)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+        self.config = as_config(config)
+        self.num_classes = num_classes
+        self.pooling = pooling
+        c = self.config
+        policy = self.dtype_policy
+        self.embedding = PositionalEmbedding(c.source_vocab_size, c.d_model, c.max_source_length,
+                                             c.positional, c.dropout, dtype=policy,
+                                             name="embedding")
+        self.encoder = Encoder(c.num_encoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout,
+                               c.attention_dropout, c.pre_norm, c.layer_norm_epsilon,
+                               dtype=policy, name="encoder")
+        self.head_dropout = keras.layers.Dropout(c.dropout, dtype=policy)
+        self.head = keras.layers.Dense(num_classes, dtype=policy, name="classifier")
+
+    def build(self, input_shape=None):
+        self.embedding.build((None, None))
+        self.encoder.build((None, None, self.config.d_model))
+        self.head.build((None, self.config.d_model))
+        self.built = True
+
+    def pool(self, states, mask):
+        """states (B,S,d_model), mask (B,S) -> (B,d_model): mean over real tokens, or position 0."""
+        if self.pooling == "first":
+            return states[:, 0, :]
+        weights = ops.cast(mask, states.dtype)[:, :, None]
+        total = ops.sum(states * weights, axis=1)
+        return total / ops.maximum(ops.sum(weights, axis=1), ops.cast(1.0, states.dtype))
+
+    def call(self, ids, training=None):
+        check_ids(ids, "ids")
+        mask = padding_mask(ids, self.config.pad_id)
+        states = self.encoder(self.embedding(ids, training=training), mask, training=training)
+        pooled = self.head_dropout(self.pool(states, mask), training=training)
+        return ops.cast(self.head(pooled), "float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(config=self.config.to_dict(), num_classes=self.num_classes,
+                      pooling=self.pooling)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,112 @@
+"""Decoder-only Transformer (the GPT shape): causal self-attention, no cross-attention."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.decoding import sample_logits
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.embedding import PositionalEmbedding
+from keras_transformer.models.transformer import as_config, check_ids, vocab_logits
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerLM(keras.Model):
+    """ids (B,T) int -> next-token logits (B,T,V) float32 (uses the target-side config)."""
+
+    def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.config = as_config(config)
+        c = self.config
+        policy = self.dtype_policy
+        self.embedding = PositionalEmbedding(c.target_vocab_size, c.d_model, c.max_target_length,
+                                             c.positional, c.dropout, dtype=policy,
+                                             name="embedding")
+        self.decoder = Decoder(c.num_decoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout,
+                               c.attention_dropout, c.pre_norm, c.layer_norm_epsilon,
+                               cross_attention=False, dtype=policy, name="decoder")
+        self.output_projection = (
+            None if c.tie_output
+            else keras.layers.Dense(c.target_vocab_size, dtype=policy, name="output_projection")
+        )
+        self._compiled_step = None
+
+    def build(self, input_shape=None):
+        self.embedding.build((None, None))
+        self.decoder.build((None, None, self.config.d_model))
+        if self.output_projection is not None:
+            self.output_projection.build((None, None, self.config.d_model))
+        self.built = True
+
+    def logits(self, hidden):
+        """Decoder states (..., d_model) -> float32 logits (..., V)."""
+        return vocab_logits(hidden, self.embedding, self.output_projection)
+
+    def call(self, ids, training=None):
+        check_ids(ids, "ids")
+        return self.logits(self.decoder(self.embedding(ids, training=training),
+                                        training=training))
+
+    def init_cache(self, batch_size, max_length=None):
+        """Zeros (B, layers, 2, max_length, d_model)."""
+        return self.decoder.init_cache(batch_size, max_length or self.config.max_target_length,
+                                       self.compute_dtype)
+
+    def decode_step(self, tokens, cache, index):
+        """tokens (B,) at position `index` -> logits (B,V) float32, updated cache."""
+        x = self.embedding(tokens[:, None], start_index=index, training=False)
+        hidden, cache = self.decoder.step(x, cache, index)
+        return self.logits(hidden[:, 0, :]), cache
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, *, temperature=1.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                 eos_id: int | None = None) -> list[list[int]]:
+        """Continue each prompt: greedy (temperature 0), top-k or top-p (nucleus) sampling."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token (e.g. the BOS id)")
+        eos_id = self.config.eos_id if eos_id is None else eos_id
+        lengths = np.array([len(p) for p in prompts])
+        total = int(lengths.max()) + max_new_tokens
+        if total > self.config.max_target_length:
+            raise ValueError(
+                f"prompt + max_new_tokens = {total} tokens exceeds max_target_length "
+                f"{self.config.max_target_length}; generate fewer tokens or raise it in the config")
+        if self._compiled_step is None:
+            self._compiled_step = tf.function(self.decode_step, reduce_retracing=True)
+        rng = np.random.default_rng(seed)
+        batch = len(prompts)
+        buffer = np.zeros((batch, total), np.int32)
+        for row, prompt in enumerate(prompts):
+            buffer[row, : len(prompt)] = prompt
+        finished = np.zeros(batch, bool)
+        cache = self.init_cache(batch, total)
+        for index in range(total - 1):
+            logits, cache = self._compiled_step(
+                tf.constant(buffer[:, index]), cache, tf.constant(index, tf.int32))
+            chosen = sample_logits(np.asarray(logits), rng, temperature=temperature,
+                                   top_k=top_k, top_p=top_p)
+            # Rows still reading their prompt are fed the prompt, not the sample.
+            generating = (index + 1 >= lengths) & ~finished
+            buffer[generating, index + 1] = chosen[generating]
+            finished |= generating & (chosen == eos_id)
+            if finished.all():
+                break
+        outputs = []
+        for row, prompt in enumerate(prompts):
+            new = list(buffer[row, len(prompt): len(prompt) + max_new_tokens])
+            if eos_id in new:
+                new = new[: new.index(eos_id) + 1]
+            outputs.append([int(t) for t in new])
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config["config"] = self.config.to_dict()
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,154 @@
+"""The encoder-decoder Transformer of Figure 1, for sequence-to-sequence tasks."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.embedding import PositionalEmbedding
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.masks import padding_mask
+
+
+def as_config(config: TransformerConfig | dict | None) -> TransformerConfig:
+    if config is None:
+        return TransformerConfig()
+    if isinstance(config, TransformerConfig):
+        return config
+    if isinstance(config, dict):
+        return TransformerConfig.from_dict(config)
+    raise TypeError(f"config must be a TransformerConfig or a dict, got {type(config).__name__}")
+
+
+def check_ids(ids, name: str):
+    """Fail early, with the fix, on ids that are not a (batch, length) integer tensor."""
+    if len(ids.shape) != 2:
+        raise ValueError(f"{name} must have shape (batch, length), got shape {tuple(ids.shape)}")
+    if "int" not in str(ids.dtype):
+        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+
+
+def vocab_logits(hidden, embedding: PositionalEmbedding, output_projection=None):
+    """States (..., d_model) -> float32 logits (..., V): the transposed embedding when tied (3.4)."""
+    if output_projection is not None:
+        logits = output_projection(hidden)
+    else:
+        logits = ops.matmul(hidden, ops.transpose(ops.cast(embedding.embeddings, hidden.dtype)))
+    return ops.cast(logits, "float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """(source_ids (B,S), target_in_ids (B,T)) int -> logits (B,T,target_vocab) float32.
+
+    Inference is split into `encode_for_decoding` (once per source) and `decode_step`
+    (once per generated token, with a fixed-size key/value cache).
+    """
+
+    def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.config = as_config(config)
+        c = self.config
+        policy = self.dtype_policy
+        self.source_embedding = PositionalEmbedding(
+            c.source_vocab_size, c.d_model, c.max_source_length, c.positional, c.dropout,
+            dtype=policy, name="source_embedding")
+        self.target_embedding = PositionalEmbedding(
+            c.target_vocab_size, c.d_model, c.max_target_length, c.positional, c.dropout,
+            token_embedding=(
+                self.source_embedding.token_embedding if c.share_embeddings else None),
+            dtype=policy, name="target_embedding")
+        stack = dict(d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff, dropout=c.dropout,
+                     attention_dropout=c.attention_dropout, pre_norm=c.pre_norm,
+                     epsilon=c.layer_norm_epsilon, dtype=policy)
+        self.encoder = Encoder(c.num_encoder_layers, name="encoder", **stack)
+        self.decoder = Decoder(c.num_decoder_layers, name="decoder", **stack)
+        self.output_projection = (
+            None if c.tie_output
+            else keras.layers.Dense(c.target_vocab_size, dtype=policy, name="output_projection")
+        )
+
+    def build(self, input_shape=None):
+        self.source_embedding.build((None, None))
+        self.target_embedding.build((None, None))
+        self.encoder.build((None, None, self.config.d_model))
+        self.decoder.build((None, None, self.config.d_model))
+        if self.output_projection is not None:
+            self.output_projection.build((None, None, self.config.d_model))
+        self.built = True
+
+    # -- the pieces of Figure 1 ------------------------------------------------------------
+
+    def encode(self, source_ids, training=None, return_attention_scores=False):
+        """source_ids (B,S) -> memory (B,S,d_model) and its padding mask (B,S) bool."""
+        check_ids(source_ids, "source_ids")
+        mask = padding_mask(source_ids, self.config.pad_id)
+        x = self.source_embedding(source_ids, training=training)
+        out = self.encoder(x, mask, training=training,
+                           return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            memory, weights = out
+            return memory, mask, weights
+        return out, mask
+
+    def logits(self, hidden):
+        """Decoder states (..., d_model) -> float32 logits (..., target_vocab)."""
+        return vocab_logits(hidden, self.target_embedding, self.output_projection)
+
+    def decode(self, target_in_ids, memory, memory_mask, training=None,
+               return_attention_scores=False):
+        """Teacher forcing: target_in (B,T) and memory -> logits (B,T,V) (+ cross-attention)."""
+        check_ids(target_in_ids, "target_in_ids")
+        x = self.target_embedding(target_in_ids, training=training)
+        out = self.decoder(x, memory, memory_mask, training=training,
+                           return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            hidden, weights = out
+            return self.logits(hidden), weights
+        return self.logits(out)
+
+    def call(self, inputs, training=None):
+        if isinstance(inputs, dict):
+            source_ids, target_in_ids = inputs["source"], inputs["target_in"]
+        else:
+            source_ids, target_in_ids = inputs
+        check_ids(source_ids, "source_ids")
+        check_ids(target_in_ids, "target_in_ids")
+        batch = (source_ids.shape[0], target_in_ids.shape[0])
+        if None not in batch and batch[0] != batch[1]:
+            raise ValueError(f"source_ids and target_in_ids disagree on the batch size: {batch}")
+        memory, memory_mask = self.encode(source_ids, training=training)
+        return self.decode(target_in_ids, memory, memory_mask, training=training)
+
+    # -- incremental decoding ---------------------------------------------------------------
+
+    def encode_for_decoding(self, source_ids):
+        """source_ids (B,S) -> cross-attention keys/values (B,layers,2,S,d_model), mask (B,S)."""
+        memory, mask = self.encode(source_ids, training=False)
+        return self.decoder.compute_cross_key_values(memory), mask
+
+    def init_cache(self, batch_size, max_length=None):
+        """Zeros (B, layers, 2, max_length, d_model) for decode_step's self-attention."""
+        length = max_length or self.config.max_target_length
+        if length > self.config.max_target_length:
+            raise ValueError(
+                f"max_length {length} exceeds max_target_length "
+                f"{self.config.max_target_length}; raise max_target_length in the config")
+        return self.decoder.init_cache(batch_size, length, self.compute_dtype)
+
+    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+        """tokens (B,) at decoder position `index` -> logits (B,V) float32, updated cache."""
+        x = self.target_embedding(tokens[:, None], start_index=index, training=False)
+        hidden, cache = self.decoder.step(x, cache, index, cross_key_values, memory_mask)
+        return self.logits(hidden[:, 0, :]), cache
+
+    def get_config(self):
+        config = super().get_config()
+        config["config"] = self.config.to_dict()
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,26 @@
+"""The learning-rate schedule of section 5.3: linear warm-up, then inverse square root."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), step from 1."""
+
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+        if d_model < 1 or warmup_steps < 1:
+            raise ValueError(f"d_model and warmup_steps must be >= 1, got {d_model}, {warmup_steps}")
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step):
+        # The optimizer counts updates from 0; the paper's step_num starts at 1.
+        step = ops.cast(step, "float32") + 1.0
+        warmup = float(self.warmup_steps)
+        rate = ops.minimum(ops.rsqrt(step), step * warmup**-1.5)
+        return self.scale * float(self.d_model) ** -0.5 * rate
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}

@@ -1,0 +1,259 @@
+"""``tf.data`` input pipelines for translation and classification.
+
+Tokenization runs in-graph (tensorflow-text), so the same code path serves
+training and exported models. Translation batches are bucketed by length under
+a token budget and padded to a few fixed lengths, so an XLA-compiled train step
+sees a bounded number of shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import pairwise
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+# Strings are tokenized in chunks: one SentencePiece op call per chunk is far
+# cheaper than one per sentence.
+_TOKENIZE_CHUNK = 256
+
+
+def bucket_boundaries_for(max_length: int, num_buckets: int = 4) -> list[int]:
+    """Evenly spaced exclusive upper bounds, the last being ``max_length + 1``.
+
+    Bucket ``i`` holds lengths in ``[boundaries[i-1], boundaries[i])`` and is padded
+    to ``boundaries[i] - 1``, so the padded lengths are ``max_length * k / num_buckets``
+    (rounded up) for ``k = 1..num_buckets``; duplicates for tiny ``max_length`` are merged.
+    """
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1, got {max_length}")
+    if num_buckets < 1:
+        raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+    lengths = sorted({math.ceil(max_length * k / num_buckets) for k in range(1, num_buckets + 1)})
+    return [length + 1 for length in lengths]
+
+
+def _check_boundaries(boundaries: Sequence[int], longest: int) -> list[int]:
+    boundaries = [int(b) for b in boundaries]
+    if not boundaries:
+        raise ValueError("bucket_boundaries must not be empty")
+    if boundaries[0] < 2 or any(b <= a for a, b in pairwise(boundaries)):
+        raise ValueError(
+            f"bucket_boundaries must be strictly increasing and >= 2, got {boundaries}"
+        )
+    if boundaries[-1] <= longest:
+        # With pad_to_bucket_boundary, tf.data fails at iteration time on a
+        # sequence that reaches the last boundary; fail here instead.
+        raise ValueError(
+            f"bucket_boundaries {boundaries} do not cover sequences of length {longest}: "
+            f"the last boundary must be > {longest} (boundaries are exclusive upper bounds)"
+        )
+    return boundaries
+
+
+def bucket_batch_sizes_for(boundaries: Sequence[int], tokens_per_batch: int) -> list[int]:
+    """Per-bucket batch sizes ``max(1, tokens_per_batch // (boundary - 1))``, plus 1 for overflow."""
+    sizes = [max(1, tokens_per_batch // (b - 1)) for b in boundaries]
+    # tf.data wants one more size for the open-ended last bucket; nothing lands there.
+    return sizes + [1]
+
+
+def _length_limits(max_source_length: int, max_target_length: int) -> None:
+    if max_source_length < 1:
+        raise ValueError(f"max_source_length must be >= 1 (room for EOS), got {max_source_length}")
+    if max_target_length < 1:
+        raise ValueError(
+            f"max_target_length must be >= 1 (room for BOS/EOS), got {max_target_length}"
+        )
+
+
+def count_too_long(
+    sources: Sequence[str],
+    targets: Sequence[str],
+    source_tokenizer,
+    target_tokenizer,
+    *,
+    max_source_length: int,
+    max_target_length: int,
+) -> int:
+    """Number of pairs ``make_translation_dataset(drop_long=True)`` drops (per epoch).
+
+    A pair is too long when ``len(source ids) + 1 > max_source_length`` (EOS) or
+    ``len(target ids) + 1 > max_target_length`` (BOS for target_in, EOS for target_out).
+    """
+    _length_limits(max_source_length, max_target_length)
+    src_ids = source_tokenizer.encode(list(sources))
+    tgt_ids = target_tokenizer.encode(list(targets))
+    return sum(
+        1
+        for s, t in zip(src_ids, tgt_ids, strict=True)
+        if len(s) + 1 > max_source_length or len(t) + 1 > max_target_length
+    )
+
+
+def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, shuffle, seed, repeat):
+    ds = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))
+    )
+    ds = ds.batch(_TOKENIZE_CHUNK)
+    ds = ds.map(
+        lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
+    )
+    # Tokenize once: later epochs read the ids from memory instead of taking CPU time
+    # from the training step.
+    ds = ds.unbatch().cache()
+    if shuffle:
+        # A full-size buffer gives a uniform shuffle; the ids are in memory anyway.
+        ds = ds.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        # Repeating before batching lets batches span epochs, so no short tail batches.
+        ds = ds.repeat()
+    return ds
+
+
+def make_translation_dataset(
+    sources: Sequence[str],
+    targets: Sequence[str],
+    source_tokenizer,
+    target_tokenizer,
+    *,
+    max_source_length: int,
+    max_target_length: int,
+    tokens_per_batch: int,
+    bucket_boundaries: Sequence[int] | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    repeat: bool = False,
+    drop_long: bool = True,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Bucketed, token-budgeted batches ``((source, target_in), target_out)``, all int32.
+
+    source: (B, L) ids + [EOS], zero-padded.
+    target_in: (B, L) [BOS] + ids, zero-padded.
+    target_out: (B, L) ids + [EOS], zero-padded (target_in shifted left by one).
+
+    All three share L, one of ``boundary - 1`` for ``boundary`` in
+    ``bucket_boundaries`` (default ``bucket_boundaries_for(max(max_source_length,
+    max_target_length))``), chosen by the longer of source and target; so the model's
+    position table must cover the largest padded length. B is
+    ``max(1, tokens_per_batch // L)`` except for a bucket's last, partial batch of an
+    epoch (none when ``repeat`` or ``drop_remainder``).
+
+    Lengths count the special token: a pair is too long when source ids + EOS exceed
+    ``max_source_length`` or target ids + BOS exceed ``max_target_length``. With
+    ``drop_long`` such pairs are dropped (``count_too_long`` gives how many); otherwise
+    ids are truncated and EOS/BOS kept.
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"sources and targets differ in length: {len(sources)} vs {len(targets)}")
+    if len(sources) == 0:
+        raise ValueError("make_translation_dataset got no sentence pairs")
+    _length_limits(max_source_length, max_target_length)
+    if tokens_per_batch < 1:
+        raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
+    longest = max(max_source_length, max_target_length)
+    if bucket_boundaries is None:
+        bucket_boundaries = bucket_boundaries_for(longest)
+    boundaries = _check_boundaries(bucket_boundaries, longest)
+    batch_sizes = bucket_batch_sizes_for(boundaries, tokens_per_batch)
+
+    ds = _tokenized_pairs(
+        sources, targets, source_tokenizer, target_tokenizer, shuffle, seed, repeat
+    )
+
+    if drop_long:
+        ds = ds.filter(
+            lambda s, t: tf.logical_and(
+                tf.size(s) + 1 <= max_source_length, tf.size(t) + 1 <= max_target_length
+            )
+        )
+    else:
+        ds = ds.map(
+            lambda s, t: (s[: max_source_length - 1], t[: max_target_length - 1]),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=True,
+        )
+
+    eos = tf.constant([EOS_ID], tf.int32)
+    bos = tf.constant([BOS_ID], tf.int32)
+
+    def to_example(s, t):
+        source = tf.concat([s, eos], axis=0)
+        target_in = tf.concat([bos, t], axis=0)
+        target_out = tf.concat([t, eos], axis=0)
+        return (source, target_in), target_out
+
+    ds = ds.map(to_example, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    ds = ds.bucket_by_sequence_length(
+        element_length_func=lambda inputs, target_out: tf.maximum(
+            tf.shape(inputs[0])[0], tf.shape(target_out)[0]
+        ),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=batch_sizes,
+        padding_values=((PAD_ID, PAD_ID), PAD_ID),
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+    return ds.prefetch(AUTOTUNE)
+
+
+def make_classification_dataset(
+    texts: Sequence[str],
+    labels: Sequence[int] | np.ndarray,
+    tokenizer,
+    *,
+    max_length: int,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Batches ``(token_ids, labels)``: token_ids (B, max_length) int32, labels (B,) int32.
+
+    token_ids are ids + [EOS] (the same format as a translation source), truncated
+    to ``max_length`` with EOS kept last, then zero-padded to exactly ``max_length``.
+    """
+    labels_arr = np.asarray(labels)
+    if len(texts) != len(labels_arr):
+        raise ValueError(f"texts and labels differ in length: {len(texts)} vs {len(labels_arr)}")
+    if len(texts) == 0:
+        raise ValueError("make_classification_dataset got no texts")
+    if labels_arr.ndim != 1 or not np.issubdtype(labels_arr.dtype, np.integer):
+        raise ValueError(
+            f"labels must be a 1-D sequence of integer class ids, got dtype "
+            f"{labels_arr.dtype} and shape {labels_arr.shape}"
+        )
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1 (room for EOS), got {max_length}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    ds = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(list(texts), tf.string), tf.constant(labels_arr.astype(np.int32)))
+    )
+    if shuffle:
+        ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+    eos = tf.constant([EOS_ID], tf.int32)
+
+    def to_example(text, label):
+        ids = tokenizer.tokenize(text)
+        return tf.concat([ids[: max_length - 1], eos], axis=0), label
+
+    ds = ds.map(to_example, num_parallel_calls=AUTOTUNE, deterministic=True)
+    ds = ds.padded_batch(
+        batch_size,
+        padded_shapes=([max_length], []),
+        padding_values=(PAD_ID, 0),
+        drop_remainder=drop_remainder,
+    )
+    return ds.prefetch(AUTOTUNE)

@@ -1,0 +1,124 @@
+"""Text in, text out: the Keras model driven by the NumPy search of `decoding.py`."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.decoding import SearchResult, beam_search, greedy_search
+
+
+def default_max_length(source_length: int, limit: int) -> int:
+    """How many tokens to allow a translation: 1.5x the source plus 10, capped by the model."""
+    return min(limit, int(source_length * 1.5) + 10)
+
+
+class KerasStepper:
+    """Step/reorder callables over `Transformer.decode_step`; the cache stays a TF tensor.
+
+    Keeping the cache on the TF side (and gathering it with tf.gather on reorder) avoids
+    copying it to NumPy and back at every generated token.
+    """
+
+    _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, model, source_ids: np.ndarray, *, beam_size: int = 1, max_length: int,
+                 jit_compile: bool = False):
+        self.model = model
+        encode, self._step = self.compiled(model, jit_compile)
+        cross_kv, mask = encode(tf.constant(source_ids, tf.int32))
+        if beam_size > 1:
+            cross_kv = tf.repeat(cross_kv, beam_size, axis=0)
+            mask = tf.repeat(mask, beam_size, axis=0)
+        self.cross_kv, self.mask = cross_kv, mask
+        self.cache = model.init_cache(source_ids.shape[0] * beam_size, max_length)
+
+    @classmethod
+    def compiled(cls, model, jit_compile: bool):
+        """One pair of tf.functions per (model, XLA) so repeated batches reuse the traces."""
+        per_model = cls._compiled.setdefault(model, {})
+        if bool(jit_compile) not in per_model:
+            per_model[bool(jit_compile)] = (
+                tf.function(model.encode_for_decoding, jit_compile=jit_compile,
+                            reduce_retracing=True),
+                tf.function(model.decode_step, jit_compile=jit_compile, reduce_retracing=True),
+            )
+        return per_model[bool(jit_compile)]
+
+    def step(self, tokens: np.ndarray, index: int) -> np.ndarray:
+        logits, self.cache = self._step(tf.constant(tokens, tf.int32), self.cross_kv, self.mask,
+                                        self.cache, tf.constant(index, tf.int32))
+        return logits.numpy()
+
+    def reorder(self, indices: np.ndarray) -> None:
+        self.cache = tf.gather(self.cache, tf.constant(indices, tf.int32))
+
+
+def search_ids(model, source_ids: np.ndarray, *, beam_size: int = 4, alpha: float = 0.6,
+               max_length: int | None = None, jit_compile: bool = False) -> SearchResult:
+    """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if beam 1)."""
+    c = model.config
+    max_length = max_length or default_max_length(source_ids.shape[1], c.max_target_length)
+    stepper = KerasStepper(model, source_ids, beam_size=beam_size, max_length=max_length,
+                           jit_compile=jit_compile)
+    batch = source_ids.shape[0]
+    if beam_size == 1:
+        return greedy_search(stepper.step, batch, bos_id=c.bos_id, eos_id=c.eos_id,
+                             max_length=max_length, pad_id=c.pad_id)
+    return beam_search(stepper.step, stepper.reorder, batch, beam_size=beam_size,
+                       bos_id=c.bos_id, eos_id=c.eos_id, max_length=max_length, alpha=alpha,
+                       pad_id=c.pad_id)
+
+
+def encode_sources(sentences: Sequence[str], tokenizer, max_source_length: int,
+                   eos_id: int) -> list[list[int]]:
+    """Sentences -> id lists ending in EOS; empty or over-long input is a ValueError."""
+    encoded = []
+    for i, (text, ids) in enumerate(zip(sentences, tokenizer.encode(list(sentences)),
+                                        strict=True)):
+        if not text.strip() or not ids:
+            raise ValueError(f"sentence {i} is empty; remove it or give it some text")
+        if len(ids) + 1 > max_source_length:
+            raise ValueError(
+                f"sentence {i} has {len(ids) + 1} tokens (with EOS) but the model accepts at "
+                f"most max_source_length={max_source_length}; split the sentence, or train a "
+                f"model with a larger max_source_length")
+        encoded.append(ids + [eos_id])
+    return encoded
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> np.ndarray:
+    """Id lists -> (B, longest) int32, right-padded with pad_id."""
+    out = np.full((len(rows), max(len(r) for r in rows)), pad_id, np.int32)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str], *,
+              beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
+              max_length: int | None = None, jit_compile: bool = False,
+              progress=None) -> list[str]:
+    """Translate sentences (batched by length, returned in input order).
+
+    max_length (generated tokens, EOS included) defaults to `default_max_length` of the
+    longest source in each batch.
+    """
+    c = model.config
+    encoded = encode_sources(sentences, source_tokenizer, c.max_source_length, c.eos_id)
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    outputs: list[str] = [""] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start: start + batch_size]
+        result = search_ids(model, pad_batch([encoded[i] for i in chunk], c.pad_id),
+                            beam_size=beam_size, alpha=alpha, max_length=max_length,
+                            jit_compile=jit_compile)
+        for i, text in zip(chunk, target_tokenizer.decode(result.to_lists(c.eos_id)),
+                           strict=True):
+            outputs[i] = text
+        if progress is not None:
+            progress.update(len(chunk))
+    return outputs

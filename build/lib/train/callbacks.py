@@ -1,0 +1,188 @@
+"""Callbacks of a run: resumable backups, per-epoch checkpoints, dev BLEU with early stopping."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+
+log = logging.getLogger("train")
+
+
+class CheckpointError(RuntimeError):
+    """A backup that cannot be restored; the message names the file and the fix."""
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class ResumableBackup(keras.callbacks.Callback):
+    """Weights and optimizer state every `save_every` steps and at each epoch end.
+
+    Keras' BackupAndRestore restarts an interrupted epoch from its first batch, so a resumed
+    run takes more optimizer steps than an uninterrupted one. This one records the global
+    step and the position in the epoch, and the run skips the batches already trained on.
+    Each backup is a new weights file, made current by an atomic rename of `state.json`
+    only once written, so a kill during a save leaves the previous backup usable.
+    """
+
+    def __init__(self, directory: Path, save_every: int, fingerprint: str,
+                 extra_state=None):
+        super().__init__()
+        self.directory = Path(directory)
+        self.save_every = save_every
+        self.fingerprint = fingerprint
+        self.extra_state = extra_state or (lambda: {})
+        self.epoch = 0
+        self.batch_offset = 0  # batches of the current epoch trained before a resume
+        self.batches_in_epoch = 0
+
+    @property
+    def state_path(self) -> Path:
+        return self.directory / "state.json"
+
+    def restore(self, model) -> dict | None:
+        """Load the latest backup into `model` (inside the strategy scope); None if there is none."""
+        if not self.state_path.is_file():
+            return None
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+            weights = self.directory / state["weights"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                f"backup {self.state_path} is unreadable ({err}); delete {self.directory} to "
+                f"train from scratch") from err
+        if state.get("fingerprint") != self.fingerprint:
+            raise CheckpointError(
+                f"backup in {self.directory} was written by a run with a different data, "
+                f"tokenizer or model config; rerun with the original config, or delete "
+                f"{self.directory} to train from scratch")
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        try:
+            model.load_weights(weights)
+        except Exception as err:  # h5py and Keras raise many types for a bad file
+            raise CheckpointError(
+                f"backup checkpoint {weights} is corrupt or does not fit this model "
+                f"({type(err).__name__}: {err}); delete {self.directory} to train from "
+                f"scratch") from err
+        return state
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self.batches_in_epoch = self.batch_offset
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches_in_epoch += 1
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.save_every and step % self.save_every == 0:
+            self.save(self.epoch, self.batches_in_epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.batch_offset = 0
+        self.save(epoch + 1, 0)
+
+    def save(self, epoch: int, batch: int) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        step = int(self.model.optimizer.iterations.numpy())
+        name = f"step_{step}.weights.h5"
+        previous = None
+        if self.state_path.is_file():
+            previous = json.loads(self.state_path.read_text(encoding="utf-8")).get("weights")
+        self.model.save_weights(self.directory / name, overwrite=True)
+        _write_json_atomic(self.state_path, {
+            "step": step, "epoch": epoch, "batch": batch, "weights": name,
+            "fingerprint": self.fingerprint, **self.extra_state()})
+        if previous and previous != name:
+            (self.directory / previous).unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class EpochCheckpoints(keras.callbacks.Callback):
+    """Model weights (no optimizer state) after each epoch, the last `keep` kept, for averaging."""
+
+    def __init__(self, directory: Path, keep: int):
+        super().__init__()
+        self.directory = Path(directory)
+        self.keep = keep
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.keep <= 0:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        save_weights_npz(self.model, self.directory / f"epoch_{epoch + 1:04d}.npz")
+        for old in sorted(self.directory.glob("epoch_*.npz"))[: -self.keep]:
+            old.unlink()
+
+
+def save_weights_npz(model, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, *[np.asarray(w) for w in model.get_weights()])
+    os.replace(tmp, path)
+
+
+def load_weights_npz(path: Path) -> list[np.ndarray]:
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+class DevBleu(keras.callbacks.Callback):
+    """After each epoch: BLEU on the first dev sentences, `val_bleu` in the logs (so TensorBoard
+    and the history get it), the best weights to `best.npz`, and early stopping on no gain."""
+
+    def __init__(self, score_fn, best_path: Path | None, patience: int = 0):
+        super().__init__()
+        self.score_fn = score_fn
+        self.best_path = best_path
+        self.patience = patience
+        self.best = -1.0
+        self.best_epoch = 0
+        self.bad_epochs = 0
+
+    def state(self) -> dict:
+        return {"best_bleu": self.best, "best_epoch": self.best_epoch,
+                "bad_epochs": self.bad_epochs}
+
+    def load_state(self, state: dict) -> None:
+        self.best = state.get("best_bleu", -1.0)
+        self.best_epoch = state.get("best_epoch", 0)
+        self.bad_epochs = state.get("bad_epochs", 0)
+
+    def on_epoch_end(self, epoch, logs=None):
+        bleu = float(self.score_fn(self.model))
+        if logs is not None:
+            logs["val_bleu"] = bleu
+        if bleu > self.best:
+            self.best, self.best_epoch, self.bad_epochs = bleu, epoch + 1, 0
+            if self.best_path is not None:
+                save_weights_npz(self.model, self.best_path)
+            log.info("epoch %d: dev BLEU %.2f (best so far)", epoch + 1, bleu)
+        else:
+            self.bad_epochs += 1
+            log.info("epoch %d: dev BLEU %.2f (best %.2f at epoch %d)", epoch + 1, bleu,
+                     self.best, self.best_epoch)
+            if self.patience and self.bad_epochs >= self.patience:
+                log.info("early stopping: no better dev BLEU for %d epochs", self.bad_epochs)
+                self.model.stop_training = True
+
+
+class NaNGuard(keras.callbacks.TerminateOnNaN):
+    """TerminateOnNaN that remembers that it fired, so the run can fail with a message."""
+
+    fired = False
+
+    def on_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(loss):
+            self.fired = True
+        super().on_batch_end(batch, logs)

@@ -1,0 +1,177 @@
+"""Run configuration: a YAML file of sections, each a dataclass, checked for unknown keys and types."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class DataConfig:
+    corpus: str = "demo"  # demo | parallel | tsv
+    data_dir: str = ""  # base for relative paths; else $KT_DATA_DIR, else ../shared/data
+    train_source: str = ""
+    train_target: str = ""
+    dev_source: str = ""
+    dev_target: str = ""
+    test_source: str = ""
+    test_target: str = ""
+    tsv: str = ""
+    # tsv corpora with several translations of one source: keep each source's pairs in one
+    # split, so that dev/test never score a sentence the model was trained on.
+    group_by_source: bool = False
+    dev_size: int = 1000
+    test_size: int = 1000
+    train_size: int = 60000
+    seed: int = 1234
+    max_source_length: int = 64
+    max_target_length: int = 64
+    tokens_per_batch: int = 4096
+    num_buckets: int = 4
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 2000
+    joint: bool = True
+    model_type: str = "unigram"
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "tiny"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    num_classes: int = 0  # task classification: 0 = one more than the largest training label
+    pooling: str = "mean"  # task classification: mean | first
+
+
+@dataclass
+class TrainingConfig:
+    epochs: int = 10
+    steps_per_epoch: int = 0  # 0: one pass over the data
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0
+    label_smoothing: float = 0.1
+    beta_1: float = 0.9
+    beta_2: float = 0.98
+    epsilon: float = 1e-9
+    jit_compile: bool | str = "auto"  # true | false | auto (on for GPU/TPU, off on CPU)
+    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    strategy: str = "auto"  # auto | default | mirrored | multiworker
+    seed: int = 0
+    verbose: int = 1
+    save_every_steps: int = 100  # backup for resuming; a kill loses at most this many steps
+    keep_checkpoints: int = 5  # per-epoch weights kept for python -m train.average
+    early_stopping_patience: int = 0  # epochs without a better dev BLEU; 0: never stop early
+    tensorboard: bool = True
+
+
+@dataclass
+class EvalConfig:
+    beam_size: int = 4
+    alpha: float = 0.6
+    batch_size: int = 128
+    max_sentences: int = 0  # 0: the whole split
+    samples: int = 5
+    dev_bleu_sentences: int = 200  # scored after every epoch for the best checkpoint; 0: off
+    dev_bleu_beam: int = 1
+
+
+@dataclass
+class RunConfig:
+    task: str = "translation"
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    """A config key or value that does not fit the schema; the message says which."""
+
+
+def _check_type(where: str, value: Any, annotation: Any) -> Any:
+    hint = typing.get_origin(annotation) or annotation
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return value
+    if isinstance(annotation, types.UnionType) and set(annotation.__args__) == {bool, str}:
+        if not isinstance(value, bool) and value != "auto":
+            raise ConfigError(f"{where} must be true or false or auto, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def _build(cls, values: dict[str, Any], where: str):
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} in {where or 'config'}; known: {sorted(known)}")
+    kwargs = {}
+    for name, value in values.items():
+        key = f"{where}.{name}" if where else name
+        if dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = _build(hints[name], value, key)
+        else:
+            kwargs[name] = _check_type(key, value, hints[name])
+    return cls(**kwargs)
+
+
+def _apply_override(values: dict[str, Any], assignment: str) -> None:
+    if "=" not in assignment:
+        raise ConfigError(f"--set expects key=value, got {assignment!r}")
+    key, raw = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    node = values
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {part} is not a section")
+    node[parts[-1]] = yaml.safe_load(raw)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
+    """YAML file + `key.sub=value` overrides -> RunConfig (ConfigError on anything unknown)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    for assignment in overrides:
+        _apply_override(values, assignment)
+    return _build(RunConfig, values, "")
+
+
+def save_config(config: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")

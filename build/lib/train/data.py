@@ -1,0 +1,150 @@
+"""Where a run's sentence pairs come from: the embedded demo corpus or files on disk."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from keras_transformer.text.demo_corpus import demo_splits
+from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
+from train.config import ConfigError, DataConfig
+
+DEFAULT_DATA_DIR = Path("..") / "shared" / "data"
+
+
+@dataclass
+class Split:
+    sources: list[str]
+    targets: list[str]
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+@dataclass
+class Corpus:
+    train: Split
+    dev: Split
+    test: Split | None
+    dropped_empty: int = 0
+
+
+def data_dir(config: DataConfig) -> Path:
+    """The folder relative data paths are read from: config, then $KT_DATA_DIR, then ../shared/data."""
+    return Path(config.data_dir or os.environ.get("KT_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def resolve(config: DataConfig, name: str) -> Path:
+    path = Path(name)
+    if not path.is_absolute():
+        path = data_dir(config) / path
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"data file not found: {path} (set data.data_dir in the config or the KT_DATA_DIR "
+            f"environment variable to the folder that holds it)")
+    return path
+
+
+def _split(pairs) -> Split:
+    return Split([s for s, _ in pairs], [t for _, t in pairs])
+
+
+def load_corpus(config: DataConfig) -> Corpus:
+    """Train/dev(/test) splits for the configured corpus."""
+    if config.corpus == "demo":
+        splits = demo_splits(config.train_size, config.dev_size, config.test_size, config.seed)
+        return Corpus(_split(splits["train"]), _split(splits["dev"]), _split(splits["test"]))
+    if config.corpus == "parallel":
+        train = load_parallel_text(resolve(config, config.train_source),
+                                   resolve(config, config.train_target))
+        dev = load_parallel_text(resolve(config, config.dev_source),
+                                 resolve(config, config.dev_target))
+        test = None
+        if config.test_source:
+            test = load_parallel_text(resolve(config, config.test_source),
+                                      resolve(config, config.test_target))
+        dropped = train.dropped + dev.dropped + (test.dropped if test else 0)
+        return Corpus(Split(train.sources, train.targets), Split(dev.sources, dev.targets),
+                      Split(test.sources, test.targets) if test else None, dropped)
+    if config.corpus == "tsv":
+        loaded = load_tsv_pairs(resolve(config, config.tsv))
+        pairs = list(zip(loaded.sources, loaded.targets, strict=True))
+        if config.group_by_source:
+            return _grouped_split(config, pairs, loaded.dropped)
+        # A seeded shuffle, so the dev/test split is the same on every machine and run.
+        random.Random(config.seed).shuffle(pairs)
+        held = config.dev_size + config.test_size
+        if held >= len(pairs):
+            raise ConfigError(f"dev_size + test_size = {held} leaves no training pairs out of "
+                              f"{len(pairs)}")
+        return Corpus(_split(pairs[held:]), _split(pairs[: config.dev_size]),
+                      _split(pairs[config.dev_size: held]), loaded.dropped)
+    raise ConfigError(f"data.corpus must be demo, parallel or tsv, got {config.corpus!r}")
+
+
+def _grouped_split(config: DataConfig, pairs, dropped: int) -> Corpus:
+    """Hold out whole sources: all translations of one source land in the same split.
+
+    Tatoeba-style files list one English sentence with several translations; a pair-level
+    split puts some of them in dev and the rest in train, and dev BLEU then rewards memory.
+    dev and test take whole groups until they hold at least dev_size / test_size pairs.
+    """
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for pair in pairs:
+        groups.setdefault(pair[0], []).append(pair)
+    keys = sorted(groups)
+    random.Random(config.seed).shuffle(keys)
+    held: list[list[tuple[str, str]]] = [[], []]
+    position = 0
+    for split, size in enumerate((config.dev_size, config.test_size)):
+        while len(held[split]) < size and position < len(keys):
+            held[split].extend(groups[keys[position]])
+            position += 1
+    train = [pair for key in keys[position:] for pair in groups[key]]
+    if not train:
+        raise ConfigError(f"dev_size + test_size = {config.dev_size + config.test_size} leaves "
+                          f"no training pairs out of {len(pairs)}")
+    return Corpus(_split(train), _split(held[0]), _split(held[1]) if held[1] else None, dropped)
+
+
+@dataclass
+class LabeledSplit:
+    texts: list[str]
+    labels: list[int]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def load_labeled_tsv(path: Path) -> LabeledSplit:
+    """`text<TAB>label` lines (GLUE style; a header row is skipped); empty texts are dropped."""
+    texts, labels = [], []
+    with path.open(encoding="utf-8-sig") as f:
+        for lineno, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            text, sep, label = line.rpartition("\t")
+            if not sep:
+                raise ValueError(f"{path}:{lineno}: expected text<TAB>label, got {line[:80]!r}")
+            if not label.strip().lstrip("-").isdigit():
+                if lineno == 1:  # the header
+                    continue
+                raise ValueError(f"{path}:{lineno}: label {label!r} is not an integer")
+            if text.strip():
+                texts.append(text.strip())
+                labels.append(int(label))
+    if not texts:
+        raise ValueError(f"{path} holds no labeled sentences")
+    return LabeledSplit(texts, labels)
+
+
+def load_classification(config: DataConfig) -> tuple[LabeledSplit, LabeledSplit]:
+    """train/dev labeled splits from data.train_source / data.dev_source (TSV files)."""
+    if config.corpus != "tsv":
+        raise ConfigError(f"task classification reads data.corpus tsv, got {config.corpus!r}")
+    train = load_labeled_tsv(resolve(config, config.train_source))
+    dev = load_labeled_tsv(resolve(config, config.dev_source))
+    return train, dev

@@ -1,0 +1,400 @@
+"""One training run: tokenizer, datasets, model.fit under a strategy, evaluation, run directory."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.models.classifier import TransformerClassifier
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.schedules import TransformerSchedule
+from keras_transformer.text.pipeline import (
+    bucket_boundaries_for,
+    count_too_long,
+    make_classification_dataset,
+    make_translation_dataset,
+)
+from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
+from keras_transformer.translator import translate
+from train.callbacks import (
+    DevBleu,
+    EpochCheckpoints,
+    NaNGuard,
+    ResumableBackup,
+    load_weights_npz,
+)
+from train.config import RunConfig, save_config
+from train.data import Corpus, load_classification, load_corpus
+from train.distribute import (
+    check_precision,
+    is_chief,
+    make_strategy,
+    resolve_jit,
+    shard_for,
+    worker_task,
+)
+from train.evaluate import bleu_chrf, score_translations
+
+log = logging.getLogger("train")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; TerminateOnNaN stopped the run."""
+
+
+def build_tokenizers(config: RunConfig, corpus: Corpus, out: Path):
+    """Train SentencePiece on the training side only; joint -> one model for both languages."""
+    tok = config.tokenizer
+    if tok.joint:
+        path = train_sentencepiece(corpus.train.sources + corpus.train.targets, out / "spm",
+                                   tok.vocab_size, model_type=tok.model_type)
+        shared = SentencePieceTokenizer(path)
+        return shared, shared
+    source = SentencePieceTokenizer(train_sentencepiece(
+        corpus.train.sources, out / "spm_source", tok.vocab_size, model_type=tok.model_type))
+    target = SentencePieceTokenizer(train_sentencepiece(
+        corpus.train.targets, out / "spm_target", tok.vocab_size, model_type=tok.model_type))
+    return source, target
+
+
+def load_run_tokenizers(run: Path):
+    """The tokenizers a run directory holds: spm.model, or spm_source/spm_target.model."""
+    if (run / "spm.model").is_file():
+        shared = SentencePieceTokenizer(run / "spm.model")
+        return shared, shared
+    return (SentencePieceTokenizer(run / "spm_source.model"),
+            SentencePieceTokenizer(run / "spm_target.model"))
+
+
+def model_config(config: RunConfig, source_tok, target_tok) -> TransformerConfig:
+    # Batches pad source and target to one bucket length, so both tables cover the longer one.
+    longest = max(config.data.max_source_length, config.data.max_target_length)
+    return TransformerConfig.preset(
+        config.model.preset,
+        **{
+            "source_vocab_size": source_tok.vocab_size,
+            "target_vocab_size": target_tok.vocab_size,
+            "max_source_length": longest,
+            "max_target_length": longest,
+            **config.model.overrides,
+        },
+    )
+
+
+def translation_datasets(config: RunConfig, corpus: Corpus, source_tok, target_tok):
+    """(train, dev): with steps_per_epoch the training stream repeats, so that a resumed run
+    can skip exactly the batches already trained on; otherwise one pass is one epoch."""
+    d = config.data
+    longest = max(d.max_source_length, d.max_target_length)
+    common = dict(max_source_length=d.max_source_length, max_target_length=d.max_target_length,
+                  tokens_per_batch=d.tokens_per_batch,
+                  bucket_boundaries=bucket_boundaries_for(longest, d.num_buckets))
+    train = make_translation_dataset(corpus.train.sources, corpus.train.targets, source_tok,
+                                     target_tok, shuffle=True, seed=config.training.seed,
+                                     repeat=config.training.steps_per_epoch > 0, **common)
+    dev = make_translation_dataset(corpus.dev.sources, corpus.dev.targets, source_tok,
+                                   target_tok, shuffle=False, **common)
+    return train, dev
+
+
+def make_optimizer(config: RunConfig, d_model: int):
+    t = config.training
+    schedule = TransformerSchedule(d_model, t.warmup_steps, t.lr_scale)
+    optimizer = keras.optimizers.Adam(schedule, beta_1=t.beta_1, beta_2=t.beta_2,
+                                      epsilon=t.epsilon)
+    if t.precision == "mixed_float16":
+        # float16 gradients underflow without it; bfloat16 has float32's range and needs none.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def compile_model(model, config: RunConfig, jit_compile: bool | None = None) -> None:
+    """Call inside the strategy scope: the optimizer's variables must be mirrored too."""
+    t = config.training
+    jit = resolve_jit(t.jit_compile) if jit_compile is None else jit_compile
+    if isinstance(model, TransformerClassifier):
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+    else:
+        loss = MaskedLabelSmoothedCrossEntropy(t.label_smoothing, model.config.pad_id)
+        metrics = [MaskedAccuracy(model.config.pad_id)]
+    model.compile(optimizer=make_optimizer(config, model.config.d_model), loss=loss,
+                  metrics=metrics, jit_compile=jit)
+
+
+def fingerprint(config: RunConfig) -> str:
+    """What a backup must agree on to be resumed: data, tokenizer, model and step plan."""
+    d = config.to_dict()
+    keyed = {k: d[k] for k in ("task", "data", "tokenizer", "model")}
+    keyed["steps_per_epoch"] = d["training"]["steps_per_epoch"]
+    keyed["seed"] = d["training"]["seed"]
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class ShapeTap:
+    """Records the distinct (batch, length) shapes the train step gets: one XLA compile each."""
+
+    def __init__(self):
+        self.shapes: set[tuple[int, ...]] = set()
+
+    def _add(self, shape):
+        self.shapes.add(tuple(int(v) for v in shape.numpy()))
+        return 0
+
+    def __call__(self, inputs, labels):
+        done = tf.py_function(self._add, [tf.shape(labels)], tf.int32)
+        with tf.control_dependencies([done]):
+            labels = tf.identity(labels)
+        return inputs, labels
+
+
+def segments(state: dict | None, epochs: int, steps_per_epoch: int):
+    """[(initial_epoch, epochs, steps_per_epoch or None, batches to skip, offset in epoch)].
+
+    A resumed run first finishes the interrupted epoch, then runs whole epochs. Skipping
+    is exact in steps_per_epoch mode (the stream repeats deterministically); in one-pass mode
+    it skips the right number of batches of a fresh pass.
+    """
+    spe = steps_per_epoch or None
+    if state is None:
+        return [(0, epochs, spe, 0, 0)]
+    epoch, batch = int(state["epoch"]), int(state["batch"])
+    plan = []
+    if batch and epoch < epochs:
+        skip = epoch * steps_per_epoch + batch if spe else batch
+        plan.append((epoch, epoch + 1, (spe - batch) if spe else None, skip, batch))
+        epoch += 1
+    if epoch < epochs:
+        plan.append((epoch, epochs, spe, epoch * steps_per_epoch if spe else 0, 0))
+    return plan
+
+
+def fit(model, strategy, config: RunConfig, out: Path, train_ds, dev_ds, *, dev_bleu=None,
+        chief: bool = True) -> dict:
+    """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need."""
+    t = config.training
+    backup = ResumableBackup(out / "backup", t.save_every_steps, fingerprint(config),
+                             extra_state=dev_bleu.state if dev_bleu else None)
+    with strategy.scope():
+        state = backup.restore(model)
+    resumed = int(state["step"]) if state else 0
+    if state:
+        log.info("resumed from %s at step %d", backup.directory / state["weights"], resumed)
+        if dev_bleu:
+            dev_bleu.load_state(state)
+    nan_guard = NaNGuard()
+    callbacks = [nan_guard]
+    if dev_bleu:
+        callbacks.append(dev_bleu)  # before TensorBoard, so that val_bleu is logged
+    if chief:
+        callbacks.append(EpochCheckpoints(out / "checkpoints", t.keep_checkpoints))
+        if t.tensorboard:
+            callbacks.append(keras.callbacks.TensorBoard(str(out / "logs"), write_graph=False))
+    callbacks.append(backup)
+
+    tap = ShapeTap() if strategy.num_replicas_in_sync == 1 else None
+    history: dict[str, list] = {}
+    epochs_done = int(state["epoch"]) if state else 0
+    start = time.perf_counter()
+    for initial, epochs, steps, skip, offset in segments(state, t.epochs, t.steps_per_epoch):
+        data = train_ds.skip(skip) if skip else train_ds
+        if tap is not None:
+            data = data.map(tap)
+        backup.batch_offset = offset
+        result = model.fit(shard_for(strategy, data), validation_data=shard_for(strategy, dev_ds),
+                           initial_epoch=initial, epochs=epochs, steps_per_epoch=steps,
+                           callbacks=callbacks, verbose=t.verbose,
+                           shuffle=False)  # the dataset shuffles itself, before bucketing
+        for key, values in result.history.items():
+            history.setdefault(key, []).extend(values)
+        epochs_done = initial + len(result.history.get("loss", []))
+        if nan_guard.fired or model.stop_training:
+            break
+    seconds = time.perf_counter() - start
+    step = int(model.optimizer.iterations.numpy())
+    if nan_guard.fired:
+        raise TrainingDiverged(
+            f"the training loss became NaN or infinite near step {step}; lower "
+            f"training.lr_scale or raise training.warmup_steps (the last backup is kept in "
+            f"{backup.directory})")
+    backup.remove()
+    if tap is not None:
+        log.info("train steps saw %d distinct batch shapes (%s); with jit_compile each is "
+                 "one XLA compilation", len(tap.shapes), sorted(tap.shapes))
+    return {"history": history, "resumed_from_step": resumed, "steps": step,
+            "epochs": epochs_done,
+            "train_seconds": seconds, "distinct_batch_shapes": len(tap.shapes) if tap else None}
+
+
+def _setup(config: RunConfig, out: Path):
+    """Strategy first (MultiWorkerMirroredStrategy must exist before other TF ops), then seeds
+    and policy; the seed comes before any tokenizer is used, as the seed frees TF-Text state."""
+    t = config.training
+    check_precision(t.precision)
+    strategy = make_strategy(t.strategy)
+    chief = is_chief(strategy)
+    if not chief:
+        # Every worker runs the same command; only the chief writes the run directory.
+        out = out / f".worker{worker_task()[1]}"
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(config, out / "config.yaml")
+    keras.utils.set_random_seed(t.seed)
+    keras.mixed_precision.set_global_policy(t.precision)
+    jit = resolve_jit(t.jit_compile)
+    log.info("strategy %s with %d replica(s); jit_compile %s; precision %s",
+             type(strategy).__name__, strategy.num_replicas_in_sync, jit, t.precision)
+    return strategy, chief, out, jit
+
+
+def _base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) -> dict:
+    history = result["history"]
+    metrics = {
+        "train_seconds": round(result["train_seconds"], 1),
+        "epochs": result["epochs"],
+        "steps": result["steps"],
+        "resumed_from_step": result["resumed_from_step"],
+        "parameters": int(model.count_params()),
+        "strategy": type(strategy).__name__,
+        "replicas": strategy.num_replicas_in_sync,
+        "jit_compile": jit,
+        "precision": config.training.precision,
+        "epoch_losses": [float(v) for v in history.get("loss", [])],
+    }
+    if history.get("loss"):
+        metrics["final_loss"] = float(history["loss"][-1])
+    if history.get("val_loss"):
+        metrics["dev_loss"] = float(history["val_loss"][-1])
+    if result["distinct_batch_shapes"] is not None:
+        metrics["distinct_batch_shapes"] = result["distinct_batch_shapes"]
+    return metrics
+
+
+def run_translation(config: RunConfig, out: Path) -> dict:
+    strategy, chief, out, jit = _setup(config, out)
+    corpus = load_corpus(config.data)
+    log.info("corpus: %d train, %d dev, %s test pairs (%d empty lines dropped)",
+             len(corpus.train), len(corpus.dev), len(corpus.test) if corpus.test else 0,
+             corpus.dropped_empty)
+    source_tok, target_tok = build_tokenizers(config, corpus, out)
+    d = config.data
+    too_long = count_too_long(corpus.train.sources, corpus.train.targets, source_tok, target_tok,
+                              max_source_length=d.max_source_length,
+                              max_target_length=d.max_target_length)
+    log.info("%d of %d training pairs are longer than max_source_length=%d / "
+             "max_target_length=%d tokens and are left out", too_long, len(corpus.train),
+             d.max_source_length, d.max_target_length)
+    model_cfg = model_config(config, source_tok, target_tok)
+    (out / "model_config.json").write_text(json.dumps(model_cfg.to_dict(), indent=2))
+    train_ds, dev_ds = translation_datasets(config, corpus, source_tok, target_tok)
+
+    with strategy.scope():
+        model = Transformer(model_cfg)
+        model.build()
+        compile_model(model, config, jit)
+    log.info("model: %s parameters", f"{model.count_params():,}")
+
+    e = config.eval
+    dev_bleu = None
+    if e.dev_bleu_sentences:
+        sources = corpus.dev.sources[: e.dev_bleu_sentences]
+        references = corpus.dev.targets[: e.dev_bleu_sentences]
+
+        def score(m):
+            hypotheses = translate(m, source_tok, target_tok, sources, beam_size=e.dev_bleu_beam,
+                                   alpha=e.alpha, batch_size=e.batch_size)
+            return bleu_chrf(hypotheses, references)["bleu"]
+
+        dev_bleu = DevBleu(score, out / "best.npz" if chief else None,
+                           config.training.early_stopping_patience)
+
+    result = fit(model, strategy, config, out, train_ds, dev_ds, dev_bleu=dev_bleu, chief=chief)
+    metrics = _base_metrics(config, strategy, jit, result, model)
+    metrics["too_long_dropped"] = too_long
+    metrics["empty_dropped"] = corpus.dropped_empty
+    if not chief:
+        return metrics
+    model.save(out / "model.keras")
+    if dev_bleu is not None and (out / "best.npz").is_file():
+        metrics.update(best_dev_bleu=dev_bleu.best, best_epoch=dev_bleu.best_epoch,
+                       dev_bleu_sentences=min(e.dev_bleu_sentences, len(corpus.dev)))
+        last = model.get_weights()
+        model.set_weights(load_weights_npz(out / "best.npz"))
+        model.save(out / "best.keras")
+        model.set_weights(last)
+
+    for name, split in (("dev", corpus.dev), ("test", corpus.test)):
+        if split is None:
+            continue
+        sources, references = split.sources, split.targets
+        if e.max_sentences:
+            sources, references = sources[: e.max_sentences], references[: e.max_sentences]
+        scores = score_translations(model, source_tok, target_tok, sources, references,
+                                    beam_size=e.beam_size, alpha=e.alpha,
+                                    batch_size=e.batch_size,
+                                    hypotheses_path=out / f"{name}.hyp")
+        prefix = "" if name == "test" or corpus.test is None else f"{name}_"
+        metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
+        print(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
+              f"({len(sources)} sentences, beam {e.beam_size})")
+        print(f"  {scores['sacrebleu_signature']}")
+        if name == "test" or corpus.test is None:
+            hypotheses = (out / f"{name}.hyp").read_text(encoding="utf-8").splitlines()
+            for src, hyp, ref in list(zip(sources, hypotheses, references, strict=True))[
+                    : e.samples]:
+                print(f"  EN  {src}\n  OUT {hyp}\n  REF {ref}")
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    return metrics
+
+
+def run_classification(config: RunConfig, out: Path) -> dict:
+    """Encoder-only classifier (e.g. SST-2): SentencePiece on the training texts, accuracy."""
+    strategy, chief, out, jit = _setup(config, out)
+    d, t = config.data, config.training
+    train, dev = load_classification(d)
+    log.info("classification: %d train, %d dev sentences", len(train), len(dev))
+    tok = SentencePieceTokenizer(train_sentencepiece(
+        train.texts, out / "spm", config.tokenizer.vocab_size,
+        model_type=config.tokenizer.model_type))
+    num_classes = config.model.num_classes or max(train.labels) + 1
+    model_cfg = TransformerConfig.preset(config.model.preset, **{
+        "source_vocab_size": tok.vocab_size, "target_vocab_size": tok.vocab_size,
+        "max_source_length": d.max_source_length, "max_target_length": d.max_source_length,
+        **config.model.overrides})
+    (out / "model_config.json").write_text(json.dumps(model_cfg.to_dict(), indent=2))
+    batch_size = max(1, d.tokens_per_batch // d.max_source_length)
+    train_ds = make_classification_dataset(train.texts, train.labels, tok,
+                                           max_length=d.max_source_length,
+                                           batch_size=batch_size, seed=t.seed)
+    if t.steps_per_epoch:
+        train_ds = train_ds.repeat()
+    dev_ds = make_classification_dataset(dev.texts, dev.labels, tok,
+                                         max_length=d.max_source_length,
+                                         batch_size=batch_size, shuffle=False)
+    with strategy.scope():
+        model = TransformerClassifier(model_cfg, num_classes=num_classes,
+                                      pooling=config.model.pooling)
+        model.build()
+        compile_model(model, config, jit)
+    log.info("model: %s parameters, %d classes, batch %d", f"{model.count_params():,}",
+             num_classes, batch_size)
+    result = fit(model, strategy, config, out, train_ds, dev_ds, chief=chief)
+    metrics = _base_metrics(config, strategy, jit, result, model)
+    if not chief:
+        return metrics
+    model.save(out / "model.keras")
+    scores = model.evaluate(dev_ds, verbose=0, return_dict=True)
+    metrics["dev_accuracy"] = round(float(scores["accuracy"]) * 100, 2)
+    metrics["dev_sentences"] = len(dev)
+    print(f"dev: accuracy {metrics['dev_accuracy']:.2f}% ({len(dev)} sentences)")
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    return metrics
+

@@ -1,0 +1,45 @@
+"""Runtimes behind one interface, driven by the NumPy search of keras_transformer.decoding.
+
+`onnx` and `tflite` need only NumPy, sentencepiece and their own runtime package;
+`savedmodel` and `keras` import TensorFlow when chosen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from export.common import Manifest
+from export.runtime.base import Backend, Translator
+
+RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+
+__all__ = ["RUNTIMES", "Backend", "Translator", "load_backend", "load_translator"]
+
+
+def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
+                 run_dir: str | Path | None = None) -> Backend:
+    """The encode/decode_step pair of one runtime over an export directory."""
+    if runtime == "onnx":
+        from export.runtime.onnx import OnnxBackend
+
+        return OnnxBackend(manifest, variant)
+    if runtime == "tflite":
+        from export.runtime.tflite import TFLiteBackend
+
+        return TFLiteBackend(manifest, variant)
+    if runtime == "savedmodel":
+        from export.runtime.tf import SavedModelBackend
+
+        return SavedModelBackend(manifest)
+    if runtime == "keras":
+        from export.runtime.tf import KerasBackend
+
+        return KerasBackend(manifest, run_dir)
+    raise ValueError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
+
+
+def load_translator(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
+                    run_dir: str | Path | None = None) -> Translator:
+    """Text-to-text translator over an export directory (see `Translator.translate`)."""
+    manifest = Manifest(export_dir)
+    return Translator(manifest, load_backend(manifest, runtime, variant, run_dir))

@@ -1,0 +1,138 @@
+"""The runtime-independent part of inference: batching, search and sentence handling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import sentencepiece as spm
+
+from export.common import ExportError, Manifest, default_max_length, encode_sources, pad_batch
+from keras_transformer.decoding import SearchResult, beam_search, greedy_search
+
+
+class Backend:
+    """encode/decode_step of one runtime; the defaults keep every tensor a NumPy array."""
+
+    name = "numpy"
+
+    def __init__(self, manifest: Manifest):
+        self.manifest = manifest
+        model = manifest.model
+        self.num_layers = model["num_decoder_layers"]
+        self.d_model = model["d_model"]
+
+    def encode(self, source_ids: np.ndarray):
+        """source_ids (B,S) int32 -> cross_key_values (B,L,2,S,D), memory_mask (B,S) bool."""
+        raise NotImplementedError
+
+    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index: int):
+        """tokens (B,) int32 ... index -> logits (B,V) float32 NumPy, new cache."""
+        raise NotImplementedError
+
+    def init_cache(self, batch: int, length: int):
+        """-> zeros (B, L, 2, length, D) float32."""
+        return np.zeros((batch, self.num_layers, 2, length, self.d_model), np.float32)
+
+    def repeat(self, x, times: int):
+        """(B, ...) -> (B * times, ...), each row repeated `times` times in place."""
+        return np.repeat(x, times, axis=0)
+
+    def gather(self, x, indices: np.ndarray):
+        return x[indices]
+
+    def to_numpy(self, x) -> np.ndarray:
+        return np.asarray(x)
+
+
+class Stepper:
+    """`step(tokens, index)` and `reorder(indices)` of keras_transformer.decoding over a Backend."""
+
+    def __init__(self, backend: Backend, source_ids: np.ndarray, *, beam_size: int,
+                 max_length: int):
+        self.backend = backend
+        cross_key_values, memory_mask = backend.encode(np.asarray(source_ids, np.int32))
+        if beam_size > 1:
+            cross_key_values = backend.repeat(cross_key_values, beam_size)
+            memory_mask = backend.repeat(memory_mask, beam_size)
+        self.cross_key_values, self.memory_mask = cross_key_values, memory_mask
+        self.cache = backend.init_cache(source_ids.shape[0] * beam_size, max_length)
+
+    def step(self, tokens: np.ndarray, index: int) -> np.ndarray:
+        logits, self.cache = self.backend.decode_step(
+            np.asarray(tokens, np.int32), self.cross_key_values, self.memory_mask, self.cache,
+            index)
+        return self.backend.to_numpy(logits)
+
+    def reorder(self, indices: np.ndarray) -> None:
+        self.cache = self.backend.gather(self.cache, np.asarray(indices, np.int32))
+
+
+def _load_sentencepiece(path) -> spm.SentencePieceProcessor:
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as err:
+        raise ExportError(f"{path} is not a valid SentencePiece model: {err}") from err
+
+
+class Translator:
+    """Sentences in, sentences out, over any Backend; greedy (beam_size=1) or beam search."""
+
+    def __init__(self, manifest: Manifest, backend: Backend):
+        self.manifest = manifest
+        self.backend = backend
+        source, target = manifest.tokenizer_files()
+        self.source_sp = _load_sentencepiece(source)
+        self.target_sp = self.source_sp if target == source else _load_sentencepiece(target)
+        ids = manifest.special_ids
+        self.pad_id, self.bos_id, self.eos_id = ids["pad"], ids["bos"], ids["eos"]
+        self.max_source_length = manifest["max_source_length"]
+        self.max_target_length = manifest["max_target_length"]
+
+    def search_ids(self, source_ids: np.ndarray, *, beam_size: int = 4, alpha: float = 0.6,
+                   max_length: int | None = None) -> SearchResult:
+        """source_ids (B,S) padded ids ending in EOS -> SearchResult (greedy if beam 1)."""
+        max_length = max_length or default_max_length(source_ids.shape[1],
+                                                      self.max_target_length)
+        stepper = Stepper(self.backend, source_ids, beam_size=beam_size, max_length=max_length)
+        batch = source_ids.shape[0]
+        if beam_size == 1:
+            return greedy_search(stepper.step, batch, bos_id=self.bos_id, eos_id=self.eos_id,
+                                 max_length=max_length, pad_id=self.pad_id)
+        return beam_search(stepper.step, stepper.reorder, batch, beam_size=beam_size,
+                           bos_id=self.bos_id, eos_id=self.eos_id, max_length=max_length,
+                           alpha=alpha, pad_id=self.pad_id)
+
+    def encode(self, sentences: Sequence[str], truncate: bool = True) -> list[list[int] | None]:
+        """Sentences -> id lists ending in EOS (None for blank ones); see common.encode_sources."""
+        return encode_sources(sentences, lambda texts: self.source_sp.encode(texts, out_type=int),
+                              self.max_source_length, self.eos_id, truncate=truncate)
+
+    def translate_ids(self, sentences: Sequence[str], *, beam_size: int = 4,
+                      alpha: float = 0.6, batch_size: int = 64, truncate: bool = True,
+                      progress=None) -> list[list[int]]:
+        """Sentences -> generated ids up to EOS (empty for blank sentences), in input order."""
+        if isinstance(sentences, str):
+            raise TypeError("translate expects a list of sentences, not a single str")
+        encoded = self.encode(sentences, truncate)
+        outputs: list[list[int]] = [[] for _ in encoded]
+        todo = [i for i, ids in enumerate(encoded) if ids is not None]
+        if progress is not None and len(todo) < len(encoded):
+            progress.update(len(encoded) - len(todo))
+        # Sorting by length keeps the padding (and the wasted steps) per batch small.
+        todo.sort(key=lambda i: len(encoded[i]))
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start: start + batch_size]
+            result = self.search_ids(pad_batch([encoded[i] for i in chunk], self.pad_id),
+                                     beam_size=beam_size, alpha=alpha)
+            for i, ids in zip(chunk, result.to_lists(self.eos_id), strict=True):
+                outputs[i] = ids
+            if progress is not None:
+                progress.update(len(chunk))
+        return outputs
+
+    def translate(self, sentences: Sequence[str], **kwargs) -> list[str]:
+        """Sentences -> translations in input order; blank sentences give ""."""
+        ids = self.translate_ids(sentences, **kwargs)
+        special = {self.pad_id, self.bos_id}
+        return [self.target_sp.decode([t for t in row if t not in special]) for row in ids]

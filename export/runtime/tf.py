@@ -1,0 +1,90 @@
+"""The SavedModel signatures and the Keras model itself, behind the same Backend interface.
+
+TensorFlow is imported by these classes only, so choosing ONNX or TFLite never loads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from export.common import ExportError, Manifest
+from export.runtime.base import Backend
+
+
+class _TFBackend(Backend):
+    """Keeps the cache a TF tensor so that it is not copied to NumPy at every token."""
+
+    def __init__(self, manifest: Manifest):
+        super().__init__(manifest)
+        import tensorflow as tf
+
+        self.tf = tf
+
+    def init_cache(self, batch, length):
+        return self.tf.zeros((batch, self.num_layers, 2, length, self.d_model), self.tf.float32)
+
+    def repeat(self, x, times):
+        return self.tf.repeat(x, times, axis=0)
+
+    def gather(self, x, indices):
+        return self.tf.gather(x, self.tf.constant(indices, self.tf.int32))
+
+    def to_numpy(self, x):
+        return x.numpy()
+
+
+class SavedModelBackend(_TFBackend):
+    name = "savedmodel"
+
+    def __init__(self, manifest: Manifest):
+        super().__init__(manifest)
+        import tensorflow_text  # noqa: F401  (registers the ops of the `translate` signature)
+
+        path = manifest.file(manifest.format_files("savedmodel")["model"])
+        try:
+            self.loaded = self.tf.saved_model.load(str(path))
+        except Exception as err:  # TF raises many types for a damaged SavedModel
+            raise ExportError(f"{path} could not be loaded as a SavedModel: {err}") from err
+        self._encode = self.loaded.signatures["encode"]
+        self._step = self.loaded.signatures["decode_step"]
+
+    def encode(self, source_ids):
+        out = self._encode(source_ids=self.tf.constant(source_ids, self.tf.int32))
+        return out["cross_key_values"], out["memory_mask"]
+
+    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+        tf = self.tf
+        out = self._step(tokens=tf.constant(tokens, tf.int32), cross_key_values=cross_key_values,
+                         memory_mask=memory_mask, cache=cache,
+                         index=tf.constant(index, tf.int32))
+        return out["logits"], out["new_cache"]
+
+
+class KerasBackend(_TFBackend):
+    """The float32 rebuild of the run's model.keras, called through traced tf.functions."""
+
+    name = "keras"
+
+    def __init__(self, manifest: Manifest, run_dir: str | Path | None = None):
+        super().__init__(manifest)
+        from export.module import load_float32_model
+
+        run_dir = Path(run_dir if run_dir is not None else manifest["run"])
+        if not (run_dir / "model.keras").is_file():
+            raise ExportError(
+                f"the keras runtime needs the training run; {run_dir / 'model.keras'} is "
+                f"missing (pass the run directory explicitly)")
+        self.model = load_float32_model(run_dir)
+        tf = self.tf
+        self._encode = tf.function(self.model.encode_for_decoding, reduce_retracing=True)
+        self._step = tf.function(self.model.decode_step, reduce_retracing=True)
+
+    def encode(self, source_ids):
+        return self._encode(self.tf.constant(source_ids, self.tf.int32))
+
+    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+        tf = self.tf
+        return self._step(tf.constant(tokens, tf.int32), cross_key_values, memory_mask, cache,
+                          tf.constant(np.int32(index)))

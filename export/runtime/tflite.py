@@ -1,0 +1,38 @@
+"""The `encode` and `decode_step` signatures of a .tflite model in the ai_edge_litert interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from export.common import ExportError, Manifest
+from export.runtime.base import Backend
+
+
+class TFLiteBackend(Backend):
+    name = "tflite"
+
+    def __init__(self, manifest: Manifest, variant: str = "float32", threads: int | None = None):
+        super().__init__(manifest)
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError as err:
+            raise ExportError("the tflite runtime needs LiteRT: pip install ai-edge-litert==2.3.0"
+                              ) from err
+
+        path = manifest.file(manifest.format_files("tflite", variant)["model"])
+        try:
+            self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+            self.encode_runner = self.interpreter.get_signature_runner("encode")
+            self.step_runner = self.interpreter.get_signature_runner("decode_step")
+        except (ValueError, RuntimeError) as err:
+            raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
+
+    def encode(self, source_ids):
+        out = self.encode_runner(source_ids=source_ids)
+        return out["cross_key_values"], out["memory_mask"]
+
+    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+        out = self.step_runner(tokens=tokens, cross_key_values=cross_key_values,
+                               memory_mask=memory_mask, cache=cache,
+                               index=np.asarray(index, np.int32))
+        return out["logits"], out["new_cache"]

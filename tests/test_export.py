@@ -1,0 +1,231 @@
+"""Export to SavedModel/ONNX/TFLite, cross-runtime parity, and inference without TensorFlow.
+
+One tiny model is trained and exported (all formats, all variants) once for this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export import parity
+from export.common import ExportError, Manifest
+from export.runtime import Translator, load_backend
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+GREEDY_SENTENCES = 200
+
+
+def _run(args, **kwargs):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(run dir, export dir) of a tiny demo model exported with every format and variant."""
+    root = tmp_path_factory.mktemp("export")
+    run_dir, export_dir = root / "run", root / "export"
+    overrides = ["data.train_size=1500", "data.dev_size=50", "data.test_size=50",
+                 "training.epochs=1", "model.overrides.d_model=32", "model.overrides.d_ff=64",
+                 "eval.max_sentences=5", "eval.beam_size=1", "training.verbose=0"]
+    train = _run(["-m", "train", "--config", "train/configs/demo.yaml", "--out", str(run_dir),
+                  *[arg for o in overrides for arg in ("--set", o)]])
+    assert train.returncode == 0, train.stderr[-3000:]
+    export = _run(["-m", "export", "--run", str(run_dir), "--format", "all",
+                   "--quantize", "all", "--out", str(export_dir)])
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert "tflite" in export.stdout and "onnx" in export.stdout
+    return run_dir, export_dir
+
+
+@pytest.fixture(scope="module")
+def manifest(exported):
+    return Manifest(exported[1])
+
+
+@pytest.fixture(scope="module")
+def backends(exported, manifest):
+    return {name: load_backend(manifest, name, run_dir=exported[0]) for name in parity.RUNTIMES}
+
+
+@pytest.fixture(scope="module")
+def sources():
+    return parity.demo_test_split(GREEDY_SENTENCES)[0]
+
+
+def test_manifest_lists_every_format_with_sizes(manifest, exported):
+    formats = manifest["formats"]
+    assert set(formats) == {"savedmodel", "onnx", "tflite"}
+    assert set(formats["tflite"]["variants"]) == {"float32", "fp16", "int8"}
+    assert set(formats["onnx"]["variants"]) == {"float32", "int8"}
+    assert formats["onnx"]["opset"] == 17
+    assert set(formats["savedmodel"]["signatures"]) == {"encode", "decode_step", "translate"}
+    assert manifest.special_ids == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+    for name, entry in manifest["files"].items():
+        assert entry["bytes"] > 0, name
+        manifest.file(name)  # checksum verified
+    sizes = {v: parity.file_size(manifest, "tflite", v) for v in ("float32", "fp16", "int8")}
+    assert sizes["int8"] < sizes["fp16"] < sizes["float32"]
+
+
+def test_onnx_files_pass_the_checker_with_dynamic_axes(manifest):
+    import onnx
+
+    files = manifest.format_files("onnx")
+    encoder = onnx.load(str(manifest.file(files["encoder"])))
+    step = onnx.load(str(manifest.file(files["decoder_step"])))
+    for proto in (encoder, step):
+        onnx.checker.check_model(proto, full_check=True)
+        assert max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")) == 17
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in step.graph.input}
+    assert [i.name for i in step.graph.input] == [
+        "tokens", "cross_key_values", "memory_mask", "cache", "index"]
+    assert [o.name for o in step.graph.output] == ["logits", "new_cache"]
+    assert isinstance(dims["cache"][0], str) and isinstance(dims["cache"][3], str)
+    assert dims["index"] == []
+
+
+def test_tensor_parity_on_two_shapes(manifest, backends):
+    rows = parity.tensor_parity(manifest, backends)
+    assert len({row["shape"] for row in rows}) >= 4
+    table = parity.format_table(rows, list(parity.RUNTIMES[1:]))
+    for row in rows:
+        for runtime in parity.RUNTIMES[1:]:
+            assert row[runtime] <= parity.TOLERANCE, table
+
+
+def test_greedy_tokens_identical_across_runtimes(manifest, backends, sources):
+    ids = {name: Translator(manifest, b).translate_ids(sources, beam_size=1, batch_size=100)
+           for name, b in backends.items()}
+    assert len(sources) >= 200
+    for name in parity.RUNTIMES[1:]:
+        assert parity.first_difference(ids["keras"], ids[name]) is None, name
+
+
+def test_beam_tokens_identical_keras_and_onnx(manifest, backends, sources):
+    ids = {name: Translator(manifest, backends[name]).translate_ids(sources[:40], beam_size=4)
+           for name in ("keras", "onnx")}
+    assert parity.first_difference(ids["keras"], ids["onnx"]) is None
+
+
+def test_quantized_variants_keep_bleu(manifest, backends):
+    sources, references = parity.demo_test_split(100)
+    scores = {}
+    for fmt, variant in (("tflite", "float32"), ("tflite", "fp16"), ("tflite", "int8"),
+                         ("onnx", "int8")):
+        backend = backends[fmt] if variant == "float32" else load_backend(manifest, fmt, variant)
+        hyps = Translator(manifest, backend).translate(sources, beam_size=1)
+        scores[(fmt, variant)] = parity.bleu(hyps, references)
+    base = scores[("tflite", "float32")]
+    for key, score in scores.items():
+        assert abs(score - base) <= 1.0, (key, scores)
+
+
+def test_savedmodel_translate_signature_matches_greedy_search(exported, manifest, backends,
+                                                              sources):
+    import tensorflow as tf
+
+    loaded = backends["savedmodel"].loaded
+    batch = sources[:20] + ["", "   "]
+    out = loaded.signatures["translate"](sentences=tf.constant(batch))["translations"]
+    got = [s.decode("utf-8") for s in out.numpy()]
+    expected = Translator(manifest, backends["keras"]).translate(batch, beam_size=1)
+    assert got == expected
+
+
+def test_parity_report_passes_and_fails(exported, backends, monkeypatch, capsys, tmp_path):
+    lines = []
+    assert parity.run(exported[1], sentences=10, beam_sentences=4, bleu_sentences=10,
+                      out=lines.append, backends=backends)
+    report = "\n".join(lines)
+    assert "savedmodel" in report and "tflite" in report and report.endswith("PASS")
+    monkeypatch.setattr(parity, "TOLERANCE", -1.0)
+    lines.clear()
+    assert not parity.run(exported[1], sentences=4, beam_sentences=2, bleu_sentences=4,
+                          out=lines.append, backends=backends)
+    assert lines[-1].endswith("FAIL")
+    assert parity.main(["--export", str(tmp_path / "missing")]) == 2
+    assert "export directory not found" in capsys.readouterr().err
+
+
+BLOCK_TF = textwrap.dedent("""
+    import sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf_keras"):
+                raise ImportError("blocked: " + name)
+            return None
+
+    sys.meta_path.insert(0, Block())
+    from export.translate import main
+    code = main(sys.argv[1:])
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
+    assert not heavy, heavy
+    sys.exit(code)
+""")
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "tflite"])
+def test_translate_without_tensorflow(exported, manifest, backends, sources, runtime, tmp_path):
+    source_file = tmp_path / "in.txt"
+    source_file.write_text("\n".join(sources[:10]) + "\n", encoding="utf-8")
+    result = _run(["-c", BLOCK_TF, "--export", str(exported[1]), "--runtime", runtime,
+                   "--beam", "4", str(source_file)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = Translator(manifest, backends["keras"]).translate(sources[:10], beam_size=4)
+    assert result.stdout.splitlines() == expected
+
+
+def test_translate_cli_handles_bad_input(exported, manifest, tmp_path):
+    long_sentence = " ".join(["seven hundred"] * 60)
+    raw = ("three red cats\n\n   \n" + long_sentence + "\n").encode() + b"\xff\xfe bad\n"
+    source_file = tmp_path / "in.txt"
+    source_file.write_bytes(raw)
+    result = _run(["-m", "export.translate", "--export", str(exported[1]), str(source_file)])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert len(lines) == 6 and lines[1] == lines[2] == "" and lines[5] == ""
+    assert "truncat" in result.stderr or "keeping its first" in result.stderr
+    assert "not valid UTF-8" in result.stderr
+    strict = _run(["-m", "export.translate", "--export", str(exported[1]), "--no-truncate",
+                   str(source_file)])
+    assert strict.returncode == 1 and "max_source_length" in strict.stderr
+
+
+def test_missing_or_corrupt_export_file_is_named(exported, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(exported[1], broken, ignore=shutil.ignore_patterns("savedmodel"))
+    (broken / "decoder_step.onnx").unlink()
+    result = _run(["-m", "export.translate", "--export", str(broken)], input="one cat\n")
+    assert result.returncode == 1 and "decoder_step.onnx is missing" in result.stderr
+    shutil.copyfile(exported[1] / "decoder_step.onnx", broken / "decoder_step.onnx")
+    with (broken / "model.tflite").open("r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(ExportError, match=r"model\.tflite is corrupt"):
+        load_backend(Manifest(broken), "tflite")
+    (broken / "manifest.json").write_text("{not json")
+    with pytest.raises(ExportError, match=r"manifest\.json is corrupt"):
+        Manifest(broken)
+
+
+def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
+    translator = Translator(manifest, backends["onnx"])
+    assert translator.translate(["", " \t "], beam_size=1) == ["", ""]
+    encoded = translator.encode(["five cats"])
+    assert encoded[0][-1] == manifest.special_ids["eos"]
+    assert json.loads((manifest.root / "manifest.json").read_text())["max_source_length"] > 0
+    assert np.asarray(encoded[0]).dtype.kind == "i"

@@ -1,0 +1,104 @@
+"""tf.distribute strategy, XLA and precision choices for a run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import tensorflow as tf
+
+log = logging.getLogger("train")
+
+STRATEGIES = ("auto", "default", "mirrored", "multiworker")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def make_strategy(name: str) -> tf.distribute.Strategy:
+    """auto: Mirrored over the GPUs when more than one is visible, else the default strategy."""
+    if name not in STRATEGIES:
+        raise ValueError(f"training.strategy must be one of {STRATEGIES}, got {name!r}")
+    if name == "auto":
+        name = "mirrored" if len(tf.config.list_logical_devices("GPU")) > 1 else "default"
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        # Without GPUs, MirroredStrategy picks one CPU; name every logical CPU so that a
+        # machine configured with several (as the tests do) gets one replica per device.
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        return tf.distribute.MirroredStrategy(devices)
+    if "TF_CONFIG" not in os.environ:
+        raise ValueError("training.strategy=multiworker needs the TF_CONFIG environment "
+                         "variable (cluster addresses and this worker's task)")
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def worker_task() -> tuple[str, int]:
+    """(task type, index) of this process in TF_CONFIG; ("chief", 0) when there is none."""
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    return task.get("type", "chief"), int(task.get("index", 0))
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """The one process that writes the run directory: the chief, or worker 0 without one."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    kind, index = worker_task()
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    if "chief" in cluster:
+        return kind == "chief"
+    return kind == "worker" and index == 0
+
+
+def distribute(strategy: tf.distribute.Strategy, make_dataset):
+    """Give replica r of R rows [B*r/R, B*(r+1)/R) of every global batch the dataset makes.
+
+    `make_dataset()` builds the dataset; each input pipeline calls it, so that each gets its
+    own copy of the seeded shuffle (a dataset made outside and captured follows another order).
+    Every worker builds the same seeded dataset of whole global batches and cuts out its own
+    replicas' rows, so the model trains on exactly the global batches of a single-device run,
+    in the same order. The alternatives change the batches: tf.data's automatic rebatching
+    rewrites every batch op in the pipeline (the tokenizer's chunks and each length bucket's
+    batch size), which reorders and regroups sentences, and sharding by DATA or FILE hands
+    each worker different batches. Batches vary in size (a token budget per length bucket),
+    so a fixed per-replica batch size would not do either.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if replicas == 1:
+        return make_dataset()
+
+    def per_pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        local = replicas // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+
+        def pieces(inputs, labels):
+            size = tf.shape(labels)[0]
+            out = None
+            for replica in range(first, first + local):
+                start = size * replica // replicas
+                end = size * (replica + 1) // replicas
+                piece = tf.data.Dataset.from_tensors(
+                    tf.nest.map_structure(lambda t, a=start, b=end: t[a:b], (inputs, labels)))
+                out = piece if out is None else out.concatenate(piece)
+            return out
+
+        return make_dataset().flat_map(pieces).prefetch(local)
+
+    return strategy.distribute_datasets_from_function(per_pipeline)
+
+
+def resolve_jit(value: bool | str) -> bool:
+    """auto: XLA on GPU/TPU; off on CPU, where bench/train_step.py measured it slower."""
+    if value == "auto":
+        accelerated = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")
+        return bool(accelerated)
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"training.jit_compile must be true, false or auto, got {value!r}")
+
+
+def check_precision(name: str) -> str:
+    if name not in PRECISIONS:
+        raise ValueError(f"training.precision must be one of {PRECISIONS}, got {name!r}")
+    return name
