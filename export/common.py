@@ -8,18 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import numpy as np
 
 logger = logging.getLogger("export")
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
-
-# Variant name -> manifest key of every format that has float32/fp16/int8 files.
-VARIANTS = ("float32", "fp16", "int8")
 
 
 class ExportError(RuntimeError):
@@ -117,43 +111,6 @@ class Manifest:
 # ---------------------------------------------------------------------------------------------
 # Sentences -> ids (the same rules as keras_transformer.translator, without TensorFlow)
 # ---------------------------------------------------------------------------------------------
-
-
-def default_max_length(source_length: int, limit: int) -> int:
-    """How many tokens to allow a translation: 1.5x the source plus 10, capped by the model."""
-    return min(limit, int(source_length * 1.5) + 10)
-
-
-def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> np.ndarray:
-    """Id lists -> (B, longest) int32, right-padded with pad_id."""
-    out = np.full((len(rows), max(len(r) for r in rows)), pad_id, np.int32)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
-
-
-def encode_sources(sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]],
-                   max_source_length: int, eos_id: int, *,
-                   truncate: bool = True) -> list[list[int] | None]:
-    """Sentences -> id lists ending in EOS; None for empty or whitespace-only sentences.
-
-    Over-long sentences keep their first max_source_length - 1 pieces (with a warning), or
-    raise ValueError when truncate is False.
-    """
-    encoded: list[list[int] | None] = []
-    for i, (text, ids) in enumerate(zip(sentences, encode(list(sentences)), strict=True)):
-        if not text.strip() or not ids:
-            encoded.append(None)
-            continue
-        if len(ids) + 1 > max_source_length:
-            message = (f"sentence {i + 1} has {len(ids) + 1} tokens (with EOS) but the model "
-                       f"accepts at most max_source_length={max_source_length}")
-            if not truncate:
-                raise ValueError(f"{message}; split the sentence")
-            logger.warning("%s; keeping its first %d tokens", message, max_source_length - 1)
-            ids = ids[: max_source_length - 1]
-        encoded.append(list(ids) + [eos_id])
-    return encoded
 
 
 def decode_lines(raw: bytes, source: str = "input") -> list[str]:

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from export.common import MANIFEST, MANIFEST_VERSION, file_entry
 from export.module import DecodingModule, load_float32_model
+from keras_transformer.text.tokenizer import UNK_ID
 
 log = logging.getLogger("export")
 
@@ -44,8 +45,8 @@ def _tokenizer_files(run_dir: Path) -> tuple[str, str]:
         f"{run_dir} has neither spm.model nor spm_source.model + spm_target.model")
 
 
-def export_savedmodel(model, out: Path, target_tokenizer_path: Path | None = None,
-                      source_tokenizer_path: Path | None = None) -> list[str]:
+def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = None,
+                      target_tokenizer_path: Path | None = None) -> list[str]:
     """encode + decode_step (+ translate when the tokenizers are given) -> out/savedmodel."""
     module = DecodingModule(model, cache_update="slice")
     signatures = {"encode": module.encode.get_concrete_function(),
@@ -160,7 +161,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
         "files": files,
         "tokenizer": {"source": source_tok, "target": target_tok},
         "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
-        "special_ids": {"pad": c.pad_id, "unk": 1, "bos": c.bos_id, "eos": c.eos_id},
+        "special_ids": {"pad": c.pad_id, "unk": UNK_ID, "bos": c.bos_id, "eos": c.eos_id},
         "max_source_length": c.max_source_length,
         "max_target_length": c.max_target_length,
         "model": {"num_decoder_layers": c.num_decoder_layers, "d_model": c.d_model,

@@ -9,11 +9,12 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.decoding import SearchResult, beam_search, greedy_search
-
-
-def default_max_length(source_length: int, limit: int) -> int:
-    """How many tokens to allow a translation: 1.5x the source plus 10, capped by the model."""
-    return min(limit, int(source_length * 1.5) + 10)
+from keras_transformer.text.sources import (
+    batches_by_length,
+    default_max_length,
+    encode_sources,
+    pad_batch,
+)
 
 
 class KerasStepper:
@@ -73,31 +74,6 @@ def search_ids(model, source_ids: np.ndarray, *, beam_size: int = 4, alpha: floa
                        pad_id=c.pad_id)
 
 
-def encode_sources(sentences: Sequence[str], tokenizer, max_source_length: int,
-                   eos_id: int) -> list[list[int]]:
-    """Sentences -> id lists ending in EOS; empty or over-long input is a ValueError."""
-    encoded = []
-    for i, (text, ids) in enumerate(zip(sentences, tokenizer.encode(list(sentences)),
-                                        strict=True)):
-        if not text.strip() or not ids:
-            raise ValueError(f"sentence {i} is empty; remove it or give it some text")
-        if len(ids) + 1 > max_source_length:
-            raise ValueError(
-                f"sentence {i} has {len(ids) + 1} tokens (with EOS) but the model accepts at "
-                f"most max_source_length={max_source_length}; split the sentence, or train a "
-                f"model with a larger max_source_length")
-        encoded.append(ids + [eos_id])
-    return encoded
-
-
-def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> np.ndarray:
-    """Id lists -> (B, longest) int32, right-padded with pad_id."""
-    out = np.full((len(rows), max(len(r) for r in rows)), pad_id, np.int32)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
-
-
 def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str], *,
               beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
               max_length: int | None = None, jit_compile: bool = False,
@@ -108,11 +84,9 @@ def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str
     longest source in each batch.
     """
     c = model.config
-    encoded = encode_sources(sentences, source_tokenizer, c.max_source_length, c.eos_id)
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    encoded = encode_sources(sentences, source_tokenizer.encode, c.max_source_length, c.eos_id)
     outputs: list[str] = [""] * len(encoded)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start: start + batch_size]
+    for chunk in batches_by_length(encoded, batch_size):
         result = search_ids(model, pad_batch([encoded[i] for i in chunk], c.pad_id),
                             beam_size=beam_size, alpha=alpha, max_length=max_length,
                             jit_compile=jit_compile)

@@ -39,7 +39,8 @@ def exported(tmp_path_factory):
     run_dir, export_dir = root / "run", root / "export"
     overrides = ["data.train_size=1500", "data.dev_size=50", "data.test_size=50",
                  "training.epochs=1", "model.overrides.d_model=32", "model.overrides.d_ff=64",
-                 "eval.max_sentences=5", "eval.beam_size=1", "training.verbose=0"]
+                 "eval.max_sentences=5", "eval.beam_size=1", "eval.dev_bleu_sentences=0",
+                 "training.verbose=0"]
     train = _run(["-m", "train", "--config", "train/configs/demo.yaml", "--out", str(run_dir),
                   *[arg for o in overrides for arg in ("--set", o)]])
     assert train.returncode == 0, train.stderr[-3000:]
@@ -229,3 +230,23 @@ def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
     assert encoded[0][-1] == manifest.special_ids["eos"]
     assert json.loads((manifest.root / "manifest.json").read_text())["max_source_length"] > 0
     assert np.asarray(encoded[0]).dtype.kind == "i"
+
+
+def test_select_cache_write_is_bit_identical_to_slice_update():
+    import tensorflow as tf
+
+    import keras_transformer.layers.attention as attention
+    from export.module import _select_update_cache, cache_update
+
+    rng = np.random.default_rng(0)
+    cache = tf.constant(rng.normal(size=(3, 2, 2, 5, 8)).astype(np.float32))
+    key, value = (tf.constant(rng.normal(size=(3, 1, 8)).astype(np.float32)) for _ in range(2))
+    for layer in (0, 1):
+        for index in (0, 4):
+            expected = attention.update_cache(cache, layer, tf.constant(index), key, value)
+            got = _select_update_cache(cache, layer, tf.constant(index), key, value)
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    original = attention.update_cache
+    with cache_update("select"):
+        assert attention.update_cache is _select_update_cache
+    assert attention.update_cache is original

@@ -3,8 +3,9 @@ import pytest
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.text.sources import encode_sources, pad_batch
 from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
-from keras_transformer.translator import encode_sources, pad_batch, translate
+from keras_transformer.translator import translate
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_batching_keeps_input_order(model, tokenizer):
 
 
 def test_empty_and_over_long_sentences_are_clear_errors(model, tokenizer):
-    with pytest.raises(ValueError, match="sentence 1 is empty"):
+    with pytest.raises(ValueError, match="sentence 2 is empty"):
         translate(model, tokenizer, tokenizer, ["cat", "   "])
     long = " ".join(["red cat"] * 20)
     with pytest.raises(ValueError, match="max_source_length=16"):
@@ -46,7 +47,7 @@ def test_empty_and_over_long_sentences_are_clear_errors(model, tokenizer):
 
 
 def test_sources_end_with_eos_and_pad_with_zero(tokenizer):
-    rows = encode_sources(["cat", "I saw a dog"], tokenizer, 16, eos_id=3)
+    rows = encode_sources(["cat", "I saw a dog"], tokenizer.encode, 16, eos_id=3)
     assert all(r[-1] == 3 for r in rows)
     batch = pad_batch(rows)
     assert batch.shape == (2, max(len(r) for r in rows))

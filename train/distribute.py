@@ -31,7 +31,40 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     if "TF_CONFIG" not in os.environ:
         raise ValueError("training.strategy=multiworker needs the TF_CONFIG environment "
                          "variable (cluster addresses and this worker's task)")
+    _patch_multiworker_log_reduction()
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def _patch_multiworker_log_reduction() -> None:
+    """Keras 3.15 averages each step's logs across workers with reduce(MEAN, axis=0), which
+    fails on the scalar loss and metrics ("Invalid reduction dimension 0"); average scalars
+    with axis=None. Only the multi-worker branch changes; every other case is Keras' own."""
+    from keras.src.backend.tensorflow import trainer as keras_tf_trainer
+    from keras.src.tree import map_structure
+
+    original = keras_tf_trainer.reduce_per_replica
+    if getattr(original, "scalar_safe", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and isinstance(
+                strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            def mean(value):
+                local = strategy.experimental_local_results(value)[0]
+                return strategy.reduce("MEAN", value, axis=0 if local.shape.rank else None)
+
+            return map_structure(mean, values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica.scalar_safe = True
+    keras_tf_trainer.reduce_per_replica = reduce_per_replica
+
+
+def strategy_name(strategy: tf.distribute.Strategy) -> str:
+    for kind in (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.MirroredStrategy):
+        if isinstance(strategy, kind):
+            return kind.__name__
+    return "default"
 
 
 def worker_task() -> tuple[str, int]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import sacrebleu
+import tensorflow as tf
 from tqdm import tqdm
 
 from keras_transformer.translator import translate
@@ -32,3 +34,165 @@ def score_translations(model, source_tok, target_tok, sources, references, *, be
     if hypotheses_path is not None:
         hypotheses_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     return bleu_chrf(hypotheses, references)
+
+
+def cross_attention(model, source_ids: np.ndarray, output_ids: list[int]) -> np.ndarray:
+    """Teacher-forced decoder weights for one translation: (layers, heads, T, S) float32.
+
+    Row t is the attention the decoder paid to each source token when it produced output
+    token t (output_ids ends with EOS, so the last row is the one that stopped).
+    """
+    target_in = np.array([[model.config.bos_id, *output_ids[:-1]]], np.int32)
+    memory, mask = model.encode(tf.constant(source_ids[None, :], tf.int32), training=False)
+    _, weights = model.decode(tf.constant(target_in), memory, mask, training=False,
+                              return_attention_scores=True)
+    return np.stack([np.asarray(w, np.float32)[0] for w in weights])
+
+
+def plot_attention(weights: np.ndarray, source_pieces: list[str], target_pieces: list[str],
+                   path: Path, title: str) -> None:
+    """One heatmap per decoder layer (heads averaged): target tokens down, source across."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    layers = weights.shape[0]
+    width = max(4.0, 0.35 * len(source_pieces) + 1.5)
+    height = max(3.0, 0.3 * len(target_pieces) + 1.5)
+    figure, axes = plt.subplots(1, layers, figsize=(width * layers, height), squeeze=False)
+    for layer, axis in enumerate(axes[0]):
+        image = axis.imshow(weights[layer].mean(axis=0), cmap="viridis", vmin=0.0, vmax=1.0,
+                            aspect="auto")
+        axis.set_xticks(range(len(source_pieces)), source_pieces, rotation=90, fontsize=8)
+        axis.set_yticks(range(len(target_pieces)), target_pieces, fontsize=8)
+        axis.set_xlabel("source")
+        axis.set_ylabel("output")
+        axis.set_title(f"decoder layer {layer + 1}, mean over heads", fontsize=9)
+        figure.colorbar(image, ax=axis, fraction=0.04)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Ids -> SentencePiece pieces, for axis labels."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_bytes)
+    return [processor.id_to_piece(int(i)) for i in ids]
+
+
+def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
+                          *, beam_size: int, alpha: float) -> list[Path]:
+    """PNG heatmaps of the cross-attention for each sentence's own translation."""
+    from keras_transformer.text.sources import encode_sources
+    from keras_transformer.translator import search_ids
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    c = model.config
+    paths = []
+    for i, (sentence, ids) in enumerate(zip(sentences, encode_sources(
+            sentences, source_tok.encode, c.max_source_length, c.eos_id), strict=True)):
+        source = np.array(ids, np.int32)
+        result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha)
+        output = result.to_lists(c.eos_id)[0]
+        generated = [*output, c.eos_id]  # the row that produced EOS is shown too
+        weights = cross_attention(model, source, generated)
+        path = out_dir / f"attention_{i + 1:03d}.png"
+        plot_attention(weights, pieces(source_tok, ids), pieces(target_tok, generated),
+                       path, f"{sentence}\n→ {target_tok.decode([output])[0]}")
+        paths.append(path)
+    return paths
+
+
+def read_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    return [line.rstrip("\r\n") for line in path.open(encoding="utf-8")]
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    import os
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m train.evaluate",
+        description="Translate a file with a trained run, score it with sacreBLEU and chrF.")
+    parser.add_argument("--run", required=True, help="run directory, e.g. runs/demo")
+    parser.add_argument("--src", required=True, help="source sentences, one per line")
+    parser.add_argument("--ref", help="reference translations, line-aligned with --src")
+    parser.add_argument("--model", default="model.keras",
+                        help="model file in the run directory (e.g. best.keras, average.keras)")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--hyp", help="where to write the translations "
+                                      "(default: <run>/<src name>.hyp)")
+    parser.add_argument("--plot-attention", type=int, default=0, metavar="K",
+                        help="write cross-attention heatmaps of the first K sentences")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    import keras
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
+
+    from train.run import fitting_pairs, load_run_tokenizers
+
+    run = Path(args.run)
+    try:
+        sources = read_lines(Path(args.src))
+        references = read_lines(Path(args.ref)) if args.ref else None
+        if references is not None and len(references) != len(sources):
+            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has "
+                             f"{len(references)}")
+        model_path = run / args.model
+        if not model_path.is_file():
+            raise FileNotFoundError(f"model not found: {model_path}")
+        model = keras.models.load_model(model_path, compile=False)
+        source_tok, target_tok = load_run_tokenizers(run)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    kept = [i for i, s in enumerate(sources) if s.strip()]
+    dropped = len(sources) - len(kept)
+    sources = [sources[i] for i in kept]
+    if references is not None:
+        references = [references[i] for i in kept]
+        sources, references, too_long = fitting_pairs(sources, references, source_tok,
+                                                      model.config.max_source_length)
+    else:
+        sources, _, too_long = fitting_pairs(sources, sources, source_tok,
+                                             model.config.max_source_length)
+    if dropped or too_long:
+        print(f"skipped {dropped} empty and {too_long} over-long source lines", file=sys.stderr)
+    with tqdm(total=len(sources), desc="translating", unit="sent") as bar:
+        hypotheses = translate(model, source_tok, target_tok, sources, beam_size=args.beam,
+                               alpha=args.alpha, batch_size=args.batch_size, progress=bar)
+    hyp_path = Path(args.hyp) if args.hyp else run / (Path(args.src).name + ".hyp")
+    hyp_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    print(f"translations: {hyp_path}")
+    if references is not None:
+        scores = bleu_chrf(hypotheses, references)
+        print(f"BLEU {scores['bleu']:.2f}  {scores['sacrebleu_signature']}")
+        print(f"chrF {scores['chrf']:.2f}  {scores['chrf_signature']}")
+        metrics_path = run / "metrics.json"
+        metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
+        metrics.setdefault("evaluations", {})[Path(args.src).name] = {
+            **scores, "model": args.model, "beam": args.beam, "alpha": args.alpha,
+            "sentences": len(sources), "skipped": dropped + too_long,
+            "hypotheses": str(hyp_path)}
+        metrics_path.write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    if args.plot_attention:
+        paths = write_attention_plots(model, source_tok, target_tok,
+                                      sources[: args.plot_attention], run / "attention",
+                                      beam_size=args.beam, alpha=args.alpha)
+        print(f"attention heatmaps: {len(paths)} PNG files in {run / 'attention'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

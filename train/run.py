@@ -36,10 +36,11 @@ from train.config import RunConfig, save_config
 from train.data import Corpus, load_classification, load_corpus
 from train.distribute import (
     check_precision,
+    distribute,
     is_chief,
     make_strategy,
     resolve_jit,
-    distribute,
+    strategy_name,
     worker_task,
 )
 from train.evaluate import bleu_chrf, score_translations
@@ -90,20 +91,45 @@ def model_config(config: RunConfig, source_tok, target_tok) -> TransformerConfig
     )
 
 
+def replayable(build, repeat: bool) -> tf.data.Dataset:
+    """A repeated stream that every new iterator replays from its first batch.
+
+    A seeded shuffle with reshuffle_each_iteration continues its sequence of orders on each
+    new iterator of one dataset object, and Keras makes more than one on a single device
+    (not on several), so the batches would depend on the strategy and on how often the
+    dataset was iterated before. Built inside flat_map, each iterator starts afresh. A
+    one-pass-per-epoch dataset is left alone: there, a new iterator is a new epoch and
+    should get a new order.
+    """
+    if not repeat:
+        return build()
+    return tf.data.Dataset.range(1).flat_map(lambda _: build())
+
+
 def translation_datasets(config: RunConfig, corpus: Corpus, source_tok, target_tok):
-    """(train, dev): with steps_per_epoch the training stream repeats, so that a resumed run
-    can skip exactly the batches already trained on; otherwise one pass is one epoch."""
+    """(make_train, make_dev) dataset factories.
+
+    With steps_per_epoch the training stream repeats, so that a resumed run can skip exactly
+    the batches already trained on; otherwise one pass is one epoch. Factories, because each
+    input pipeline of a distributed run must build its own copy (see train.distribute).
+    """
     d = config.data
     longest = max(d.max_source_length, d.max_target_length)
     common = dict(max_source_length=d.max_source_length, max_target_length=d.max_target_length,
                   tokens_per_batch=d.tokens_per_batch,
                   bucket_boundaries=bucket_boundaries_for(longest, d.num_buckets))
-    train = make_translation_dataset(corpus.train.sources, corpus.train.targets, source_tok,
-                                     target_tok, shuffle=True, seed=config.training.seed,
-                                     repeat=config.training.steps_per_epoch > 0, **common)
-    dev = make_translation_dataset(corpus.dev.sources, corpus.dev.targets, source_tok,
-                                   target_tok, shuffle=False, **common)
-    return train, dev
+
+    def make_train():
+        repeat = config.training.steps_per_epoch > 0
+        return replayable(lambda: make_translation_dataset(
+            corpus.train.sources, corpus.train.targets, source_tok, target_tok, shuffle=True,
+            seed=config.training.seed, repeat=repeat, **common), repeat)
+
+    def make_dev():
+        return make_translation_dataset(corpus.dev.sources, corpus.dev.targets, source_tok,
+                                        target_tok, shuffle=False, **common)
+
+    return make_train, make_dev
 
 
 @keras.saving.register_keras_serializable(package="train")
@@ -200,17 +226,19 @@ def segments(state: dict | None, epochs: int, steps_per_epoch: int):
     return plan
 
 
-def fit(model, strategy, config: RunConfig, out: Path, train_ds, dev_ds, *, dev_bleu=None,
+def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, dev_bleu=None,
         chief: bool = True) -> dict:
     """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need."""
     t = config.training
     backup = ResumableBackup(out / "backup", t.save_every_steps, fingerprint(config),
                              extra_state=dev_bleu.state if dev_bleu else None)
     with strategy.scope():
-        # Keras builds the compiled loss and metrics from the first batch it sees, which under
-        # a multi-replica strategy arrives as per-replica values whose dtype it misreads
-        # (ids become float32); build them from one plain batch instead.
-        model._symbolic_build(data_batch=next(iter(dev_ds)))
+        # Under a strategy, Keras builds the compiled loss and metrics from a batch it pulls
+        # and averages across replicas: the ids become float32, and replicas holding different
+        # row counts (odd batches) cannot be averaged across workers at all. Build from one
+        # plain batch here, and turn that step off.
+        model._symbolic_build(data_batch=next(iter(make_dev())))
+        model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
         state = backup.restore(model)
     resumed = int(state["step"]) if state else 0
     if state:
@@ -232,13 +260,14 @@ def fit(model, strategy, config: RunConfig, out: Path, train_ds, dev_ds, *, dev_
     epochs_done = int(state["epoch"]) if state else 0
     start = time.perf_counter()
     for initial, epochs, steps, skip, offset in segments(state, t.epochs, t.steps_per_epoch):
-        def make_train(skip=skip):
-            data = train_ds.skip(skip) if skip else train_ds
+        def make_segment(skip=skip):
+            data = make_train()
+            data = data.skip(skip) if skip else data
             return data.map(tap) if tap is not None else data
 
         backup.batch_offset = offset
-        result = model.fit(distribute(strategy, make_train),
-                           validation_data=distribute(strategy, lambda: dev_ds),
+        result = model.fit(distribute(strategy, make_segment),
+                           validation_data=distribute(strategy, make_dev),
                            initial_epoch=initial, epochs=epochs, steps_per_epoch=steps,
                            callbacks=callbacks, verbose=t.verbose,
                            shuffle=False)  # the dataset shuffles itself, before bucketing
@@ -279,7 +308,7 @@ def _setup(config: RunConfig, out: Path):
     keras.mixed_precision.set_global_policy(t.precision)
     jit = resolve_jit(t.jit_compile)
     log.info("strategy %s with %d replica(s); jit_compile %s; precision %s",
-             type(strategy).__name__, strategy.num_replicas_in_sync, jit, t.precision)
+             strategy_name(strategy), strategy.num_replicas_in_sync, jit, t.precision)
     return strategy, chief, out, jit
 
 
@@ -291,7 +320,7 @@ def _base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) -
         "steps": result["steps"],
         "resumed_from_step": result["resumed_from_step"],
         "parameters": int(model.count_params()),
-        "strategy": type(strategy).__name__,
+        "strategy": strategy_name(strategy),
         "replicas": strategy.num_replicas_in_sync,
         "jit_compile": jit,
         "precision": config.training.precision,
@@ -322,7 +351,7 @@ def run_translation(config: RunConfig, out: Path) -> dict:
              d.max_source_length, d.max_target_length)
     model_cfg = model_config(config, source_tok, target_tok)
     (out / "model_config.json").write_text(json.dumps(model_cfg.to_dict(), indent=2))
-    train_ds, dev_ds = translation_datasets(config, corpus, source_tok, target_tok)
+    make_train, make_dev = translation_datasets(config, corpus, source_tok, target_tok)
 
     with strategy.scope():
         model = Transformer(model_cfg)
@@ -333,8 +362,9 @@ def run_translation(config: RunConfig, out: Path) -> dict:
     e = config.eval
     dev_bleu = None
     if e.dev_bleu_sentences:
-        sources = corpus.dev.sources[: e.dev_bleu_sentences]
-        references = corpus.dev.targets[: e.dev_bleu_sentences]
+        sources, references, _ = fitting_pairs(corpus.dev.sources[: e.dev_bleu_sentences],
+                                               corpus.dev.targets[: e.dev_bleu_sentences],
+                                               source_tok, model_cfg.max_source_length)
 
         def score(m):
             hypotheses = translate(m, source_tok, target_tok, sources, beam_size=e.dev_bleu_beam,
@@ -344,7 +374,8 @@ def run_translation(config: RunConfig, out: Path) -> dict:
         dev_bleu = DevBleu(score, out / "best.npz" if chief else None,
                            config.training.early_stopping_patience)
 
-    result = fit(model, strategy, config, out, train_ds, dev_ds, dev_bleu=dev_bleu, chief=chief)
+    result = fit(model, strategy, config, out, make_train, make_dev, dev_bleu=dev_bleu,
+                 chief=chief)
     metrics = _base_metrics(config, strategy, jit, result, model)
     metrics["too_long_dropped"] = too_long
     metrics["empty_dropped"] = corpus.dropped_empty
@@ -412,14 +443,21 @@ def run_classification(config: RunConfig, out: Path) -> dict:
         **config.model.overrides})
     (out / "model_config.json").write_text(json.dumps(model_cfg.to_dict(), indent=2))
     batch_size = max(1, d.tokens_per_batch // d.max_source_length)
-    train_ds = make_classification_dataset(train.texts, train.labels, tok,
+
+    def make_train():
+        def build():
+            data = make_classification_dataset(train.texts, train.labels, tok,
+                                               max_length=d.max_source_length,
+                                               batch_size=batch_size, seed=t.seed)
+            return data.repeat() if t.steps_per_epoch else data
+
+        return replayable(build, t.steps_per_epoch > 0)
+
+    def make_dev():
+        return make_classification_dataset(dev.texts, dev.labels, tok,
                                            max_length=d.max_source_length,
-                                           batch_size=batch_size, seed=t.seed)
-    if t.steps_per_epoch:
-        train_ds = train_ds.repeat()
-    dev_ds = make_classification_dataset(dev.texts, dev.labels, tok,
-                                         max_length=d.max_source_length,
-                                         batch_size=batch_size, shuffle=False)
+                                           batch_size=batch_size, shuffle=False)
+
     with strategy.scope():
         model = TransformerClassifier(model_cfg, num_classes=num_classes,
                                       pooling=config.model.pooling)
@@ -427,12 +465,12 @@ def run_classification(config: RunConfig, out: Path) -> dict:
         compile_model(model, config, jit)
     log.info("model: %s parameters, %d classes, batch %d", f"{model.count_params():,}",
              num_classes, batch_size)
-    result = fit(model, strategy, config, out, train_ds, dev_ds, chief=chief)
+    result = fit(model, strategy, config, out, make_train, make_dev, chief=chief)
     metrics = _base_metrics(config, strategy, jit, result, model)
     if not chief:
         return metrics
     model.save(out / "model.keras")
-    scores = model.evaluate(dev_ds, verbose=0, return_dict=True)
+    scores = model.evaluate(distribute(strategy, make_dev), verbose=0, return_dict=True)
     metrics["dev_accuracy"] = round(float(scores["accuracy"]) * 100, 2)
     metrics["dev_sentences"] = len(dev)
     print(f"dev: accuracy {metrics['dev_accuracy']:.2f}% ({len(dev)} sentences)")

@@ -7,8 +7,14 @@ from collections.abc import Sequence
 import numpy as np
 import sentencepiece as spm
 
-from export.common import ExportError, Manifest, default_max_length, encode_sources, pad_batch
+from export.common import ExportError, Manifest
 from keras_transformer.decoding import SearchResult, beam_search, greedy_search
+from keras_transformer.text.sources import (
+    batches_by_length,
+    default_max_length,
+    encode_sources,
+    pad_batch,
+)
 
 
 class Backend:
@@ -104,9 +110,10 @@ class Translator:
                            alpha=alpha, pad_id=self.pad_id)
 
     def encode(self, sentences: Sequence[str], truncate: bool = True) -> list[list[int] | None]:
-        """Sentences -> id lists ending in EOS (None for blank ones); see common.encode_sources."""
+        """Sentences -> id lists ending in EOS (None for blank ones); see text.sources."""
         return encode_sources(sentences, lambda texts: self.source_sp.encode(texts, out_type=int),
-                              self.max_source_length, self.eos_id, truncate=truncate)
+                              self.max_source_length, self.eos_id, truncate=truncate,
+                              allow_empty=True)
 
     def translate_ids(self, sentences: Sequence[str], *, beam_size: int = 4,
                       alpha: float = 0.6, batch_size: int = 64, truncate: bool = True,
@@ -116,13 +123,10 @@ class Translator:
             raise TypeError("translate expects a list of sentences, not a single str")
         encoded = self.encode(sentences, truncate)
         outputs: list[list[int]] = [[] for _ in encoded]
-        todo = [i for i, ids in enumerate(encoded) if ids is not None]
-        if progress is not None and len(todo) < len(encoded):
-            progress.update(len(encoded) - len(todo))
-        # Sorting by length keeps the padding (and the wasted steps) per batch small.
-        todo.sort(key=lambda i: len(encoded[i]))
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start: start + batch_size]
+        blank = sum(ids is None for ids in encoded)
+        if progress is not None and blank:
+            progress.update(blank)
+        for chunk in batches_by_length(encoded, batch_size):
             result = self.search_ids(pad_batch([encoded[i] for i in chunk], self.pad_id),
                                      beam_size=beam_size, alpha=alpha)
             for i, ids in zip(chunk, result.to_lists(self.eos_id), strict=True):

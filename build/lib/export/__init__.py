@@ -1,7 +1,0 @@
-"""Export a trained Transformer (SavedModel, ONNX, TFLite) and run it without TensorFlow.
-
-Importing this package, ``export.translate`` or ``export.runtime`` loads neither TensorFlow
-nor Keras: a deployment that only has onnxruntime, NumPy, sentencepiece and tqdm can use them.
-The exporters (``python -m export``) and the SavedModel/Keras runtimes import TensorFlow when
-they are chosen.
-"""

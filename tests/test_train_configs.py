@@ -1,0 +1,82 @@
+"""Each shipped config runs end to end for a few steps on the real files (skipped where
+../shared/data or $KT_DATA_DIR lacks them), with a shrunken model so the suite stays fast."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from train.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "train" / "configs"
+DATA = Path(os.environ.get("KT_DATA_DIR") or ROOT.parent / "shared" / "data")
+
+SHRINK = ["model.overrides.d_model=32", "model.overrides.num_heads=2", "model.overrides.d_ff=64",
+          "model.overrides.num_encoder_layers=1", "model.overrides.num_decoder_layers=1",
+          "training.steps_per_epoch=2", "training.epochs=1", "training.verbose=0",
+          "training.tensorboard=false", "training.precision=float32", "tokenizer.vocab_size=400",
+          "data.tokens_per_batch=1024", f"data.data_dir={DATA}"]
+TRANSLATION = ["eval.dev_bleu_sentences=4", "eval.max_sentences=4", "eval.beam_size=1",
+               "eval.samples=0"]
+
+
+def need(*names):
+    missing = [n for n in names if not (DATA / n).is_file()]
+    if missing:
+        pytest.skip(f"real corpus files not present under {DATA}: {missing}")
+
+
+def run(name: str, out: Path, *extra: str) -> dict:
+    from train.run import run_classification, run_translation
+
+    config = load_config(CONFIGS / f"{name}.yaml", [*SHRINK, *extra])
+    runner = run_translation if config.task == "translation" else run_classification
+    runner(config, out)
+    return json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["iwslt15_envi_small", "iwslt15_envi_base"])
+def test_iwslt15_configs_run_on_the_partial_training_set(name, tmp_path):
+    need("iwslt15_en_vi/train_head1000.en", "iwslt15_en_vi/train_head1000.vi",
+         "iwslt15_en_vi/tst2012.en", "iwslt15_en_vi/tst2012.vi")
+    metrics = run(name, tmp_path, *TRANSLATION)
+    assert metrics["steps"] == 2
+    assert metrics["empty_dropped"] >= 1  # line 470 of train_head1000.en is empty
+    assert 0.0 <= metrics["bleu"] <= 100.0
+    assert (tmp_path / "spm_source.model").is_file() and (tmp_path / "spm_target.model").is_file()
+
+
+@pytest.mark.slow
+def test_spa_eng_small_config_holds_out_whole_sources(tmp_path):
+    need("spa_eng/spa.txt")
+    metrics = run("spa_eng_small", tmp_path, *TRANSLATION, "data.dev_size=200",
+                  "data.test_size=200")
+    assert metrics["steps"] == 2
+    assert 0.0 <= metrics["bleu"] <= 100.0
+
+
+def test_spa_eng_grouped_split_shares_no_source_between_splits():
+    need("spa_eng/spa.txt")
+    from train.data import load_corpus
+
+    config = load_config(CONFIGS / "spa_eng_small.yaml", [f"data.data_dir={DATA}"])
+    corpus = load_corpus(config.data)
+    train = set(corpus.train.sources)
+    assert not train & set(corpus.dev.sources)
+    assert not train & set(corpus.test.sources)
+    assert not set(corpus.dev.sources) & set(corpus.test.sources)
+    assert len(corpus.dev) >= 2000 and len(corpus.test) >= 2000
+    assert len(corpus.train) + len(corpus.dev) + len(corpus.test) + corpus.dropped_empty == (
+        116_964)
+
+
+@pytest.mark.slow
+def test_sst2_classifier_config_reports_dev_accuracy(tmp_path):
+    need("sst2/train.tsv", "sst2/dev.tsv")
+    metrics = run("sst2_classifier", tmp_path)
+    assert metrics["dev_sentences"] == 872
+    assert 0.0 <= metrics["dev_accuracy"] <= 100.0
+    assert metrics["steps"] == 2

@@ -1,0 +1,108 @@
+"""A mixed_bfloat16 + XLA run that reloads and decodes as it did in training; the evaluation,
+attention-plot and checkpoint-averaging commands on that run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import pytest
+
+from train.config import DataConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "train" / "configs" / "demo.yaml"
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
+       "CUDA_VISIBLE_DEVICES": ""}
+DATA = dict(train_size=300, dev_size=20, test_size=6, max_source_length=24,
+            max_target_length=24, tokens_per_batch=576)
+TINY = [*(f"data.{k}={v}" for k, v in DATA.items()),
+        "tokenizer.vocab_size=200", "model.overrides.d_model=32", "model.overrides.d_ff=64",
+        "training.steps_per_epoch=3", "training.epochs=2", "training.verbose=0",
+        "eval.dev_bleu_sentences=4", "eval.beam_size=2", "eval.samples=0"]
+
+
+def python(*args, timeout=400):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def bf16_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bf16")
+    args = ["-m", "train", "--config", str(DEMO), "--out", str(out)]
+    for item in (*TINY, "training.precision=mixed_bfloat16", "training.jit_compile=true"):
+        args += ["--set", item]
+    result = python(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_mixed_bfloat16_xla_run_reloads_and_decodes_the_same(bf16_run):
+    out, log = bf16_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["precision"] == "mixed_bfloat16"
+    assert metrics["jit_compile"] is True
+    assert 1 <= metrics["distinct_batch_shapes"] <= 8  # few buckets, so few XLA compilations
+    assert "distinct batch shapes" in log
+    for name in ("best.keras", "model.keras"):
+        assert (out / name).is_file()
+    assert (out / "logs").is_dir()  # TensorBoard event files
+
+    from keras_transformer.translator import translate
+    from train.data import load_corpus
+    from train.run import load_run_tokenizers
+
+    model = keras.models.load_model(out / "model.keras", compile=False)
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    source_tok, target_tok = load_run_tokenizers(out)
+    config = load_config(DEMO, [f"data.{k}={v}" for k, v in DATA.items()])
+    corpus = load_corpus(DataConfig(**{**config.data.__dict__}))
+    sources = [s for s in corpus.test.sources
+               if len(source_tok.encode([s])[0]) + 1 <= model.config.max_source_length]
+    hypotheses = translate(model, source_tok, target_tok, sources, beam_size=2, alpha=0.6)
+    assert hypotheses == (out / "test.hyp").read_text(encoding="utf-8").splitlines()
+    assert all(isinstance(h, str) for h in hypotheses)
+
+
+@pytest.mark.slow
+def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path):
+    out, _ = bf16_run
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("she bought a dog\n\nseventy-five\n", encoding="utf-8")
+    ref.write_text("cô ấy đã mua một con chó\n\nbảy mươi lăm\n", encoding="utf-8")
+    result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src), "--ref",
+                    str(ref), "--beam", "2", "--plot-attention", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "BLEU" in result.stdout and "nrefs:1|case:mixed" in result.stdout
+    assert "chrF" in result.stdout
+    assert "skipped 1 empty" in result.stderr
+    assert len((out / "src.txt.hyp").read_text(encoding="utf-8").splitlines()) == 2
+    scores = json.loads((out / "metrics.json").read_text())["evaluations"]["src.txt"]
+    assert scores["sentences"] == 2 and 0.0 <= scores["bleu"] <= 100.0
+    plots = sorted((out / "attention").glob("*.png"))
+    assert len(plots) == 2
+    assert plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    result = python("-m", "train.average", "--run", str(out), "--last", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    averaged = keras.models.load_model(out / "average.keras", compile=False)
+    last = keras.models.load_model(out / "model.keras", compile=False)
+    assert len(averaged.get_weights()) == len(last.get_weights())
+    result = python("-m", "train.average", "--run", str(out), "--last", "9")
+    assert result.returncode == 1 and "fewer than --last 9" in result.stderr
+
+    result = python("-m", "train.evaluate", "--run", str(out), "--src", str(tmp_path / "no"))
+    assert result.returncode == 1 and "file not found" in result.stderr
+
+
+def test_mixed_float16_gets_a_loss_scale_optimizer():
+    from train.run import make_optimizer
+
+    config = load_config(DEMO, ["training.precision=mixed_float16"])
+    assert isinstance(make_optimizer(config, 32), keras.optimizers.LossScaleOptimizer)
+    config = load_config(DEMO, ["training.precision=mixed_bfloat16"])
+    assert not isinstance(make_optimizer(config, 32), keras.optimizers.LossScaleOptimizer)

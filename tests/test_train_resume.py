@@ -1,0 +1,120 @@
+"""Resumable training: kill -9 mid-run, rerun the same command, and end where an uninterrupted
+run ends; unreadable or mismatched backups are clear errors."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "train" / "configs" / "demo.yaml"
+
+# steps_per_epoch makes the training stream replayable, so the resumed run sees exactly the
+# batches the uninterrupted one sees after the backup; dropout 0 leaves no other randomness.
+TINY = [
+    "data.train_size=300", "data.dev_size=20", "data.test_size=10",
+    "data.max_source_length=24", "data.max_target_length=24", "data.tokens_per_batch=576",
+    "tokenizer.vocab_size=200", "model.overrides.d_model=32", "model.overrides.d_ff=64",
+    "model.overrides.dropout=0.0", "training.steps_per_epoch=4", "training.epochs=3",
+    "training.save_every_steps=2", "training.verbose=0", "training.tensorboard=false",
+    "eval.dev_bleu_sentences=5", "eval.beam_size=1", "eval.max_sentences=3", "eval.samples=0",
+]
+
+
+def command(out: Path, *extra: str) -> list[str]:
+    args = [sys.executable, "-m", "train", "--config", str(DEMO), "--out", str(out)]
+    for item in (*TINY, *extra):
+        args += ["--set", item]
+    return args
+
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
+       "CUDA_VISIBLE_DEVICES": ""}
+
+
+def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command(out, *extra), cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=400)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    process = subprocess.Popen(command(out), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    yield out, process
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_rerun_resumes_and_matches_an_uninterrupted_run(
+        uninterrupted, tmp_path):
+    full_out, full_process = uninterrupted
+    out = tmp_path / "killed"
+    state = out / "backup" / "state.json"
+    victim = subprocess.Popen(command(out), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not state.is_file() and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL
+    backup = json.loads(state.read_text())
+    assert 0 < backup["step"] < 12
+    assert not (out / "metrics.json").exists()
+
+    # Copies of the backup for the error cases, before the resumed run consumes it.
+    corrupt, mismatched = tmp_path / "corrupt", tmp_path / "mismatched"
+    shutil.copytree(out, corrupt)
+    shutil.copytree(out, mismatched)
+
+    result = run(out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    step = json.loads((out / "metrics.json").read_text())["resumed_from_step"]
+    assert step >= backup["step"]
+    assert f"resumed from {out / 'backup'}" in log
+    assert f"at step {step}" in log
+    assert not (out / "backup").exists()  # removed once training finished
+
+    full_process.wait(timeout=400)
+    assert full_process.returncode == 0
+    full = json.loads((full_out / "metrics.json").read_text())
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert full["resumed_from_step"] == 0
+    assert resumed["steps"] == full["steps"] == 12
+    assert resumed["epochs"] == full["epochs"] == 3
+    assert resumed["dev_loss"] == pytest.approx(full["dev_loss"], rel=1e-4)
+    assert resumed["best_dev_bleu"] == pytest.approx(full["best_dev_bleu"], abs=1e-6)
+    assert (out / "test.hyp").read_text() == (full_out / "test.hyp").read_text()
+
+    weights = corrupt / "backup" / backup["weights"]
+    weights.write_bytes(b"not an HDF5 file")
+    result = run(corrupt)
+    assert result.returncode == 1
+    assert f"backup checkpoint {weights} is corrupt or does not fit this model" in result.stderr
+
+    result = run(mismatched, "model.overrides.d_ff=128")
+    assert result.returncode == 1
+    assert "was written by a run with a different data, tokenizer or model config" in (
+        result.stderr)
+
+
+def test_resume_plan_finishes_the_interrupted_epoch_then_runs_whole_epochs():
+    from train.run import segments
+
+    assert segments(None, 3, 0) == [(0, 3, None, 0, 0)]
+    # steps_per_epoch mode: skip every batch trained on, shorten the interrupted epoch.
+    assert segments({"epoch": 1, "batch": 2, "step": 6}, 3, 4) == [
+        (1, 2, 2, 6, 2), (2, 3, 4, 8, 0)]
+    assert segments({"epoch": 2, "batch": 0, "step": 8}, 3, 4) == [(2, 3, 4, 8, 0)]
+    assert segments({"epoch": 3, "batch": 0, "step": 12}, 3, 4) == []
+    # One pass per epoch: skip the interrupted epoch's first batches, then full passes.
+    assert segments({"epoch": 1, "batch": 5, "step": 30}, 3, 0) == [
+        (1, 2, None, 5, 5), (2, 3, None, 0, 0)]
