@@ -14,8 +14,14 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
+DEMO_SENTENCES := she bought three small dogs\nwe will sell two red bicycles\ntwenty-one thousand four hundred five\n
+
+# Train -> export every format -> cross-runtime parity -> translate with ONNX Runtime.
 demo: $(STAMP)
 	$(PY) -m train --config train/configs/demo.yaml --out runs/demo
+	$(PY) -m export --run runs/demo --format all --quantize all --out runs/demo/export
+	$(PY) -m export.parity --export runs/demo/export
+	printf '$(DEMO_SENTENCES)' | $(PY) -m export.translate --export runs/demo/export --runtime onnx
 
 test: $(STAMP)
 	$(PY) -m ruff check .
