@@ -5,17 +5,17 @@ Every format is made from this module, so every runtime runs the same two functi
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
-import keras_transformer.layers.attention as attention
 from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.attention import cache_write
 from keras_transformer.models.transformer import Transformer
 
+# "select" for tf2onnx, which has no converter for XLA's dynamic-update-slice.
 CACHE_UPDATES = ("slice", "select")
 
 
@@ -34,35 +34,6 @@ def load_float32_model(run_dir: str | Path) -> Transformer:
     model.build()
     model.set_weights(trained.get_weights())
     return model
-
-
-def _select_update_cache(cache, layer, index, key, value):
-    """Like attention.update_cache, as an elementwise select: tf2onnx has no XlaDynamicUpdateSlice.
-
-    Where() copies values without arithmetic, so the cache is bit-identical to slice_update's.
-    """
-    update = tf.cast(tf.stack([key, value], axis=1)[:, None, :, :, :], cache.dtype)
-    shape = tf.shape(cache)
-    layer_hit = tf.equal(tf.range(shape[1]), layer)[None, :, None, None, None]
-    position_hit = tf.equal(tf.range(shape[3]), tf.cast(index, tf.int32))[
-        None, None, None, :, None]
-    return tf.where(tf.logical_and(layer_hit, position_hit), update, cache)
-
-
-@contextlib.contextmanager
-def cache_update(mode: str):
-    """Trace decode_step with the chosen cache write (the library keeps slice_update)."""
-    if mode not in CACHE_UPDATES:
-        raise ValueError(f"cache_update must be one of {CACHE_UPDATES}, got {mode!r}")
-    if mode == "slice":
-        yield
-        return
-    original = attention.update_cache
-    attention.update_cache = _select_update_cache
-    try:
-        yield
-    finally:
-        attention.update_cache = original
 
 
 class DecodingModule(tf.Module):
@@ -99,7 +70,7 @@ class DecodingModule(tf.Module):
                 "memory_mask": tf.identity(memory_mask, name="memory_mask")}
 
     def _decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
-        with cache_update(self.cache_update):
+        with cache_write(self.cache_update):
             logits, cache = self.model.decode_step(tokens, cross_key_values, memory_mask, cache,
                                                    index)
         return {"logits": tf.identity(logits, name="logits"),

@@ -236,7 +236,6 @@ def test_select_cache_write_is_bit_identical_to_slice_update():
     import tensorflow as tf
 
     import keras_transformer.layers.attention as attention
-    from export.module import _select_update_cache, cache_update
 
     rng = np.random.default_rng(0)
     cache = tf.constant(rng.normal(size=(3, 2, 2, 5, 8)).astype(np.float32))
@@ -244,9 +243,10 @@ def test_select_cache_write_is_bit_identical_to_slice_update():
     for layer in (0, 1):
         for index in (0, 4):
             expected = attention.update_cache(cache, layer, tf.constant(index), key, value)
-            got = _select_update_cache(cache, layer, tf.constant(index), key, value)
-            np.testing.assert_array_equal(got.numpy(), expected.numpy())
-    original = attention.update_cache
-    with cache_update("select"):
-        assert attention.update_cache is _select_update_cache
-    assert attention.update_cache is original
+            with attention.cache_write("select"):
+                got = attention.update_cache(cache, layer, tf.constant(index), key, value)
+            assert attention._cache_write_mode == "slice"
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    with pytest.raises(ValueError, match="cache write must be one of"), \
+            attention.cache_write("grow"):
+        pass

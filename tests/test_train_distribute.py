@@ -41,21 +41,17 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
-def start(out: Path, *overrides: str, env=None, two_cpus=False) -> subprocess.Popen:
+def start(out: Path, log: Path, *overrides: str, env=None, two_cpus=False) -> subprocess.Popen:
+    """The run in the background, its output into `log` (a pipe left unread could block it)."""
     args = ["--config", str(DEMO), "--out", str(out)]
     for item in (*TINY, *overrides):
         args += ["--set", item]
     command = [sys.executable, "-c", TWO_CPUS] if two_cpus else [sys.executable, "-m", "train"]
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
                    "CUDA_VISIBLE_DEVICES": "", **(env or {})}
-    return subprocess.Popen([*command, *args], cwd=ROOT, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(process: subprocess.Popen, timeout=400) -> str:
-    output, _ = process.communicate(timeout=timeout)
-    assert process.returncode == 0, output[-3000:]
-    return output
+    with log.open("w") as sink:
+        return subprocess.Popen([*command, *args], cwd=ROOT, env=environment, stdout=sink,
+                                stderr=subprocess.STDOUT)
 
 
 def free_port() -> int:
@@ -80,40 +76,57 @@ def load_run(out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    out = tmp_path_factory.mktemp("single")
-    finish(start(out, "training.strategy=default"))
-    return load_run(out)
-
-
-@pytest.mark.slow
-def test_mirrored_over_two_cpu_devices_matches_one_device(single, tmp_path):
-    output = finish(start(tmp_path, "training.strategy=mirrored", two_cpus=True))
-    metrics = load_run(tmp_path)
-    assert "MirroredStrategy with 2 replica(s)" in output
-    assert metrics["replicas"] == 2
-    assert_same_trajectory(single, metrics)
-
-
-@pytest.mark.slow
-def test_multiworker_with_two_local_workers_matches_one_device(single, tmp_path):
+def runs(tmp_path_factory):
+    """The single-device, mirrored and two-worker runs, started together to share the wait."""
+    outs = {name: tmp_path_factory.mktemp(name) for name in ("single", "mirrored", "workers")}
+    logs = tmp_path_factory.mktemp("logs")
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    workers = [
-        start(tmp_path, "training.strategy=multiworker", env={"TF_CONFIG": json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": i}})})
-        for i in range(2)
-    ]
+    processes = {
+        "single": start(outs["single"], logs / "single", "training.strategy=default"),
+        "mirrored": start(outs["mirrored"], logs / "mirrored", "training.strategy=mirrored",
+                          two_cpus=True),
+        **{f"worker{i}": start(outs["workers"], logs / f"worker{i}",
+                               "training.strategy=multiworker", env={
+            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
+           for i in range(2)},
+    }
     try:
-        outputs = [finish(w) for w in workers]
+        for process in processes.values():
+            process.wait(timeout=400)
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-    assert "MultiWorkerMirroredStrategy with 2 replica(s)" in outputs[0]
-    metrics = load_run(tmp_path)
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+    outputs = {name: (logs / name).read_text() for name in processes}
+    return outs, outputs, {name: p.returncode for name, p in processes.items()}
+
+
+def completed(runs, *names):
+    outs, outputs, codes = runs
+    for name in names:
+        assert codes[name] == 0, outputs[name][-3000:]
+    return outs, outputs
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_cpu_devices_matches_one_device(runs):
+    outs, outputs = completed(runs, "single", "mirrored")
+    metrics = load_run(outs["mirrored"])
+    assert "MirroredStrategy with 2 replica(s)" in outputs["mirrored"]
+    assert metrics["strategy"] == "MirroredStrategy"
     assert metrics["replicas"] == 2
-    assert_same_trajectory(single, metrics)
+    assert_same_trajectory(load_run(outs["single"]), metrics)
+
+
+@pytest.mark.slow
+def test_multiworker_with_two_local_workers_matches_one_device(runs):
+    outs, outputs = completed(runs, "single", "worker0", "worker1")
+    assert "test: BLEU" in outputs["worker0"]  # the chief evaluates
+    metrics = load_run(outs["workers"])
+    assert metrics["strategy"] == "MultiWorkerMirroredStrategy"
+    assert metrics["replicas"] == 2
+    assert_same_trajectory(load_run(outs["single"]), metrics)
     # Only the chief writes the run directory; the other worker keeps to its own folder.
-    assert (tmp_path / "model.keras").is_file()
-    assert not (tmp_path / ".worker1" / "model.keras").exists()
+    assert (outs["workers"] / "model.keras").is_file()
+    assert not (outs["workers"] / ".worker1" / "model.keras").exists()

@@ -118,3 +118,18 @@ def test_resume_plan_finishes_the_interrupted_epoch_then_runs_whole_epochs():
     # One pass per epoch: skip the interrupted epoch's first batches, then full passes.
     assert segments({"epoch": 1, "batch": 5, "step": 30}, 3, 0) == [
         (1, 2, None, 5, 5), (2, 3, None, 0, 0)]
+
+
+def test_nan_guard_stops_training_and_no_backup_is_taken_of_a_nan_loss():
+    import keras
+
+    from train.callbacks import NaNGuard, _finite
+
+    guard = NaNGuard()
+    model = keras.Sequential([keras.layers.Dense(1)])
+    guard.set_model(model)
+    guard.on_batch_end(0, {"loss": 1.5})
+    assert not guard.fired and not getattr(model, "stop_training", False)
+    guard.on_batch_end(1, {"loss": float("nan")})
+    assert guard.fired and model.stop_training
+    assert _finite({"loss": 2.0}) and not _finite({"loss": float("inf")})

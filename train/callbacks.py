@@ -24,6 +24,11 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _finite(logs) -> bool:
+    loss = (logs or {}).get("loss")
+    return loss is None or bool(np.isfinite(loss))
+
+
 class ResumableBackup(keras.callbacks.Callback):
     """Weights and optimizer state every `save_every` steps and at each epoch end.
 
@@ -83,12 +88,13 @@ class ResumableBackup(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.batches_in_epoch += 1
         step = int(self.model.optimizer.iterations.numpy())
-        if self.save_every and step % self.save_every == 0:
+        if self.save_every and step % self.save_every == 0 and _finite(logs):
             self.save(self.epoch, self.batches_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         self.batch_offset = 0
-        self.save(epoch + 1, 0)
+        if _finite(logs):  # a diverged run keeps its last good backup
+            self.save(epoch + 1, 0)
 
     def save(self, epoch: int, batch: int) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

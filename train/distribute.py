@@ -61,9 +61,12 @@ def _patch_multiworker_log_reduction() -> None:
 
 
 def strategy_name(strategy: tf.distribute.Strategy) -> str:
-    for kind in (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.MirroredStrategy):
-        if isinstance(strategy, kind):
-            return kind.__name__
+    # The public names: tf.distribute.MultiWorkerMirroredStrategy's class is named
+    # CollectiveAllReduceStrategy.
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "MirroredStrategy"
     return "default"
 
 

@@ -2,6 +2,7 @@
 fixed-size key/value cache used for incremental decoding.
 """
 
+import contextlib
 import math
 
 import keras
@@ -35,8 +36,41 @@ def update_cache(cache, layer, index, key, value):
     A fixed-size buffer written at `index` (instead of a concatenated, growing tensor) keeps
     every shape static, which XLA, TFLite and ONNX all need.
     """
+    return _CACHE_WRITES[_cache_write_mode](cache, layer, index, key, value)
+
+
+def _slice_write(cache, layer, index, key, value):
     update = ops.stack([key, value], axis=1)[:, None, :, :, :]
     return ops.slice_update(cache, [0, layer, 0, index, 0], ops.cast(update, cache.dtype))
+
+
+def _select_write(cache, layer, index, key, value):
+    """The same write as an element-wise select: for converters without dynamic-update-slice
+    (tf2onnx). It copies values without arithmetic, so the cache is bit-identical, but it
+    rewrites the whole buffer, so it is only used while tracing for such a converter."""
+    update = ops.cast(ops.stack([key, value], axis=1)[:, None, :, :, :], cache.dtype)
+    shape = ops.shape(cache)
+    layer_hit = ops.equal(ops.arange(shape[1]), layer)[None, :, None, None, None]
+    position_hit = ops.equal(ops.arange(shape[3]), ops.cast(index, "int32"))
+    position_hit = ops.reshape(position_hit, (1, 1, 1, -1, 1))
+    return ops.where(ops.logical_and(layer_hit, position_hit), update, cache)
+
+
+_CACHE_WRITES = {"slice": _slice_write, "select": _select_write}
+_cache_write_mode = "slice"
+
+
+@contextlib.contextmanager
+def cache_write(mode: str):
+    """Trace incremental decoding with the "slice" (default) or "select" cache write."""
+    global _cache_write_mode
+    if mode not in _CACHE_WRITES:
+        raise ValueError(f"cache write must be one of {sorted(_CACHE_WRITES)}, got {mode!r}")
+    previous, _cache_write_mode = _cache_write_mode, mode
+    try:
+        yield
+    finally:
+        _cache_write_mode = previous
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
