@@ -1,28 +1,113 @@
-"""Timing helpers shared by the benchmark scripts: warm-up, repeats, medians, peak memory."""
+"""Shared by the benchmark scripts: configs, timing and statistics, machine facts, JSON output."""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import resource
 import statistics
+import sys
 import time
+from importlib import metadata
 from pathlib import Path
+
+from keras_transformer.config import TransformerConfig
+
+RESULTS = Path("bench/results")
+# --quick runs are smoke tests: they must never overwrite real results.
+QUICK_RESULTS = RESULTS / "quick"
+PEER_RESULTS = RESULTS / "peers"
+ROOT = Path(__file__).resolve().parents[1]
+PEERS_DIR = ROOT.parent / "shared" / "peers"
+
+# The peers' workloads (../shared/peers/common.py): source length, new tokens, train batch.
+SOURCE_LENGTH = 32
+NEW_TOKENS = 32
+TRAIN_BATCH = 32
+TRAIN_LENGTH = 32
+SEED = 1234
+
+# small and base are the peers' two configs: vocab 8000 shared by source and target and tied to
+# the output layer, post-LN, ReLU FFN, sinusoidal positions, dropout 0.1. max_target_length
+# only sizes the position table; 256 leaves room for 128 new tokens.
+_PEER_SHAPE = dict(source_vocab_size=8000, target_vocab_size=8000, dropout=0.1,
+                   share_embeddings=True, tie_output=True, max_source_length=256,
+                   max_target_length=256)
+CONFIGS = {
+    # The model of train/configs/demo.yaml with its own vocabulary size; used by --quick.
+    "demo": TransformerConfig.preset("tiny", d_model=128, num_heads=4, d_ff=512,
+                                     source_vocab_size=1000, target_vocab_size=1000,
+                                     share_embeddings=True, max_target_length=256),
+    "small": TransformerConfig.preset("small", **_PEER_SHAPE),
+    "base": TransformerConfig.preset("base", **_PEER_SHAPE),
+}
+
+VERSIONED = ("tensorflow", "keras", "numpy", "tensorflow-text", "onnxruntime", "onnx",
+             "tf2onnx", "ai-edge-litert", "sentencepiece")
+
+
+def results_dir(args) -> Path:
+    """--results if given, else bench/results (bench/results/quick for --quick)."""
+    if getattr(args, "results", None):
+        return Path(args.results)
+    return QUICK_RESULTS if getattr(args, "quick", False) else RESULTS
+
+
+def build_model(config: TransformerConfig, seed: int = SEED):
+    """A seeded random-weight float32 Transformer, built by one call so it saves and reloads."""
+    import keras
+    import numpy as np
+
+    from keras_transformer.models.transformer import Transformer
+
+    keras.utils.set_random_seed(seed)
+    model = Transformer(config, dtype="float32")
+    ids = np.full((1, 4), 4, "int32")
+    model((ids, ids), training=False)
+    return model
+
+
+# -- statistics and timing -----------------------------------------------------------------
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def quartiles(samples: list[float]) -> tuple[float, float]:
+    """(p25, p75), inclusive method; a single sample is its own spread."""
+    if len(samples) < 2:
+        return samples[0], samples[0]
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def stats(samples: list[float]) -> dict:
+    """Seconds -> median_s, p25_s, p75_s, runs, min_s, max_s and the samples themselves."""
+    p25, p75 = quartiles(samples)
+    return {"median_s": median(samples), "p25_s": p25, "p75_s": p75, "runs": len(samples),
+            "min_s": min(samples), "max_s": max(samples), "samples_s": list(samples)}
 
 
 def time_calls(fn, *, warmup: int = 2, repeats: int = 5, min_seconds: float = 2.0) -> dict:
-    """Run fn() warmup times untimed, then at least `repeats` times and `min_seconds`."""
+    """fn() warmup times (timed apart), then at least `repeats` timed calls and `min_seconds`."""
+    warm = []
     for _ in range(warmup):
+        t0 = time.perf_counter()
         fn()
+        warm.append(time.perf_counter() - t0)
     samples: list[float] = []
-    start = time.perf_counter()
+    load_before = loadavg()
+    cpu0, start = time.process_time(), time.perf_counter()
     while len(samples) < repeats or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-    quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else samples * 3
-    return {"median_s": statistics.median(samples), "p25_s": quartiles[0],
-            "p75_s": quartiles[2], "runs": len(samples)}
+    # CPU seconds per wall second of this process: ~cores when it had the machine to itself.
+    cpu_ratio = (time.process_time() - cpu0) / max(time.perf_counter() - start, 1e-9)
+    return {**stats(samples), "warmup_s": warm, "cpu_ratio": round(cpu_ratio, 3),
+            "loadavg_before": load_before, "loadavg_after": loadavg()}
 
 
 def peak_rss_mb() -> float:
@@ -30,21 +115,101 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# -- machine and software ------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
 def machine() -> dict:
-    import os
+    mem = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem = round(int(f.readline().split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "usable_cores": affinity,
+            "mem_total_gib": mem, "python": platform.python_version(),
+            "machine": platform.machine(), "kernel": platform.release()}
 
-    return {"python": platform.python_version(), "machine": platform.machine(),
-            "cpus": os.cpu_count()}
+
+def versions() -> dict:
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
 
 
-def write_json(path: str | Path, payload: dict) -> None:
+def payload(kind: str, **extra) -> dict:
+    """The metadata every JSON starts with; write_json adds the end time and load."""
+    return {"kind": kind, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": [sys.executable, *sys.argv], "machine": machine(),
+            "loadavg_start": loadavg(), "versions": versions(),
+            "env": {k: v for k, v in sorted(os.environ.items())
+                    if k.startswith(("TF_", "OMP_", "OPENBLAS", "KERAS", "XLA_"))},
+            **extra}
+
+
+def row_key(row: dict, keys: tuple[str, ...]) -> tuple:
+    return tuple(row.get(k) for k in keys)
+
+
+def write_json(path: str | Path, data: dict, merge_keys: tuple[str, ...] | None = None) -> Path:
+    """Write data; with merge_keys, keep the old file's rows that this run did not measure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2))
+    data = {**data, "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loadavg_end": loadavg()}
+    if merge_keys and path.exists():
+        old = json.loads(path.read_text())
+        new = {row_key(r, merge_keys) for r in data.get("results", [])}
+        kept = [r for r in old.get("results", []) if row_key(r, merge_keys) not in new]
+        data["results"] = kept + data.get("results", [])
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The parsed file, or None when it is missing or unreadable (reports show n/a)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def roofline_peak(results: Path) -> float | None:
+    """Best sustained matmul GFLOP/s in results/roofline.json, if it was measured."""
+    data = read_json(Path(results) / "roofline.json") or {}
+    rates = [r["gflops"] for r in data.get("results", []) if r.get("gflops")]
+    return max(rates) if rates else None
+
+
+# -- printing ------------------------------------------------------------------------------
 
 
 def print_table(headers: list[str], rows: list[list]) -> None:
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
     print("  ".join(str(h).rjust(w) for h, w in zip(headers, widths, strict=True)))
     for row in rows:
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths, strict=True)))

@@ -1,77 +1,253 @@
-"""Decoding speed of the Keras runtime: tokens/s and latency per batch, XLA on and off.
+"""Decoding speed of one runtime: tokens/s and latency of one full call (encoder + every step
++ search) per batch, with the key/value cache and (Keras only) without it.
 
-    python -m bench.decode [--configs demo small] [--new-tokens 32]
+    python -m bench.decode [--runtime keras|keras-xla|savedmodel|onnx|tflite]
+        [--configs small base] [--new-tokens 32 128] [--batches 1 16] [--beams 1 4] [--no-cache]
 
-Source length 32, exactly --new-tokens generated per sentence (EOS is masked out so that no
-row stops early), batch 1 and 16, greedy and beam 4, random weights.
+Source = 32 random ids, exactly --new-tokens generated per row (EOS is masked out so no row
+stops early), greedy and beam 4, random weights (bench.export_models makes the exports).
+One runtime per process, so the peak RSS in the JSON is that runtime's. No-cache cells (keras
+runtimes, --no-cache) re-run the decoder over the whole prefix at every step; they are measured
+at the smallest --new-tokens for every batch and beam, and batch-1 greedy at the others
+(with keras-xla every prefix length is a compile, paid in the warm-up calls).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import warnings
+import weakref
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The no-cache path's first step attends over one key; Keras warns about that softmax.
+warnings.filterwarnings("ignore", message="You are using a softmax over axis -1")
 
 import numpy as np  # noqa: E402
 
-from bench.common import machine, peak_rss_mb, print_table, time_calls, write_json  # noqa: E402
-from bench.train_step import CONFIGS  # noqa: E402
+from bench.common import (  # noqa: E402
+    CONFIGS,
+    SEED,
+    SOURCE_LENGTH,
+    build_model,
+    payload,
+    peak_rss_mb,
+    print_table,
+    results_dir,
+    time_calls,
+    write_json,
+)
+from bench.export_models import CACHE_DIR, code_fingerprint, ensure_in_child  # noqa: E402
+from bench.flops import generate_flops  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
-from keras_transformer.models.transformer import Transformer  # noqa: E402
-from keras_transformer.translator import KerasStepper  # noqa: E402
+
+RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "tflite")
+KERAS_RUNTIMES = ("keras", "keras-xla")
+MERGE_KEYS = ("config", "batch", "beam", "new_tokens", "cache")
 
 
-def decode_once(model, source, beam, new_tokens, jit):
-    c = model.config
-    stepper = KerasStepper(model, source, beam_size=beam, max_length=new_tokens,
-                           jit_compile=jit)
+class NoCacheStepper:
+    """step/reorder that re-run `model.decode` over the whole prefix and keep the last position.
+
+    Memory is encoded once (as the cached path does) and repeated per beam; reorder gathers
+    the prefix rows. This is the cost the key/value cache exists to avoid.
+    """
+
+    _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, model, source_ids: np.ndarray, *, beam_size: int, jit_compile: bool):
+        import tensorflow as tf
+
+        self.tf = tf
+        encode, self._decode = self.compiled(model, jit_compile)
+        memory, mask = encode(tf.constant(source_ids, tf.int32))
+        if beam_size > 1:
+            memory = tf.repeat(memory, beam_size, axis=0)
+            mask = tf.repeat(mask, beam_size, axis=0)
+        self.memory, self.mask = memory, mask
+        self.prefix = np.zeros((source_ids.shape[0] * beam_size, 0), np.int32)
+
+    @classmethod
+    def compiled(cls, model, jit_compile: bool):
+        """One pair of tf.functions per (model, XLA), so repeated calls reuse the traces."""
+        import tensorflow as tf
+
+        per_model = cls._compiled.setdefault(model, {})
+        if jit_compile not in per_model:
+            def last_logits(prefix, memory, mask):
+                return model.decode(prefix, memory, mask, training=False)[:, -1, :]
+
+            per_model[jit_compile] = (
+                tf.function(lambda ids: model.encode(ids, training=False),
+                            jit_compile=jit_compile, reduce_retracing=True),
+                tf.function(last_logits, jit_compile=jit_compile, reduce_retracing=True))
+        return per_model[jit_compile]
+
+    def step(self, tokens: np.ndarray, index: int) -> np.ndarray:
+        self.prefix = np.concatenate([self.prefix, np.asarray(tokens, np.int32)[:, None]], 1)
+        return self._decode(self.tf.constant(self.prefix), self.memory, self.mask).numpy()
+
+    def reorder(self, indices: np.ndarray) -> None:
+        self.prefix = self.prefix[indices]
+
+
+def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
+    """(source, beam, new_tokens, cache) -> stepper with .step and .reorder."""
+    if runtime in KERAS_RUNTIMES:
+        from keras_transformer.translator import KerasStepper
+
+        model = build_model(CONFIGS[name], SEED)
+        jit = runtime == "keras-xla"
+
+        def keras_factory(source, beam, new_tokens, cache):
+            if cache:
+                return KerasStepper(model, source, beam_size=beam, max_length=new_tokens,
+                                    jit_compile=jit)
+            return NoCacheStepper(model, source, beam_size=beam, jit_compile=jit)
+
+        return keras_factory
+    from export.common import Manifest
+    from export.runtime import load_backend
+    from export.runtime.base import Stepper
+
+    backend = load_backend(Manifest(ensure_in_child(name, cache_dir)), runtime)
+
+    def export_factory(source, beam, new_tokens, cache):
+        return Stepper(backend, source, beam_size=beam, max_length=new_tokens)
+
+    return export_factory
+
+
+def decode_once(factory, config, source: np.ndarray, beam: int, new_tokens: int,
+                cache: bool) -> np.ndarray:
+    """One full call: encode, new_tokens steps, search; returns the (batch, new_tokens) ids."""
+    stepper = factory(source, beam, new_tokens, cache)
 
     def step(tokens, index):
-        logits = stepper.step(tokens, index)
-        logits[:, c.eos_id] = -np.inf  # exactly new_tokens per row, as the peers measure
+        logits = np.array(stepper.step(tokens, index), np.float32)
+        logits[:, config.eos_id] = -np.inf  # exactly new_tokens per row, as the peers measure
         return logits
 
     if beam == 1:
-        result = greedy_search(step, len(source), bos_id=c.bos_id, eos_id=c.eos_id,
+        result = greedy_search(step, len(source), bos_id=config.bos_id, eos_id=config.eos_id,
                                max_length=new_tokens)
     else:
         result = beam_search(step, stepper.reorder, len(source), beam_size=beam,
-                             bos_id=c.bos_id, eos_id=c.eos_id, max_length=new_tokens)
-    assert result.tokens.shape == (len(source), new_tokens), result.tokens.shape
+                             bos_id=config.bos_id, eos_id=config.eos_id, max_length=new_tokens)
+    return result.tokens
+
+
+def cells(new_tokens: list[int], batches: list[int], beams: list[int], no_cache: bool):
+    """(batch, beam, new_tokens, cache): all cached; no-cache at the shortest length for every
+    batch and beam, and batch-1 greedy at the longer lengths (it grows quadratically)."""
+    out = [(b, k, n, True) for n in new_tokens for b in batches for k in beams]
+    if no_cache:
+        shortest = min(new_tokens)
+        out += [(b, k, shortest, False) for b in batches for k in beams]
+        out += [(1, 1, n, False) for n in new_tokens if n != shortest]
+    return out
+
+
+def measure(factory, name: str, runtime: str, batch: int, beam: int, new_tokens: int,
+            cache: bool, timing: dict) -> dict:
+    config = CONFIGS[name]
+    rng = np.random.default_rng(SEED)
+    source = rng.integers(4, config.source_vocab_size, (batch, SOURCE_LENGTH)).astype("int32")
+    row = {"runtime": runtime, "config": name, "batch": batch, "beam": beam,
+           "new_tokens": new_tokens, "cache": cache, "source_length": SOURCE_LENGTH}
+    outputs = []
+
+    def run():
+        outputs.append(decode_once(factory, config, source, beam, new_tokens, cache))
+
+    try:
+        t = time_calls(run, **timing)
+    except Exception as err:  # record and go on to the next cell, as the peers do
+        return {**row, "error": f"{type(err).__name__}: {str(err)[:2000]}"}
+    for tokens in outputs:
+        if tokens.shape != (batch, new_tokens) or (tokens == config.eos_id).any():
+            return {**row, "error": f"expected {new_tokens} tokens per row without EOS, "
+                                    f"got shape {tokens.shape}"}
+    work = batch * new_tokens
+    flops = generate_flops(config, batch, beam, SOURCE_LENGTH, new_tokens) if cache else None
+    return {**row, "generated_tokens_per_row": int(outputs[-1].shape[1]),
+            "tokens_per_s": work / t["median_s"], "tokens_per_s_p25": work / t["p75_s"],
+            "tokens_per_s_p75": work / t["p25_s"],
+            "ms_per_batch": {"median": t["median_s"] * 1e3, "p25": t["p25_s"] * 1e3,
+                             "p75": t["p75_s"] * 1e3, "runs": t["runs"]},
+            "per_token_ms": t["median_s"] * 1e3 / new_tokens,
+            "gflops": flops / t["median_s"] / 1e9 if flops else None,
+            "rss_peak_mb_so_far": peak_rss_mb(), **t}
+
+
+def fmt_row(r: dict) -> list:
+    head = [r["config"], r["batch"], r["beam"], r["new_tokens"], "yes" if r["cache"] else "no"]
+    if "error" in r:
+        return head + ["FAILED", "", "", ""]
+    ms = r["ms_per_batch"]
+    return head + [f"{ms['median']:.0f}", f"{ms['p25']:.0f}-{ms['p75']:.0f}",
+                   f"{r['per_token_ms']:.2f}", f"{r['tokens_per_s']:,.0f}"]
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=["demo", "small"], choices=CONFIGS)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--source-length", type=int, default=32)
-    parser.add_argument("--out", default="bench/results/decode.json")
+    parser.add_argument("--runtime", default="keras", choices=RUNTIMES)
+    parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
+                        help="default small base (demo with --quick)")
+    parser.add_argument("--new-tokens", type=int, nargs="+", default=None,
+                        help="default 32 128 (4 with --quick)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--no-cache", action="store_true",
+                        help="also time the keras runtimes without the key/value cache")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR,
+                        help="where bench.export_models keeps the exports")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: demo config, 4 new tokens, one timed call")
+    parser.add_argument("--results", default=None, help="results directory")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep rows of the existing JSON that this run does not measure")
     args = parser.parse_args(argv)
+    if args.no_cache and args.runtime not in KERAS_RUNTIMES:
+        parser.error("--no-cache is for the keras runtimes only")
+    configs = args.configs or (["demo"] if args.quick else ["small", "base"])
+    new_tokens = args.new_tokens or ([4] if args.quick else [32, 128])
+    timing = (dict(warmup=1, repeats=1, min_seconds=0.0) if args.quick
+              else dict(warmup=2, repeats=3, min_seconds=2.0))
+    meta = payload("decode", runtime=args.runtime, quick=args.quick,
+                   cache_dir=str(args.cache_dir), threads="each runtime's default",
+                   code_sha256=code_fingerprint())
     results = []
-    for name in args.configs:
-        config = CONFIGS[name].replace(max_target_length=max(256, args.new_tokens))
-        model = Transformer(config)
-        model.build()
-        rng = np.random.default_rng(0)
-        for jit in (False, True):
-            for batch in (1, 16):
-                source = rng.integers(4, config.source_vocab_size,
-                                      (batch, args.source_length)).astype("int32")
-                for beam in (1, 4):
-                    timing = time_calls(
-                        lambda: decode_once(model, source, beam, args.new_tokens, jit),  # noqa: B023
-                        warmup=2, repeats=5, min_seconds=2.0)
-                    results.append({"config": name, "jit_compile": jit, "batch": batch,
-                                    "beam": beam, "new_tokens": args.new_tokens,
-                                    "tokens_per_s": batch * args.new_tokens / timing["median_s"],
-                                    **timing})
-    rows = [[r["config"], "on" if r["jit_compile"] else "off", r["batch"], r["beam"],
-             f"{r['median_s'] * 1000:.0f}", f"{r['tokens_per_s']:,.0f}"] for r in results]
-    print_table(["config", "XLA", "batch", "beam", "ms/batch", "tokens/s"], rows)
-    print(f"peak RSS {peak_rss_mb():,.0f} MiB")
-    write_json(args.out, {"machine": machine(), "results": results,
-                          "peak_rss_mb": peak_rss_mb()})
+    for name in configs:
+        try:
+            factory = make_stepper_factory(args.runtime, name, args.cache_dir)
+        except Exception as err:  # e.g. a failed export: every cell of this config fails
+            factory, error = None, f"{type(err).__name__}: {str(err)[:2000]}"
+        for batch, beam, n, cache in cells(new_tokens, args.batches, args.beams, args.no_cache):
+            if factory is None:
+                results.append({"runtime": args.runtime, "config": name, "batch": batch,
+                                "beam": beam, "new_tokens": n, "cache": cache, "error": error})
+            else:
+                results.append(measure(factory, name, args.runtime, batch, beam, n, cache,
+                                       timing))
+            print(" ".join(str(c) for c in fmt_row(results[-1])), flush=True)
+        del factory
+    peak = peak_rss_mb()
+    for r in results:
+        r["process_peak_rss_mb"] = peak  # of this process, which ran every cell listed
+        r["process_configs"] = configs
+    print(f"\nruntime {args.runtime}")
+    print_table(["config", "batch", "beam", "new tokens", "cache", "ms/batch", "p25-p75",
+                 "ms/token", "tokens/s"], [fmt_row(r) for r in results])
+    print(f"peak RSS {peak:,.0f} MiB")
+    path = write_json(results_dir(args) / f"decode_{args.runtime}.json", {
+        **meta, "results": results},
+        merge_keys=MERGE_KEYS if args.merge else None)
+    print(f"wrote {path}")
+    if any("error" in r for r in results):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -48,7 +49,7 @@ def _tokenizer_files(run_dir: Path) -> tuple[str, str]:
 def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = None,
                       target_tokenizer_path: Path | None = None) -> list[str]:
     """encode + decode_step (+ translate when the tokenizers are given) -> out/savedmodel."""
-    module = DecodingModule(model, cache_update="slice")
+    module = DecodingModule(model)
     signatures = {"encode": module.encode.get_concrete_function(),
                   "decode_step": module.decode_step.get_concrete_function()}
     if source_tokenizer_path is not None:
@@ -63,16 +64,42 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
     return sorted(signatures)
 
 
+@contextlib.contextmanager
+def _safe_reshape_merging():
+    """tf2onnx 1.17 folds Reshape(Reshape(x, s1), s2) into Reshape(x, s2) even when s2 is a
+    constant holding 0, which in ONNX means "copy this dimension of the input": the merged node
+    then copies the dimensions of x, not of Reshape(x, s1). The head split after a Dense whose
+    bias is all zeros (an untrained model) is exactly that pair. Merge only without zeros."""
+    from tf2onnx.optimizer import back_to_back_optimizer as b2b
+
+    key = ("Reshape",)
+    merge = b2b._func_map[key]
+
+    def guarded(g, node, consumer_nodes):
+        if len(consumer_nodes) == 1 and consumer_nodes[0].type == "Reshape":
+            shape = consumer_nodes[0].inputs[1]
+            if shape.is_const() and 0 in shape.get_tensor_value(as_list=True):
+                return []
+        return merge(g, node, consumer_nodes)
+
+    b2b._func_map[key] = guarded
+    try:
+        yield
+    finally:
+        b2b._func_map[key] = merge
+
+
 def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
     """encoder.onnx + decoder_step.onnx (opset 17, checked), and dynamic-int8 copies."""
     import onnx
     import tf2onnx
 
-    module = DecodingModule(model, cache_update="select")
+    module = DecodingModule(model)
     files = {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"}
     for role, fn in (("encoder", module.encode), ("decoder_step", module.decode_step)):
-        proto, _ = tf2onnx.convert.from_function(fn, input_signature=fn.input_signature,
-                                                 opset=ONNX_OPSET)
+        with _safe_reshape_merging():
+            proto, _ = tf2onnx.convert.from_function(fn, input_signature=fn.input_signature,
+                                                     opset=ONNX_OPSET)
         onnx.checker.check_model(proto, full_check=True)
         onnx.save(proto, str(out / files[role]))
     variants = {"float32": files}
@@ -90,7 +117,7 @@ def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
 
 def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """One .tflite per variant, each with `encode` and `decode_step` signatures, builtins only."""
-    module = DecodingModule(model, cache_update="slice")
+    module = DecodingModule(model)
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         tf.saved_model.save(module, tmp, signatures={
@@ -172,7 +199,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                       "memory_mask bool (B,S)",
             "decode_step": "tokens int32 (B,), cross_key_values, memory_mask bool (B,S), "
                            "cache float32 (B,L,2,T,D), index int32 () -> logits float32 (B,V), "
-                           "new_cache float32 (B,L,2,T,D)",
+                           "step_key_values float32 (B,L,2,D), to be written into "
+                           "cache[:, :, :, index] by the caller",
         },
         "versions": _versions(),
     }

@@ -12,11 +12,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers.attention import cache_write
 from keras_transformer.models.transformer import Transformer
-
-# "select" for tf2onnx, which has no converter for XLA's dynamic-update-slice.
-CACHE_UPDATES = ("slice", "select")
 
 
 def load_float32_model(run_dir: str | Path) -> Transformer:
@@ -40,18 +36,18 @@ class DecodingModule(tf.Module):
     """encode: source_ids (B,S) int32 -> cross_key_values (B,L,2,S,D) f32, memory_mask (B,S) bool.
 
     decode_step: tokens (B,), cross_key_values, memory_mask, cache (B,L,2,T,D), index () int32
-    -> logits (B,V) f32, new_cache (B,L,2,T,D). Batch, source length S and cache length T are
-    dynamic; T is chosen by the caller (at most max_target_length).
+    -> logits (B,V) f32, step_key_values (B,L,2,D). The cache is only read; the caller writes
+    step_key_values into slot `index` (an in-place write of B*L*2*D floats, where a graph
+    that returned the whole updated cache would copy all of it at every token). Batch, source
+    length S and cache length T are dynamic; T is chosen by the caller (at most
+    max_target_length).
     """
 
-    def __init__(self, model: Transformer, cache_update: str = "slice", name=None):
+    def __init__(self, model: Transformer, name=None):
         super().__init__(name=name)
-        if cache_update not in CACHE_UPDATES:
-            raise ValueError(f"cache_update must be one of {CACHE_UPDATES}, got {cache_update!r}")
         self.model = model
         # Without the variables tracked directly, the TFLite converter writes no weights.
         self.vars = [v.value for v in model.weights]
-        self.cache_update = cache_update
         c = model.config
         layers, d_model = c.num_decoder_layers, c.d_model
         self.encode = tf.function(self._encode, input_signature=[
@@ -70,8 +66,7 @@ class DecodingModule(tf.Module):
                 "memory_mask": tf.identity(memory_mask, name="memory_mask")}
 
     def _decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
-        with cache_write(self.cache_update):
-            logits, cache = self.model.decode_step(tokens, cross_key_values, memory_mask, cache,
-                                                   index)
+        logits, step_key_values = self.model.decode_step_key_values(
+            tokens, cross_key_values, memory_mask, cache, index)
         return {"logits": tf.identity(logits, name="logits"),
-                "new_cache": tf.identity(cache, name="new_cache")}
+                "step_key_values": tf.identity(step_key_values, name="step_key_values")}

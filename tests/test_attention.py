@@ -1,9 +1,9 @@
-import keras
 import numpy as np
 import pytest
 
 from keras_transformer.layers.attention import (
     MultiHeadAttention,
+    attention_with_new_position,
     scaled_dot_product_attention,
     update_cache,
 )
@@ -65,14 +65,26 @@ def test_d_model_not_divisible_by_heads():
 
 
 def test_cache_update_writes_only_its_slot():
-    cache = np.zeros((2, 3, 2, 5, 4), "float32")
-    key = np.ones((2, 1, 4), "float32")
-    value = 2 * np.ones((2, 1, 4), "float32")
-    updated = np.asarray(update_cache(cache, 1, 3, key, value))
+    rng = np.random.default_rng(1)
+    cache = rng.normal(size=(2, 3, 2, 5, 4)).astype("float32")
+    rows = rng.normal(size=(2, 3, 2, 4)).astype("float32")
+    updated = np.asarray(update_cache(cache, 3, rows))
     expected = cache.copy()
-    expected[:, 1, 0, 3] = 1.0
-    expected[:, 1, 1, 3] = 2.0
+    expected[:, :, :, 3] = rows
     np.testing.assert_array_equal(updated, expected)
+
+
+@pytest.mark.parametrize("index", [0, 3, 6])
+def test_attention_with_new_position_equals_attention_over_the_written_cache(index):
+    rng = np.random.default_rng(index)
+    q, key, value = (rng.normal(size=(2, 3, 1, 4)).astype("float32") for _ in range(3))
+    cache_k, cache_v = (rng.normal(size=(2, 3, 7, 4)).astype("float32") for _ in range(2))
+    got = np.asarray(attention_with_new_position(q, cache_k, cache_v, key, value, index))
+    # Reference: write the new key/value into slot `index`, attend to slots 0..index.
+    k, v = cache_k.copy(), cache_v.copy()
+    k[:, :, index], v[:, :, index] = key[:, :, 0], value[:, :, 0]
+    visible = (np.arange(7) <= index)[None, None, None, :]
+    np.testing.assert_allclose(got, attention(q, k, v, visible)[0], atol=1e-5)
 
 
 def test_cached_self_attention_equals_causal_full_call():
@@ -80,7 +92,9 @@ def test_cached_self_attention_equals_causal_full_call():
     mha = MultiHeadAttention(num_heads=2, d_model=8)
     x = rng.normal(size=(3, 6, 8)).astype("float32")
     full = np.asarray(mha(x, x, causal_mask(6)))
-    cache = keras.ops.zeros((3, 1, 2, 6, 8))
+    # Garbage in the slots not written yet: the step must not look at them.
+    cache_k, cache_v = (rng.normal(size=(3, 6, 8)).astype("float32") for _ in range(2))
     for t in range(6):
-        out, cache = mha.call_cached(x[:, t:t + 1], cache, 0, t)
+        out, key, value = mha.call_cached(x[:, t:t + 1], cache_k, cache_v, t)
+        cache_k[:, t], cache_v[:, t] = np.asarray(key)[:, 0], np.asarray(value)[:, 0]
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], atol=1e-5)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 import keras
@@ -180,6 +181,37 @@ class DevBleu(keras.callbacks.Callback):
             if self.patience and self.bad_epochs >= self.patience:
                 log.info("early stopping: no better dev BLEU for %d epochs", self.bad_epochs)
                 self.model.stop_training = True
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `minutes` of wall clock are spent, counting time before a resume.
+
+    The stop comes after the current batch; the epoch then ends as usual (validation, dev BLEU,
+    epoch checkpoint), so the budget is a floor plus at most one evaluation.
+    """
+
+    def __init__(self, minutes: float):
+        super().__init__()
+        self.budget = minutes * 60.0
+        self.spent_before = 0.0
+        self.start = time.perf_counter()
+        self.fired = False
+
+    def elapsed(self) -> float:
+        return self.spent_before + time.perf_counter() - self.start
+
+    def state(self) -> dict:
+        return {"elapsed_seconds": round(self.elapsed(), 1)}
+
+    def load_state(self, state: dict) -> None:
+        self.spent_before = float(state.get("elapsed_seconds", 0.0))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.budget and not self.fired and self.elapsed() >= self.budget:
+            self.fired = True
+            self.model.stop_training = True
+            log.info("time budget of %.1f minutes spent: stopping after step %d",
+                     self.budget / 60, int(self.model.optimizer.iterations.numpy()))
 
 
 class NaNGuard(keras.callbacks.TerminateOnNaN):

@@ -69,6 +69,7 @@ class TrainingConfig:
     save_every_steps: int = 100  # backup for resuming; a kill loses at most this many steps
     keep_checkpoints: int = 5  # per-epoch weights kept for python -m train.average
     early_stopping_patience: int = 0  # epochs without a better dev BLEU; 0: never stop early
+    max_minutes: float = 0.0  # wall-clock budget for model.fit, kept across resumes; 0: none
     tensorboard: bool = True
 
 

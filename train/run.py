@@ -30,6 +30,7 @@ from train.callbacks import (
     EpochCheckpoints,
     NaNGuard,
     ResumableBackup,
+    TimeBudget,
     load_weights_npz,
 )
 from train.config import RunConfig, save_config
@@ -188,18 +189,22 @@ def fingerprint(config: RunConfig) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class ShapeTap:
-    """Records the distinct (batch, length) shapes the train step gets: one XLA compile each."""
+class BatchTap:
+    """Records the distinct (batch, length) shapes the train step gets (one XLA compile each)
+    and counts the target tokens it trains on, for tokens/second."""
 
     def __init__(self):
         self.shapes: set[tuple[int, ...]] = set()
+        self.target_tokens = 0
 
-    def _add(self, shape):
+    def _add(self, shape, tokens):
         self.shapes.add(tuple(int(v) for v in shape.numpy()))
+        self.target_tokens += int(tokens.numpy())
         return 0
 
     def __call__(self, inputs, labels):
-        done = tf.py_function(self._add, [tf.shape(labels)], tf.int32)
+        tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
+        done = tf.py_function(self._add, [tf.shape(labels), tokens], tf.int32)
         with tf.control_dependencies([done]):
             labels = tf.identity(labels)
         return inputs, labels
@@ -230,8 +235,10 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         chief: bool = True) -> dict:
     """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need."""
     t = config.training
-    backup = ResumableBackup(out / "backup", t.save_every_steps, fingerprint(config),
-                             extra_state=dev_bleu.state if dev_bleu else None)
+    budget = TimeBudget(t.max_minutes)
+    backup = ResumableBackup(
+        out / "backup", t.save_every_steps, fingerprint(config),
+        extra_state=lambda: {**budget.state(), **(dev_bleu.state() if dev_bleu else {})})
     with strategy.scope():
         # Under a strategy, Keras builds the compiled loss and metrics from a batch it pulls
         # and averages across replicas: the ids become float32, and replicas holding different
@@ -245,8 +252,9 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         log.info("resumed from %s at step %d", backup.directory / state["weights"], resumed)
         if dev_bleu:
             dev_bleu.load_state(state)
+        budget.load_state(state)
     nan_guard = NaNGuard()
-    callbacks = [nan_guard]
+    callbacks = [nan_guard, budget]
     if dev_bleu:
         callbacks.append(dev_bleu)  # before TensorBoard, so that val_bleu is logged
     if chief:
@@ -255,7 +263,7 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
             callbacks.append(keras.callbacks.TensorBoard(str(out / "logs"), write_graph=False))
     callbacks.append(backup)
 
-    tap = ShapeTap() if strategy.num_replicas_in_sync == 1 else None
+    tap = BatchTap() if strategy.num_replicas_in_sync == 1 else None
     history: dict[str, list] = {}
     epochs_done = int(state["epoch"]) if state else 0
     start = time.perf_counter()
@@ -274,7 +282,7 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         for key, values in result.history.items():
             history.setdefault(key, []).extend(values)
         epochs_done = initial + len(result.history.get("loss", []))
-        if nan_guard.fired or model.stop_training:
+        if nan_guard.fired or model.stop_training or budget.fired:
             break
     seconds = time.perf_counter() - start
     step = int(model.optimizer.iterations.numpy())
@@ -288,8 +296,10 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         log.info("train steps saw %d distinct batch shapes (%s); with jit_compile each is "
                  "one XLA compilation", len(tap.shapes), sorted(tap.shapes))
     return {"history": history, "resumed_from_step": resumed, "steps": step,
-            "epochs": epochs_done,
-            "train_seconds": seconds, "distinct_batch_shapes": len(tap.shapes) if tap else None}
+            "epochs": epochs_done, "train_seconds": seconds,
+            "stopped_by_time_budget": budget.fired,
+            "target_tokens": tap.target_tokens if tap else None,
+            "distinct_batch_shapes": len(tap.shapes) if tap else None}
 
 
 def _setup(config: RunConfig, out: Path):
@@ -332,6 +342,14 @@ def _base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) -
         metrics["dev_loss"] = float(history["val_loss"][-1])
     if result["distinct_batch_shapes"] is not None:
         metrics["distinct_batch_shapes"] = result["distinct_batch_shapes"]
+    if result["target_tokens"]:
+        # Wall clock of model.fit, so per-epoch validation and dev BLEU are included.
+        metrics["train_target_tokens"] = result["target_tokens"]
+        metrics["target_tokens_per_second"] = round(
+            result["target_tokens"] / max(result["train_seconds"], 1e-9), 1)
+    if config.training.max_minutes:
+        metrics["max_minutes"] = config.training.max_minutes
+        metrics["stopped_by_time_budget"] = result["stopped_by_time_budget"]
     return metrics
 
 

@@ -33,7 +33,8 @@ class Backend:
         raise NotImplementedError
 
     def decode_step(self, tokens, cross_key_values, memory_mask, cache, index: int):
-        """tokens (B,) int32 ... index -> logits (B,V) float32 NumPy, new cache."""
+        """tokens (B,) int32 ... cache (B,L,2,T,D), index -> logits (B,V), step_key_values
+        (B,L,2,D); the cache is only read."""
         raise NotImplementedError
 
     def init_cache(self, batch: int, length: int):
@@ -46,6 +47,11 @@ class Backend:
 
     def gather(self, x, indices: np.ndarray):
         return x[indices]
+
+    def write(self, cache: np.ndarray, step_key_values, index: int) -> np.ndarray:
+        """Slot `index` of the cache <- step_key_values (B,L,2,D), in place."""
+        cache[:, :, :, index] = self.to_numpy(step_key_values)
+        return cache
 
     def to_numpy(self, x) -> np.ndarray:
         return np.asarray(x)
@@ -65,9 +71,10 @@ class Stepper:
         self.cache = backend.init_cache(source_ids.shape[0] * beam_size, max_length)
 
     def step(self, tokens: np.ndarray, index: int) -> np.ndarray:
-        logits, self.cache = self.backend.decode_step(
+        logits, step_key_values = self.backend.decode_step(
             np.asarray(tokens, np.int32), self.cross_key_values, self.memory_mask, self.cache,
             index)
+        self.cache = self.backend.write(self.cache, step_key_values, index)
         return self.backend.to_numpy(logits)
 
     def reorder(self, indices: np.ndarray) -> None:

@@ -1,4 +1,4 @@
-"""encoder.onnx and decoder_step.onnx in onnxruntime; the cache travels as NumPy arrays."""
+"""encoder.onnx and decoder_step.onnx in onnxruntime; the cache is a NumPy array, written in place."""
 
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ class OnnxBackend(Backend):
         return cross_key_values, memory_mask
 
     def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
-        logits, cache = self.sessions["decoder_step"].run(["logits", "new_cache"], {
+        return self.sessions["decoder_step"].run(["logits", "step_key_values"], {
             "tokens": tokens, "cross_key_values": cross_key_values,
             "memory_mask": memory_mask, "cache": cache, "index": np.asarray(index, np.int32)})
-        return logits, cache

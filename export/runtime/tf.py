@@ -14,7 +14,8 @@ from export.runtime.base import Backend
 
 
 class _TFBackend(Backend):
-    """Keeps the cache a TF tensor so that it is not copied to NumPy at every token."""
+    """The encoder outputs stay TF tensors (read at every step, never changed); the cache is
+    the NumPy array of the base class, written in place like in the other runtimes."""
 
     def __init__(self, manifest: Manifest):
         super().__init__(manifest)
@@ -22,17 +23,11 @@ class _TFBackend(Backend):
 
         self.tf = tf
 
-    def init_cache(self, batch, length):
-        return self.tf.zeros((batch, self.num_layers, 2, length, self.d_model), self.tf.float32)
-
     def repeat(self, x, times):
         return self.tf.repeat(x, times, axis=0)
 
-    def gather(self, x, indices):
-        return self.tf.gather(x, self.tf.constant(indices, self.tf.int32))
-
     def to_numpy(self, x):
-        return x.numpy()
+        return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
 
 
 class SavedModelBackend(_TFBackend):
@@ -57,9 +52,9 @@ class SavedModelBackend(_TFBackend):
     def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
         tf = self.tf
         out = self._step(tokens=tf.constant(tokens, tf.int32), cross_key_values=cross_key_values,
-                         memory_mask=memory_mask, cache=cache,
+                         memory_mask=memory_mask, cache=tf.constant(cache),
                          index=tf.constant(index, tf.int32))
-        return out["logits"], out["new_cache"]
+        return out["logits"], out["step_key_values"]
 
 
 class KerasBackend(_TFBackend):
@@ -79,12 +74,12 @@ class KerasBackend(_TFBackend):
         self.model = load_float32_model(run_dir)
         tf = self.tf
         self._encode = tf.function(self.model.encode_for_decoding, reduce_retracing=True)
-        self._step = tf.function(self.model.decode_step, reduce_retracing=True)
+        self._step = tf.function(self.model.decode_step_key_values, reduce_retracing=True)
 
     def encode(self, source_ids):
         return self._encode(self.tf.constant(source_ids, self.tf.int32))
 
     def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
         tf = self.tf
-        return self._step(tf.constant(tokens, tf.int32), cross_key_values, memory_mask, cache,
-                          tf.constant(np.int32(index)))
+        return self._step(tf.constant(tokens, tf.int32), cross_key_values, memory_mask,
+                          tf.constant(cache), tf.constant(np.int32(index)))

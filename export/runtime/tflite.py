@@ -35,4 +35,4 @@ class TFLiteBackend(Backend):
         out = self.step_runner(tokens=tokens, cross_key_values=cross_key_values,
                                memory_mask=memory_mask, cache=cache,
                                index=np.asarray(index, np.int32))
-        return out["logits"], out["new_cache"]
+        return out["logits"], out["step_key_values"]

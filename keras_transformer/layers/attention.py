@@ -2,7 +2,6 @@
 fixed-size key/value cache used for incremental decoding.
 """
 
-import contextlib
 import math
 
 import keras
@@ -29,48 +28,35 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     return ops.einsum("bhqk,bhkd->bhqd", weights, value), weights
 
 
-def update_cache(cache, layer, index, key, value):
+def attention_with_new_position(query, cache_keys, cache_values, key, value, index):
+    """q (B,H,1,dk), cache k/v (B,H,T,dk), new k/v (B,H,1,dk), index () -> (B,H,1,dk).
+
+    One decoding step: the query attends to cache slots 0..index-1 and to its own new
+    key/value, which are not in the cache yet. Reading the cache only (never writing it here)
+    lets a runtime keep the cache outside the graph and write one slot per step, instead of
+    the graph copying the whole buffer at every token.
+    """
+    query = query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+    cached = ops.cast(ops.einsum("bhqd,bhkd->bhqk", query, cache_keys), "float32")
+    # reshape, not [None, None, None, :]: TFLite has no bool StridedSlice.
+    earlier = ops.reshape(ops.less(ops.arange(ops.shape(cache_keys)[2]), index), (1, 1, 1, -1))
+    cached = ops.where(earlier, cached, MASKED_LOGIT)
+    own = ops.cast(ops.sum(query * key, axis=-1, keepdims=True), "float32")
+    weights = ops.softmax(ops.concatenate([cached, own], axis=-1), axis=-1)
+    weights = ops.cast(weights, cache_values.dtype)
+    return (ops.einsum("bhqk,bhkd->bhqd", weights[..., :-1], cache_values)
+            + weights[..., -1:] * value)
+
+
+def update_cache(cache, index, step_key_values):
     """Write one position into the preallocated cache.
 
-    cache (B, layers, 2, max_len, d_model); key, value (B, 1, d_model) -> updated cache.
-    A fixed-size buffer written at `index` (instead of a concatenated, growing tensor) keeps
-    every shape static, which XLA, TFLite and ONNX all need.
+    cache (B, layers, 2, max_len, d_model); step_key_values (B, layers, 2, d_model) -> cache
+    with slot `index` of every layer replaced. A fixed-size buffer written at `index` (instead
+    of a concatenated, growing tensor) keeps every shape static, which XLA needs.
     """
-    return _CACHE_WRITES[_cache_write_mode](cache, layer, index, key, value)
-
-
-def _slice_write(cache, layer, index, key, value):
-    update = ops.stack([key, value], axis=1)[:, None, :, :, :]
-    return ops.slice_update(cache, [0, layer, 0, index, 0], ops.cast(update, cache.dtype))
-
-
-def _select_write(cache, layer, index, key, value):
-    """The same write as an element-wise select: for converters without dynamic-update-slice
-    (tf2onnx). It copies values without arithmetic, so the cache is bit-identical, but it
-    rewrites the whole buffer, so it is only used while tracing for such a converter."""
-    update = ops.cast(ops.stack([key, value], axis=1)[:, None, :, :, :], cache.dtype)
-    shape = ops.shape(cache)
-    layer_hit = ops.equal(ops.arange(shape[1]), layer)[None, :, None, None, None]
-    position_hit = ops.equal(ops.arange(shape[3]), ops.cast(index, "int32"))
-    position_hit = ops.reshape(position_hit, (1, 1, 1, -1, 1))
-    return ops.where(ops.logical_and(layer_hit, position_hit), update, cache)
-
-
-_CACHE_WRITES = {"slice": _slice_write, "select": _select_write}
-_cache_write_mode = "slice"
-
-
-@contextlib.contextmanager
-def cache_write(mode: str):
-    """Trace incremental decoding with the "slice" (default) or "select" cache write."""
-    global _cache_write_mode
-    if mode not in _CACHE_WRITES:
-        raise ValueError(f"cache write must be one of {sorted(_CACHE_WRITES)}, got {mode!r}")
-    previous, _cache_write_mode = _cache_write_mode, mode
-    try:
-        yield
-    finally:
-        _cache_write_mode = previous
+    update = ops.cast(step_key_values, cache.dtype)[:, :, :, None, :]
+    return ops.slice_update(cache, [0, 0, 0, index, 0], update)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -142,19 +128,20 @@ class MultiHeadAttention(keras.layers.Layer):
         keys, values = self.project_key_value(query if value is None else value)
         return self.attend(query, keys, values, attention_mask, training, return_attention_scores)
 
-    def call_cached(self, query, cache, layer, index, training=None):
-        """Self-attention of one new position: query (B,1,d_model) -> (B,1,d_model), updated cache.
+    def call_cached(self, query, cache_keys, cache_values, index):
+        """Self-attention of one new position at `index`: query (B,1,d_model), cached keys and
+        values (B,T,d_model) -> output (B,1,d_model), its key and value (B,1,d_model each).
 
-        The new key/value go into slot `index` of layer `layer` of the cache
-        (B, layers, 2, max_len, d_model); the query attends to slots 0..index.
+        The query sees cache slots 0..index-1 and itself; the caller writes the returned
+        key/value into slot `index`.
         """
         key, value = self.project_key_value(query)
-        cache = update_cache(cache, layer, index, key, value)
-        keys = ops.cast(cache[:, layer, 0], self.compute_dtype)
-        values = ops.cast(cache[:, layer, 1], self.compute_dtype)
-        # reshape, not [None, None, None, :]: TFLite has no bool StridedSlice.
-        visible = ops.reshape(ops.less_equal(ops.arange(ops.shape(cache)[3]), index), (1, 1, 1, -1))
-        return self.attend(query, keys, values, visible, training), cache
+        out = attention_with_new_position(
+            self.split_heads(self.query_dense(query)),
+            self.split_heads(ops.cast(cache_keys, self.compute_dtype)),
+            self.split_heads(ops.cast(cache_values, self.compute_dtype)),
+            self.split_heads(key), self.split_heads(value), index)
+        return self.output_dense(self.merge_heads(out)), key, value
 
     def compute_output_shape(self, query_shape, value_shape=None):
         return query_shape

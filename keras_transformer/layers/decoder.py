@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.add_norm import AddNorm
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import MultiHeadAttention, update_cache
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import causal_mask, expand_key_mask
 
@@ -85,14 +85,16 @@ class DecoderLayer(keras.layers.Layer):
                                                   training)
         return (x, weights) if return_attention_scores else x
 
-    def step(self, x, cache, layer, index, cross_keys=None, cross_values=None,
+    def step(self, x, cache_keys, cache_values, index, cross_keys=None, cross_values=None,
              memory_mask=None):
-        """One new position x (B,1,d_model) at `index` -> (B,1,d_model), updated cache."""
+        """One new position x (B,1,d_model) at `index`, this layer's cache (B,T,d_model) each
+        -> (B,1,d_model), and the position's self-attention key and value (B,1,d_model)."""
         h = self.self_attention_norm.normalize_input(x)
-        attended, cache = self.self_attention.call_cached(h, cache, layer, index)
+        attended, key, value = self.self_attention.call_cached(h, cache_keys, cache_values,
+                                                               index)
         x = self.self_attention_norm(x, attended)
         x, _ = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask, False)
-        return x, cache
+        return x, key, value
 
     def compute_output_shape(self, x_shape, memory_shape=None):
         return x_shape
@@ -167,15 +169,24 @@ class Decoder(keras.layers.Layer):
         ]
         return ops.stack(per_layer, axis=1)
 
-    def step(self, x, cache, index, cross_key_values=None, memory_mask=None):
-        """x (B,1,d_model) at position `index` -> (B,1,d_model), updated cache."""
+    def step_key_values(self, x, cache, index, cross_key_values=None, memory_mask=None):
+        """x (B,1,d_model) at position `index`, cache read only -> (B,1,d_model) and the
+        position's keys/values (B, layers, 2, d_model), to be written into slot `index`."""
+        rows = []
         for i, layer in enumerate(self.decoder_layers):
             cross_keys = cross_values = None
             if cross_key_values is not None:
                 cross_keys = ops.cast(cross_key_values[:, i, 0], self.compute_dtype)
                 cross_values = ops.cast(cross_key_values[:, i, 1], self.compute_dtype)
-            x, cache = layer.step(x, cache, i, index, cross_keys, cross_values, memory_mask)
-        return self._close(x), cache
+            x, key, value = layer.step(x, cache[:, i, 0], cache[:, i, 1], index, cross_keys,
+                                       cross_values, memory_mask)
+            rows.append(ops.stack([key[:, 0], value[:, 0]], axis=1))
+        return self._close(x), ops.stack(rows, axis=1)
+
+    def step(self, x, cache, index, cross_key_values=None, memory_mask=None):
+        """x (B,1,d_model) at position `index` -> (B,1,d_model), cache with slot `index` set."""
+        x, step_key_values = self.step_key_values(x, cache, index, cross_key_values, memory_mask)
+        return x, update_cache(cache, index, step_key_values)
 
     def compute_output_shape(self, x_shape, memory_shape=None):
         return x_shape

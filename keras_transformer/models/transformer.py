@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.attention import update_cache
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
@@ -142,9 +143,18 @@ class Transformer(keras.Model):
 
     def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
         """tokens (B,) at decoder position `index` -> logits (B,V) float32, updated cache."""
+        logits, step_key_values = self.decode_step_key_values(tokens, cross_key_values,
+                                                              memory_mask, cache, index)
+        return logits, update_cache(cache, index, step_key_values)
+
+    def decode_step_key_values(self, tokens, cross_key_values, memory_mask, cache, index):
+        """decode_step with the cache read only: -> logits (B,V) float32 and this position's
+        self-attention keys/values (B, layers, 2, d_model), which the caller writes into slot
+        `index` (what the exported runtimes do, in place, outside the graph)."""
         x = self.target_embedding(tokens[:, None], start_index=index, training=False)
-        hidden, cache = self.decoder.step(x, cache, index, cross_key_values, memory_mask)
-        return self.logits(hidden[:, 0, :]), cache
+        hidden, step_key_values = self.decoder.step_key_values(x, cache, index,
+                                                               cross_key_values, memory_mask)
+        return self.logits(hidden[:, 0, :]), step_key_values
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,97 @@
+"""Every benchmark in order, each in its own process, then the report.
+
+    python -m bench [--configs small base] [--only STEP ...] [--quick] [--no-peers]
+
+Steps: roofline, train_step, export_models, decode-<runtime> for each runtime (keras,
+keras-xla, savedmodel, onnx, tflite; `decode` selects all five), peers (bash
+../shared/peers/run_all.sh, results in bench/results/peers), report. A failed step is reported
+and the others still run. --quick is a smoke test (demo config, 4 new tokens, one timed call,
+results in bench/results/quick, no peers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from bench.common import CONFIGS, PEER_RESULTS, PEERS_DIR, ROOT, results_dir
+from bench.decode import KERAS_RUNTIMES, RUNTIMES
+
+DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
+STEPS = ("roofline", "train_step", "export_models", *DECODE_STEPS, "peers", "report")
+PEER_CONFIGS = ("small", "base")
+
+
+def commands(step: str, args) -> list[list[str]]:
+    """The command lines of one step (decode: one process per config, merged into one JSON)."""
+    py = [sys.executable, "-m"]
+    common = ["--quick"] if args.quick else []
+    results = ["--results", args.results] if args.results else []
+    configs = ["--configs", *args.configs] if args.configs else []
+    if step == "roofline":
+        return [py + ["bench.roofline", *common, *results]]
+    if step == "train_step":
+        return [py + ["bench.train_step", *common, *results, *configs]]
+    if step == "export_models":
+        return [py + ["bench.export_models", *common, *configs]]
+    if step.startswith("decode-"):
+        runtime = step.removeprefix("decode-")
+        extra = ["--no-cache"] if runtime in KERAS_RUNTIMES else []
+        names = args.configs or (["demo"] if args.quick else ["small", "base"])
+        # One process per config so each row's peak RSS is that config's; the first
+        # overwrites the JSON, the others merge into it.
+        return [py + ["bench.decode", "--runtime", runtime, "--configs", name, *common,
+                      *results, *extra, *(["--merge"] if i else [])]
+                for i, name in enumerate(names)]
+    if step == "peers":
+        return [["bash", str(PEERS_DIR / "run_all.sh")]]
+    if step == "report":
+        return [py + ["bench.report", *common, *results]]
+    raise ValueError(step)
+
+
+def peer_env(args) -> dict:
+    env = {**os.environ, "PEER_BENCH_RESULTS": str(ROOT / PEER_RESULTS)}
+    wanted = [c for c in (args.configs or PEER_CONFIGS) if c in PEER_CONFIGS]
+    if args.configs:
+        env["PEER_ARGS"] = f"--configs {','.join(wanted)}"  # the peers take comma lists
+    return env
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
+                        help="default small base (demo with --quick)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="STEP",
+                        choices=[*STEPS, "decode"], help=f"a subset of {', '.join(STEPS)}")
+    parser.add_argument("--quick", action="store_true", help="smoke test of every step")
+    parser.add_argument("--no-peers", action="store_true", help="skip the peer harness")
+    parser.add_argument("--results", default=None, help="results directory")
+    args = parser.parse_args(argv)
+    only = set(args.only or STEPS)
+    if "decode" in only:
+        only |= set(DECODE_STEPS)
+    # The peers have no quick mode and know only small and base.
+    skip_peers = args.no_peers or args.quick or bool(
+        args.configs and not set(args.configs) & set(PEER_CONFIGS))
+    failed = []
+    for step in STEPS:
+        if step not in only or (step == "peers" and skip_peers):
+            continue
+        env = peer_env(args) if step == "peers" else os.environ
+        for cmd in commands(step, args):
+            print(f"=== {time.strftime('%H:%M:%S')} {step}: {' '.join(cmd)}", flush=True)
+            if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
+                failed.append(step)
+                print(f"!!! {step} failed", flush=True)
+    print(f"results in {results_dir(args)}")
+    if failed:
+        print(f"FAILED steps: {' '.join(dict.fromkeys(failed))}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Random-weight models of each bench config, exported to SavedModel, ONNX and TFLite once.
+
+    python -m bench.export_models [--configs small base] [--cache-dir /tmp/kt-bench] [--force]
+
+For each config: <cache>/<config>/run (model.keras, model_config.json, spm.model, the files
+export_run reads) and <cache>/<config>/export (manifest.json and every format). An export whose
+bench_meta.json matches the config, seed and code (model and exporter sources) is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from bench.common import CONFIGS, ROOT, SEED  # noqa: E402
+
+CACHE_DIR = Path("/tmp/kt-bench")
+FORMATS = ("savedmodel", "onnx", "tflite")
+META = "bench_meta.json"
+
+
+def export_dir(cache_dir: Path, name: str) -> Path:
+    return Path(cache_dir) / name / "export"
+
+
+def code_fingerprint() -> str:
+    """sha256 of the code that shapes an exported graph: a change there makes exports stale."""
+    files = sorted((ROOT / "keras_transformer").rglob("*.py")) + [
+        ROOT / "export" / name
+        for name in ("common.py", "exporters.py", "module.py", "translate_graph.py")]
+    digest = hashlib.sha256()
+    for path in files:
+        if path.is_file():
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _meta(name: str, seed: int) -> dict:
+    return {"config_name": name, "config": CONFIGS[name].to_dict(), "seed": seed,
+            "formats": list(FORMATS), "code_sha256": code_fingerprint()}
+
+
+def is_current(cache_dir: Path, name: str, seed: int = SEED) -> bool:
+    """True when the export holds every format of this config and seed, made by this code."""
+    root = Path(cache_dir) / name
+    try:
+        meta = json.loads((root / META).read_text())
+        manifest = json.loads((export_dir(cache_dir, name) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return meta == _meta(name, seed) and set(FORMATS) <= set(manifest.get("formats", {}))
+
+
+def write_tokenizer(run_dir: Path) -> Path:
+    """A tiny spm.model: the export format needs one, but the benchmarks feed token ids, so its
+    vocabulary (a few hundred pieces, not the model's) never meets the model."""
+    from keras_transformer.text.demo_corpus import generate_pairs
+    from keras_transformer.text.tokenizer import train_sentencepiece
+
+    texts = [text for pair in generate_pairs(300, seed=0) for text in pair]
+    return train_sentencepiece(texts, run_dir / "spm", vocab_size=200)
+
+
+def write_run(run_dir: Path, name: str, seed: int) -> None:
+    from bench.common import build_model
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model = build_model(CONFIGS[name], seed)
+    model.save(run_dir / "model.keras")
+    (run_dir / "model_config.json").write_text(json.dumps(CONFIGS[name].to_dict(), indent=2))
+    write_tokenizer(run_dir)
+
+
+def ensure(name: str, cache_dir: Path = CACHE_DIR, seed: int = SEED, force: bool = False) -> Path:
+    """The export directory of config `name`, made first if missing or stale."""
+    root = Path(cache_dir) / name
+    out = export_dir(cache_dir, name)
+    if not force and is_current(cache_dir, name, seed):
+        print(f"{name}: reusing {out}")
+        return out
+    from export.exporters import export_run
+
+    start = time.perf_counter()
+    (root / META).unlink(missing_ok=True)  # stale until the export below completes
+    write_run(root / "run", name, seed)
+    # The translate signature would embed the tokenizer in the graph; the bench never calls it.
+    export_run(root / "run", out, formats=FORMATS, translate_signature=False)
+    (root / META).write_text(json.dumps(_meta(name, seed), indent=2))
+    print(f"{name}: exported to {out} in {time.perf_counter() - start:.0f} s")
+    return out
+
+
+def ensure_in_child(name: str, cache_dir: Path = CACHE_DIR, seed: int = SEED) -> Path:
+    """ensure() in a separate process, so the caller's peak RSS does not include the export."""
+    import subprocess
+
+    if not is_current(cache_dir, name, seed):
+        subprocess.run([sys.executable, "-m", "bench.export_models", "--configs", name,
+                        "--cache-dir", str(cache_dir), "--seed", str(seed)], check=True)
+    return export_dir(cache_dir, name)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
+                        help="default small base (demo with --quick)")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--force", action="store_true", help="re-export even if current")
+    parser.add_argument("--quick", action="store_true", help="the demo config only")
+    args = parser.parse_args(argv)
+    for name in args.configs or (["demo"] if args.quick else ["small", "base"]):
+        ensure(name, args.cache_dir, args.seed, args.force)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""The benchmark suite's logic (no timings are asserted): configs and FLOPs against the peers',
+statistics, JSON merging, cell selection, the no-cache stepper and the report on partial data."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from bench import common, report
+from bench.__main__ import commands
+from bench.decode import NoCacheStepper, cells, decode_once
+from bench.flops import generate_flops, train_step_flops
+
+PEERS_COMMON = common.PEERS_DIR / "common.py"
+
+
+@pytest.fixture(scope="module")
+def peers():
+    if not PEERS_COMMON.is_file():
+        pytest.skip(f"{PEERS_COMMON} is not here")
+    spec = importlib.util.spec_from_file_location("peers_common", PEERS_COMMON)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["small", "base"])
+def test_configs_match_the_peers(peers, name):
+    c, p = common.CONFIGS[name], peers.CONFIGS[name]
+    assert (c.source_vocab_size, c.target_vocab_size, c.d_model, c.num_heads, c.d_ff,
+            c.num_encoder_layers, c.num_decoder_layers, c.dropout) == (
+        p["vocab"], p["vocab"], p["d_model"], p["heads"], p["ffn"], p["enc_layers"],
+        p["dec_layers"], p["dropout"])
+    assert c.share_embeddings and c.tie_output and not c.pre_norm
+    assert c.max_target_length >= 160
+
+
+@pytest.mark.parametrize("name", ["small", "base"])
+def test_flop_counts_equal_the_peers(peers, name):
+    c = common.CONFIGS[name]
+    assert train_step_flops(c, 32, 32, 32) == peers.train_step_flops(name)
+    for batch, beams in [(1, 1), (16, 4)]:
+        assert generate_flops(c, batch, beams, 32, 32) == peers.generate_flops(name, batch, beams)
+
+
+def test_stats_median_and_quartiles():
+    s = common.stats([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (s["median_s"], s["p25_s"], s["p75_s"], s["runs"]) == (3.0, 2.0, 4.0, 5)
+    one = common.stats([0.5])
+    assert one["median_s"] == one["p25_s"] == one["p75_s"] == 0.5
+
+
+def test_write_json_merge_keeps_unmeasured_rows(tmp_path):
+    path = tmp_path / "x.json"
+    common.write_json(path, {"results": [{"config": "a", "v": 1}, {"config": "b", "v": 1}]})
+    common.write_json(path, {"results": [{"config": "b", "v": 2}]}, merge_keys=("config",))
+    rows = json.loads(path.read_text())["results"]
+    assert sorted((r["config"], r["v"]) for r in rows) == [("a", 1), ("b", 2)]
+
+
+def test_payload_records_machine_load_and_versions():
+    p = common.payload("x")
+    assert p["machine"]["cores"] >= 1 and p["machine"]["cpu_model"]
+    assert "tensorflow" in p["versions"] and "loadavg_start" in p
+
+
+def test_no_cache_cells_at_the_shortest_length_plus_batch1_greedy():
+    got = cells([32, 128], [1, 16], [1, 4], no_cache=True)
+    assert len([c for c in got if c[3]]) == 8
+    assert sorted(c for c in got if not c[3]) == [
+        (1, 1, 32, False), (1, 1, 128, False), (1, 4, 32, False), (16, 1, 32, False),
+        (16, 4, 32, False)]
+    assert all(c[3] for c in cells([32, 128], [1, 16], [1, 4], no_cache=False))
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_no_cache_stepper_decodes_like_the_cached_one(tiny_config, beam):
+    from keras_transformer.translator import KerasStepper
+
+    model = common.build_model(tiny_config, seed=0)
+    source = np.random.default_rng(0).integers(4, 40, (2, 6)).astype("int32")
+
+    def factory(src, beam_size, new_tokens, cache):
+        if cache:
+            return KerasStepper(model, src, beam_size=beam_size, max_length=new_tokens)
+        return NoCacheStepper(model, src, beam_size=beam_size, jit_compile=False)
+
+    cached = decode_once(factory, tiny_config, source, beam, 5, cache=True)
+    uncached = decode_once(factory, tiny_config, source, beam, 5, cache=False)
+    assert cached.shape == (2, 5) and not (cached == tiny_config.eos_id).any()
+    np.testing.assert_array_equal(cached, uncached)
+
+
+def test_report_on_missing_files_says_na(tmp_path):
+    text = report.build(tmp_path / "none", tmp_path / "no_peers")
+    assert "n/a" in text and "## Decoding" in text and "## Training" in text
+
+
+def _decode_row(runtime, batch, beam, n, cache, tok_s):
+    return {"runtime": runtime, "config": "small", "batch": batch, "beam": beam,
+            "new_tokens": n, "cache": cache, "tokens_per_s": tok_s,
+            "per_token_ms": batch * 1e3 / tok_s, "process_peak_rss_mb": 900.0,
+            "ms_per_batch": {"median": batch * n * 1e3 / tok_s}}
+
+
+def test_report_compares_with_the_best_peer(tmp_path):
+    ours, peers = tmp_path / "ours", tmp_path / "peers"
+    common.write_json(ours / "decode_onnx.json", {"results": [
+        _decode_row("onnx", 1, 1, 32, True, 200.0), _decode_row("onnx", 1, 1, 128, True, 100.0)]})
+    common.write_json(ours / "decode_keras.json", {"results": [
+        _decode_row("keras", 1, 1, 32, True, 100.0), _decode_row("keras", 1, 1, 32, False, 50.0),
+        {"config": "small", "error": "boom"}]})
+    common.write_json(ours / "train_step.json", {"results": [
+        {"config": "small", "jit_compile": False, "precision": "float32", "batch": 32,
+         "length": 32, "target_tokens_per_s": 2048.0, "median_s": 0.5, "peak_rss_mb": 1000}]})
+    common.write_json(ours / "roofline.json", {"results": [{"op": "np.matmul", "gflops": 100.0}]})
+    peer_row = {"config": "small", "batch": 1, "beam": 1, "tokens_per_s": {"best": 400.0}}
+    common.write_json(peers / "ctranslate2_infer.json", {"peer": "ctranslate2", "kind": "inference",
+                      "results": [{**peer_row, "compute_type": "float32"}]})
+    common.write_json(peers / "keras_hub_train.json", {"peer": "keras-hub", "kind": "training",
+                      "results": [{"config": "small", "jit_compile": False,
+                                   "target_tokens_per_s": {"best": 1024.0}}]})
+    text = report.build(ours, peers)
+    decoding = next(line for line in text.splitlines() if line.startswith("| small | 1 | 1 |"))
+    assert "onnx 200" in decoding and "ctranslate2 float32 400" in decoding
+    assert "0.50x" in decoding
+    assert "| onnx | small | 1 | 1 | 5.00 | 10.00 | 2.00x |" in text  # per-token 128 vs 32
+    assert "| keras | small | 1 | 1 | 32 | 320 | 640 | 2.00x |" in text  # no-cache vs cache
+    assert "2.00x" in next(line for line in text.splitlines() if "ours XLA off float32" in line)
+
+
+def test_main_runs_decode_per_config_with_merge():
+    class Args:
+        quick, results, configs = True, None, None
+
+    (first,) = commands("decode-keras", Args)
+    assert "--no-cache" in first and "--quick" in first and "--merge" not in first
+    Args.configs = ["small", "base"]
+    first, second = commands("decode-onnx", Args)
+    assert "--merge" in second and "--no-cache" not in second
