@@ -43,8 +43,8 @@ __all__ = [
 StepFn = Callable[[np.ndarray, int], np.ndarray]
 ReorderFn = Callable[[np.ndarray], None]
 
-# Above this many candidates per source, the top-2K selection uses np.partition first.
-_FULL_SORT_LIMIT = 4096
+# Above this many logits per row, the top-2K selection uses np.argpartition first.
+_FULL_SORT_LIMIT = 64
 
 
 @dataclass
@@ -206,7 +206,9 @@ def _call_step(
     vocab: int | None,
     eos_id: int,
 ) -> np.ndarray:
-    """Call the stepper and validate what it returned; returns float64 logits (n, vocab)."""
+    """Call the stepper and validate what it returned; returns float logits (n, vocab) (float32
+    and float64 are kept as they are: a float64 copy of every step's logits costs more than
+    the search itself)."""
     logits = np.asarray(step(tokens, index))
     expected = f"({n}, {vocab if vocab is not None else 'vocab'})"
     if logits.ndim != 2 or logits.shape[0] != n or (vocab is not None and logits.shape[1] != vocab):
@@ -220,37 +222,51 @@ def _call_step(
             raise ValueError(f"the vocabulary must have at least 2 ids, got {logits.shape[1]}")
         if not 0 <= eos_id < logits.shape[1]:
             raise ValueError(f"eos_id={eos_id} is outside the vocabulary [0, {logits.shape[1]})")
+    if logits.dtype in (np.float32, np.float64):
+        return logits
     return logits.astype(np.float64)
 
 
-def _checked_log_probs(logits: np.ndarray, active_rows: np.ndarray, index: int) -> np.ndarray:
-    """log_softmax of float64 logits; NaN in an active row is an error, elsewhere it is -inf."""
-    lp = log_softmax(logits)
-    bad = np.isnan(lp)
-    if bad.any():
-        bad_rows = bad.any(axis=1)
-        if (bad_rows & active_rows).any():
-            row = int(np.flatnonzero(bad_rows & active_rows)[0])
-            raise ValueError(
-                f"step(tokens, {index}) returned logits for row {row} that are NaN or all -inf"
-            )
-        lp[bad] = -np.inf
-    return lp
+def _checked_logsumexp(logits: np.ndarray, active_rows: np.ndarray, index: int):
+    """-> (logits with NaN rows of inactive rows set to -inf, float64 log-sum-exp per row).
+
+    log_softmax(x)[v] = x[v] - logsumexp(x): the searches rank tokens by the raw logits and
+    normalise only the few they keep, so no (rows, vocab) float64 array is ever made.
+    """
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        m = np.max(logits, axis=1)  # NaN if the row holds one
+        bad = ~np.isfinite(m)
+        if bad.any():
+            if (bad & active_rows).any():
+                row = int(np.flatnonzero(bad & active_rows)[0])
+                raise ValueError(
+                    f"step(tokens, {index}) returned logits for row {row} that are NaN or all "
+                    f"-inf")
+            logits = logits.copy()
+            logits[bad] = -np.inf
+            m = np.where(bad, 0.0, m).astype(logits.dtype)
+        shifted = logits - m[:, None]
+        np.exp(shifted, out=shifted)
+        total = shifted.sum(axis=1).astype(np.float64)  # pairwise sum: float32 is exact enough
+        return logits, m.astype(np.float64) + np.log(total)
 
 
-def _top_n_stable(x: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the ``n`` largest entries of every row of ``x`` (no NaN), best first; ties are
-    broken by the lower index."""
+def _top_per_row(x: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the ``n`` largest entries of every row, best first, ties to the lower index;
+    one partition over the rows, exact sorting only where a tie straddles the cut."""
     rows, m = x.shape
     if n >= m or m <= _FULL_SORT_LIMIT:
         return np.argsort(-x, axis=1, kind="stable")[:, :n]
-    kth = np.partition(x, m - n, axis=1)[:, m - n]  # n-th largest value of every row
-    out = np.empty((rows, n), dtype=np.int64)
-    for r in range(rows):
-        idx = np.flatnonzero(x[r] >= kth[r])  # ascending, at least n of them
-        order = np.argsort(-x[r, idx], kind="stable")[:n]
-        out[r] = idx[order]
-    return out
+    sel = np.argpartition(x, m - n, axis=1)[:, m - n:]
+    vals = np.take_along_axis(x, sel, axis=1)
+    order = np.lexsort((sel, -vals), axis=1)
+    sel = np.take_along_axis(sel, order, axis=1)
+    cut = np.take_along_axis(vals, order, axis=1)[:, -1]
+    # A value equal to the n-th largest outside the selection: argpartition may have kept a
+    # higher index than the stable rule would. Rare (exact ties); redo those rows exactly.
+    for r in np.flatnonzero(np.count_nonzero(x >= cut[:, None], axis=1) > n):
+        sel[r] = np.argsort(-x[r], kind="stable")[:n]
+    return sel
 
 
 def _pack(seqs: list[list[int]], pad_id: int) -> np.ndarray:
@@ -296,12 +312,9 @@ def greedy_search(
     for t in range(max_length):
         logits = _call_step(step, tokens, t, batch_size, vocab, eos_id)
         vocab = logits.shape[1]
-        lp = _checked_log_probs(logits, ~finished, t)
-        # Same arithmetic as beam search with beam_size=1 (score + log_prob), so both pick the
-        # same token even where float rounding makes candidates tie.
-        cand = scores[:, None] + lp
-        best = np.argmax(cand, axis=1)
-        new_scores = cand[rows, best]
+        logits, lse = _checked_logsumexp(logits, ~finished, t)
+        best = np.argmax(logits, axis=1)
+        new_scores = scores + (logits[rows, best].astype(np.float64) - lse)
         next_tokens = np.where(finished, pad_id, best).astype(np.int32)
         scores = np.where(finished, scores, new_scores)
         out[:, t] = next_tokens
@@ -368,17 +381,28 @@ def beam_search(
     for t in range(max_length):
         logits = _call_step(step, tokens, t, n, vocab, eos_id)
         vocab = logits.shape[1]
-        lp = _checked_log_probs(logits, np.repeat(~done, k_beams), t)
+        logits, lse = _checked_logsumexp(logits, np.repeat(~done, k_beams), t)
         gen_len = t + 1
         penalty = length_penalty(gen_len, alpha)
 
-        cand = (alive_scores[:, :, None] + lp.reshape(batch_size, k_beams, vocab)).reshape(
-            batch_size, k_beams * vocab
-        )
-        top = _top_n_stable(cand, n_cand)  # (B, 2K) flat indices k * vocab + v, best first
-        top_scores = np.take_along_axis(cand, top, axis=1)
-        top_beam = top // vocab
-        top_token = top % vocab
+        # Only a beam's 2K best tokens can be among its source's 2K best candidates, and
+        # within a beam the order of score + log_prob is the order of the raw logits.
+        m = min(n_cand, vocab)
+        row_top = _top_per_row(logits, m)  # (n, m) token ids
+        row_logits = np.take_along_axis(logits, row_top, axis=1).astype(np.float64)
+        cand = (alive_scores[:, :, None]
+                + (row_logits - lse[:, None]).reshape(batch_size, k_beams, m))
+        flat_key = np.arange(k_beams)[:, None] * vocab + row_top.reshape(batch_size, k_beams, m)
+        cand = cand.reshape(batch_size, k_beams * m)
+        flat_key = flat_key.reshape(batch_size, k_beams * m)
+        # Rank by score, ties to the lower beam; within a beam, where rounding makes scores
+        # tie, the higher raw logit (so beam_size=1 picks np.argmax's token), then lower id.
+        raw = row_logits.reshape(batch_size, k_beams * m)
+        order = np.lexsort((flat_key, -raw, flat_key // vocab, -cand), axis=1)[:, :n_cand]
+        top_scores = np.take_along_axis(cand, order, axis=1)
+        top_flat = np.take_along_axis(flat_key, order, axis=1)
+        top_beam = top_flat // vocab
+        top_token = top_flat % vocab
         is_eos = top_token == eos_id
 
         # Finished hypotheses: EOS candidates ranked below K, for sources still running.

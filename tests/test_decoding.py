@@ -391,8 +391,8 @@ def test_batched_equals_per_source(beam):
 
 
 def test_partitioned_top_candidates_match_full_sort(monkeypatch):
-    """Large vocabularies take an np.partition path; it must rank exactly like the stable full
-    sort, ties included (logits are rounded so that many candidates tie)."""
+    """Large vocabularies take an np.argpartition path; it must rank exactly like the stable
+    full sort, ties included (logits are rounded so that many candidates tie)."""
     import keras_transformer.decoding as decoding
 
     eos = 2
@@ -410,7 +410,7 @@ def test_partitioned_top_candidates_match_full_sort(monkeypatch):
     np.testing.assert_array_equal(part.scores, full.scores)
     x = np.round(np.random.default_rng(0).normal(size=(5, 40)))
     monkeypatch.setattr(decoding, "_FULL_SORT_LIMIT", 0)
-    got = decoding._top_n_stable(x, 7)
+    got = decoding._top_per_row(x, 7)
     np.testing.assert_array_equal(got, np.argsort(-x, axis=1, kind="stable")[:, :7])
 
 
