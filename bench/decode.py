@@ -5,7 +5,8 @@
         [--configs small base] [--new-tokens 32 128] [--batches 1 16] [--beams 1 4] [--no-cache]
 
 Source = 32 random ids, exactly --new-tokens generated per row (EOS is masked out so no row
-stops early), greedy and beam 4, random weights (bench.export_models makes the exports).
+stops early), greedy and beam 4 at the shortest --new-tokens, greedy at the longer ones,
+random weights (bench.export_models makes the exports).
 One runtime per process, so the peak RSS in the JSON is that runtime's. No-cache cells (keras
 runtimes, --no-cache) re-run the decoder over the whole prefix at every step; they are measured
 at the smallest --new-tokens for every batch and beam, and batch-1 greedy at the others
@@ -140,11 +141,14 @@ def decode_once(factory, config, source: np.ndarray, beam: int, new_tokens: int,
 
 
 def cells(new_tokens: list[int], batches: list[int], beams: list[int], no_cache: bool):
-    """(batch, beam, new_tokens, cache): all cached; no-cache at the shortest length for every
-    batch and beam, and batch-1 greedy at the longer lengths (it grows quadratically)."""
-    out = [(b, k, n, True) for n in new_tokens for b in batches for k in beams]
+    """(batch, beam, new_tokens, cache): every batch and beam cached at the shortest length,
+    greedy at the longer ones (the per-token cost as the cache grows); no-cache at the shortest
+    length for every batch and beam, and batch-1 greedy at the longer ones (it grows
+    quadratically)."""
+    shortest = min(new_tokens)
+    out = [(b, k, shortest, True) for b in batches for k in beams]
+    out += [(b, 1, n, True) for n in new_tokens if n != shortest for b in batches]
     if no_cache:
-        shortest = min(new_tokens)
         out += [(b, k, shortest, False) for b in batches for k in beams]
         out += [(1, 1, n, False) for n in new_tokens if n != shortest]
     return out
@@ -215,7 +219,7 @@ def main(argv=None) -> None:
     configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     new_tokens = args.new_tokens or ([4] if args.quick else [32, 128])
     timing = (dict(warmup=1, repeats=1, min_seconds=0.0) if args.quick
-              else dict(warmup=2, repeats=3, min_seconds=2.0))
+              else dict(warmup=1, repeats=3, min_seconds=1.5))
     meta = payload("decode", runtime=args.runtime, quick=args.quick,
                    cache_dir=str(args.cache_dir), threads="each runtime's default",
                    code_sha256=code_fingerprint())

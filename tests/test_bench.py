@@ -67,9 +67,11 @@ def test_payload_records_machine_load_and_versions():
     assert "tensorflow" in p["versions"] and "loadavg_start" in p
 
 
-def test_no_cache_cells_at_the_shortest_length_plus_batch1_greedy():
+def test_cells_cached_greedy_at_every_length_beam_at_the_shortest():
     got = cells([32, 128], [1, 16], [1, 4], no_cache=True)
-    assert len([c for c in got if c[3]]) == 8
+    assert sorted(c for c in got if c[3]) == [
+        (1, 1, 32, True), (1, 1, 128, True), (1, 4, 32, True), (16, 1, 32, True),
+        (16, 1, 128, True), (16, 4, 32, True)]
     assert sorted(c for c in got if not c[3]) == [
         (1, 1, 32, False), (1, 1, 128, False), (1, 4, 32, False), (16, 1, 32, False),
         (16, 4, 32, False)]

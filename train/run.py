@@ -420,6 +420,10 @@ def run_translation(config: RunConfig, out: Path) -> dict:
             log.info("%s: %d sentences longer than max_source_length=%d tokens are not scored",
                      name, skipped, model_cfg.max_source_length)
             metrics[f"{name}_skipped_too_long"] = skipped
+        # The scored sentences, so that `train.evaluate` can score other weights on them
+        # (e.g. averaged checkpoints) after the run.
+        for suffix, lines in (("src", sources), ("ref", references)):
+            (out / f"{name}.{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
         scores = score_translations(model, source_tok, target_tok, sources, references,
                                     beam_size=e.beam_size, alpha=e.alpha,
                                     batch_size=e.batch_size,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from export.common import ExportError, Manifest
@@ -21,7 +23,10 @@ class TFLiteBackend(Backend):
 
         path = manifest.file(manifest.format_files("tflite", variant)["model"])
         try:
-            self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+            # LiteRT picks its own default (often one thread); use every core, as onnxruntime
+            # and TF do, unless told otherwise.
+            self.interpreter = Interpreter(model_path=str(path),
+                                           num_threads=threads or os.cpu_count())
             self.encode_runner = self.interpreter.get_signature_runner("encode")
             self.step_runner = self.interpreter.get_signature_runner("decode_step")
         except (ValueError, RuntimeError) as err:
