@@ -135,7 +135,7 @@ def main(argv=None) -> None:
     shapes = ([(args.token_budget // n, n) for n in args.lengths] if args.token_budget
               else [(batch, length)])
     timing = (dict(warmup=0, repeats=1, min_seconds=0.0) if quick
-              else dict(warmup=2, repeats=10, min_seconds=3.0))
+              else dict(warmup=2, repeats=7, min_seconds=3.0))
     results_root = results_dir(args)
     peak = roofline_peak(results_root)
     meta = payload("train_step", quick=quick, in_process=args.in_process, roofline_gflops=peak)
