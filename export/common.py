@@ -16,6 +16,16 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 
 
+def onnx_memory_names(layers: int) -> list[str]:
+    """decoder_step.onnx inputs cross_keys_0, cross_values_0, cross_keys_1, ... (B,H,S,dh)."""
+    return [f"cross_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
+
+
+def onnx_cache_names(layers: int) -> list[str]:
+    """decoder_step.onnx inputs cache_keys_0, cache_values_0, cache_keys_1, ... (B,H,T,dh)."""
+    return [f"cache_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
+
+
 class ExportError(RuntimeError):
     """An export directory is missing a file, has a corrupt one, or lacks a format."""
 

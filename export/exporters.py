@@ -14,14 +14,13 @@ import tensorflow as tf
 
 from export.common import MANIFEST, MANIFEST_VERSION, file_entry
 from export.module import DecodingModule, load_float32_model
+from export.onnx_graph import ONNX_OPSET
 from keras_transformer.text.tokenizer import UNK_ID
 
 log = logging.getLogger("export")
 
 FORMATS = ("savedmodel", "onnx", "tflite")
 QUANTIZE = ("none", "fp16", "int8", "all")
-# tf2onnx 1.17 converts opsets 13-18 only.
-ONNX_OPSET = 17
 
 _VERSIONED = ("tensorflow", "tensorflow-text", "keras", "tf2onnx", "onnx", "onnxruntime",
               "ai-edge-litert", "sentencepiece", "keras-transformer")
@@ -90,26 +89,32 @@ def _safe_reshape_merging():
 
 
 def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
-    """encoder.onnx + decoder_step.onnx (opset 17, checked), and dynamic-int8 copies."""
+    """encoder.onnx (tf2onnx) + decoder_step.onnx (export.onnx_graph), opset 17, checked,
+    and dynamic-int8 copies."""
     import onnx
     import tf2onnx
 
+    from export.onnx_graph import build_decoder_step
+
     module = DecodingModule(model)
     files = {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"}
-    for role, fn in (("encoder", module.encode), ("decoder_step", module.decode_step)):
-        with _safe_reshape_merging():
-            proto, _ = tf2onnx.convert.from_function(fn, input_signature=fn.input_signature,
-                                                     opset=ONNX_OPSET)
-        onnx.checker.check_model(proto, full_check=True)
-        onnx.save(proto, str(out / files[role]))
+    with _safe_reshape_merging():
+        encoder, _ = tf2onnx.convert.from_function(
+            module.encode, input_signature=module.encode.input_signature, opset=ONNX_OPSET)
+    onnx.checker.check_model(encoder, full_check=True)
+    onnx.save(encoder, str(out / files["encoder"]))
+    # The step runs once per token, where tf2onnx's node count costs more than the FLOPs.
+    onnx.save(build_decoder_step(model), str(out / files["decoder_step"]))
     variants = {"float32": files}
     if int8:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantized = {role: name.replace(".onnx", ".int8.onnx") for role, name in files.items()}
         for role in files:
+            # Weight MatMuls only: a quantized Gather of the embedding or position table
+            # comes out mis-shaped, and the lookups cost nothing in float32.
             quantize_dynamic(str(out / files[role]), str(out / quantized[role]),
-                             weight_type=QuantType.QInt8)
+                             weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
             onnx.checker.check_model(onnx.load(str(out / quantized[role])))
         variants["int8"] = quantized
     return variants
@@ -201,6 +206,12 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                            "cache float32 (B,L,2,T,D), index int32 () -> logits float32 (B,V), "
                            "step_key_values float32 (B,L,2,D), to be written into "
                            "cache[:, :, :, index] by the caller",
+            "onnx_decoder_step": "tokens, memory_mask, index as above; per layer l "
+                                 "cross_keys_l, cross_values_l float32 (B,H,S,D/H) and "
+                                 "cache_keys_l, cache_values_l float32 (B,H,T,D/H) -> logits, "
+                                 "step_key_values as above; the caller writes "
+                                 "step_key_values[:, l, 0] split into heads into "
+                                 "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l",
         },
         "versions": _versions(),
     }

@@ -50,8 +50,9 @@ def tensor_outputs(backend, inputs: dict) -> dict[str, np.ndarray]:
     ref_mask = inputs.get("memory_mask", backend.to_numpy(memory_mask))
     if not isinstance(cross_key_values, np.ndarray):  # TF runtimes take tensors
         ref_kv, ref_mask = backend.tf.constant(ref_kv), backend.tf.constant(ref_mask)
-    logits, step_key_values = backend.decode_step(inputs["tokens"], ref_kv, ref_mask,
-                                                  inputs["cache"], inputs["index"])
+    logits, step_key_values = backend.decode_step(
+        inputs["tokens"], backend.memory(ref_kv), ref_mask, backend.cache_from(inputs["cache"]),
+        inputs["index"])
     return {"encode.cross_key_values": backend.to_numpy(cross_key_values),
             "encode.memory_mask": backend.to_numpy(memory_mask),
             "decode_step.logits": backend.to_numpy(logits),

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from export import parity
-from export.common import ExportError, Manifest
+from export.common import ExportError, Manifest, onnx_cache_names, onnx_memory_names
 from export.runtime import Translator, load_backend
 
 pytestmark = pytest.mark.slow
@@ -92,10 +92,14 @@ def test_onnx_files_pass_the_checker_with_dynamic_axes(manifest):
         assert max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")) == 17
     dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
             for i in step.graph.input}
+    layers, heads = manifest.model["num_decoder_layers"], manifest.model["num_heads"]
+    head_dim = manifest.model["d_model"] // heads
     assert [i.name for i in step.graph.input] == [
-        "tokens", "cross_key_values", "memory_mask", "cache", "index"]
+        "tokens", "memory_mask", "index", *onnx_memory_names(layers), *onnx_cache_names(layers)]
     assert [o.name for o in step.graph.output] == ["logits", "step_key_values"]
-    assert isinstance(dims["cache"][0], str) and isinstance(dims["cache"][3], str)
+    batch, *rest = dims["cache_values_0"]
+    assert isinstance(batch, str) and rest[0] == heads and rest[2] == head_dim
+    assert isinstance(rest[1], str) and dims["cross_keys_0"][2] == dims["memory_mask"][1]
     assert dims["index"] == []
 
 
@@ -232,18 +236,45 @@ def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
     assert np.asarray(encoded[0]).dtype.kind == "i"
 
 
-def test_onnx_step_graph_only_reads_the_cache(manifest):
-    """Writing the cache (a copy of all of it, in a graph) is left to the caller's NumPy."""
+def test_onnx_step_graph_reads_the_cache_in_place(manifest):
+    """The cache is only read, and only by MatMul: no copy, slice, transpose or write of it
+    in the graph (the runtime writes one slot per step in NumPy)."""
     import onnx
 
     step = onnx.load(str(manifest.file(manifest.format_files("onnx")["decoder_step"])))
-    consumers = {n.op_type for n in step.graph.node if "cache" in n.input}
-    assert consumers and consumers <= {"Slice", "Gather", "Split", "Shape", "Squeeze"}, consumers
+    names = {i.name for i in step.graph.input if i.name.startswith("cache_")}
+    assert names == {f"cache_{k}_{i}" for i in range(manifest.model["num_decoder_layers"])
+                     for k in ("keys", "values")}
+    consumers = {n.op_type for n in step.graph.node for name in n.input if name in names}
+    assert consumers <= {"MatMul", "Shape"}, consumers
 
 
-def test_untrained_model_converts_to_onnx_correctly(tmp_path):
-    """Zero biases (an untrained model) once made tf2onnx merge the head split's Reshape with
-    the Dense's and copy the wrong dimensions; ONNX must match Keras on such a model too."""
+def _step_feeds(model, tokens, cross_kv, mask, cache, index):
+    """Keras-layout tensors -> decoder_step.onnx feeds (per-layer, head-major)."""
+    c = model.config
+    layers, heads = c.num_decoder_layers, c.num_heads
+
+    def per_layer(x):
+        b, _, _, t, d = x.shape
+        return [np.ascontiguousarray(x[:, i, k].reshape(b, t, heads, d // heads)
+                                     .transpose(0, 2, 1, 3))
+                for i in range(layers) for k in (0, 1)]
+
+    feeds = {"tokens": tokens, "memory_mask": mask, "index": np.asarray(index, np.int32)}
+    feeds.update(zip(onnx_memory_names(layers), per_layer(cross_kv), strict=True))
+    feeds.update(zip(onnx_cache_names(layers), per_layer(cache), strict=True))
+    return feeds
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"pre_norm": True, "positional": "learned"},
+    {"tie_output": False, "share_embeddings": True},
+], ids=["post-ln-tied", "pre-ln-learned", "untied-shared"])
+def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
+    """The ONNX files of fresh models (zero biases; each architecture option the step graph
+    branches on) against the Keras encode and decode_step, masked padding included. Zero
+    biases once made tf2onnx merge the encoder's head-split Reshape wrongly."""
     import onnxruntime as ort
 
     from export.exporters import export_onnx
@@ -252,22 +283,27 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path):
 
     model = Transformer(TransformerConfig.preset(
         "tiny", d_model=32, num_heads=4, d_ff=64, source_vocab_size=50, target_vocab_size=50,
-        max_source_length=16, max_target_length=16), dtype="float32")
+        max_source_length=16, max_target_length=16, **overrides), dtype="float32")
     model.build()
+    rng = np.random.default_rng(0)
+    if overrides:  # non-zero biases and norms too, so every weight's place is checked
+        model.set_weights([w + rng.normal(scale=0.1, size=w.shape).astype(np.float32)
+                           for w in model.get_weights()])
     export_onnx(model, tmp_path, int8=False)
-    source = np.random.default_rng(0).integers(4, 50, (2, 7)).astype(np.int32)
+    source = rng.integers(4, 50, (2, 7)).astype(np.int32)
+    source[1, 4:] = model.config.pad_id
     expected_kv, expected_mask = (np.asarray(t) for t in model.encode_for_decoding(source))
     encoder = ort.InferenceSession(str(tmp_path / "encoder.onnx"))
     cross_kv, mask = encoder.run(["cross_key_values", "memory_mask"], {"source_ids": source})
     np.testing.assert_allclose(cross_kv, expected_kv, atol=1e-5)
     np.testing.assert_array_equal(mask, expected_mask)
-    cache = np.random.default_rng(1).normal(size=(2, 2, 2, 9, 32)).astype(np.float32)
+    cache = rng.normal(size=(2, 2, 2, 9, 32)).astype(np.float32)
     tokens = np.array([5, 6], np.int32)
     step = ort.InferenceSession(str(tmp_path / "decoder_step.onnx"))
-    logits, rows = step.run(["logits", "step_key_values"], {
-        "tokens": tokens, "cross_key_values": cross_kv, "memory_mask": mask, "cache": cache,
-        "index": np.asarray(3, np.int32)})
-    want_logits, want_rows = model.decode_step_key_values(tokens, expected_kv, expected_mask,
-                                                          cache, 3)
-    np.testing.assert_allclose(logits, np.asarray(want_logits), atol=1e-4)
-    np.testing.assert_allclose(rows, np.asarray(want_rows), atol=1e-5)
+    for index in (0, 3, 8):
+        logits, rows = step.run(["logits", "step_key_values"],
+                                _step_feeds(model, tokens, cross_kv, mask, cache, index))
+        want_logits, want_rows = model.decode_step_key_values(tokens, expected_kv,
+                                                              expected_mask, cache, index)
+        np.testing.assert_allclose(logits, np.asarray(want_logits), atol=1e-4)
+        np.testing.assert_allclose(rows, np.asarray(want_rows), atol=1e-5)

@@ -32,13 +32,27 @@ class Backend:
         """source_ids (B,S) int32 -> cross_key_values (B,L,2,S,D), memory_mask (B,S) bool."""
         raise NotImplementedError
 
-    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index: int):
-        """tokens (B,) int32 ... cache (B,L,2,T,D), index -> logits (B,V), step_key_values
-        (B,L,2,D); the cache is only read."""
+    def decode_step(self, tokens, memory, memory_mask, cache, index: int):
+        """tokens (B,) int32, memory (from `memory`), memory_mask, cache (from `init_cache` or
+        `cache_from`), index -> logits (B,V), step_key_values (B,L,2,D); the cache is only
+        read."""
         raise NotImplementedError
 
+    # The layouts below are those of the exported signatures: memory = cross_key_values
+    # (B,L,2,S,D), cache (B,L,2,T,D). A runtime may keep its own (ONNX: per-layer head-major
+    # arrays); `memory` and `cache_from` convert from these, and every method keeps the batch
+    # rows of whatever it is given.
+
+    def memory(self, cross_key_values):
+        """encode's cross_key_values (B,L,2,S,D) -> what decode_step reads."""
+        return cross_key_values
+
+    def cache_from(self, cache: np.ndarray):
+        """A (B,L,2,T,D) NumPy cache -> this runtime's cache layout."""
+        return cache
+
     def init_cache(self, batch: int, length: int):
-        """-> zeros (B, L, 2, length, D) float32."""
+        """-> an all-zero cache of `length` slots; (B, L, 2, length, D) float32 here."""
         return np.zeros((batch, self.num_layers, 2, length, self.d_model), np.float32)
 
     def repeat(self, x, times: int):
@@ -46,6 +60,7 @@ class Backend:
         return np.repeat(x, times, axis=0)
 
     def gather(self, x, indices: np.ndarray):
+        """Rows `indices` of the cache."""
         return x[indices]
 
     def write(self, cache: np.ndarray, step_key_values, index: int) -> np.ndarray:
@@ -64,15 +79,16 @@ class Stepper:
                  max_length: int):
         self.backend = backend
         cross_key_values, memory_mask = backend.encode(np.asarray(source_ids, np.int32))
+        memory = backend.memory(cross_key_values)
         if beam_size > 1:
-            cross_key_values = backend.repeat(cross_key_values, beam_size)
+            memory = backend.repeat(memory, beam_size)
             memory_mask = backend.repeat(memory_mask, beam_size)
-        self.cross_key_values, self.memory_mask = cross_key_values, memory_mask
+        self.memory, self.memory_mask = memory, memory_mask
         self.cache = backend.init_cache(source_ids.shape[0] * beam_size, max_length)
 
     def step(self, tokens: np.ndarray, index: int) -> np.ndarray:
         logits, step_key_values = self.backend.decode_step(
-            np.asarray(tokens, np.int32), self.cross_key_values, self.memory_mask, self.cache,
+            np.asarray(tokens, np.int32), self.memory, self.memory_mask, self.cache,
             index)
         self.cache = self.backend.write(self.cache, step_key_values, index)
         return self.backend.to_numpy(logits)

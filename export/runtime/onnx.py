@@ -1,11 +1,23 @@
-"""encoder.onnx and decoder_step.onnx in onnxruntime; the cache is a NumPy array, written in place."""
+"""encoder.onnx and decoder_step.onnx in onnxruntime.
+
+decoder_step.onnx (export/onnx_graph.py) reads the cross-attention keys/values and the cache
+as one head-major (B,H,T,dh) array per layer and kind. This backend keeps them as lists of
+such contiguous NumPy arrays, which onnxruntime reads without a copy, and writes the cache
+slot of each step in place.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from export.common import ExportError, Manifest
+from export.common import ExportError, Manifest, onnx_cache_names, onnx_memory_names
 from export.runtime.base import Backend
+
+
+def _heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """(B, T, D) -> contiguous (B, H, T, D/H)."""
+    b, t, d = x.shape
+    return np.ascontiguousarray(x.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3))
 
 
 class OnnxBackend(Backend):
@@ -19,6 +31,7 @@ class OnnxBackend(Backend):
             raise ExportError("the onnx runtime needs onnxruntime: pip install onnxruntime==1.31.1"
                               ) from err
 
+        self.num_heads = manifest.model["num_heads"]
         files = manifest.format_files("onnx", variant)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -31,13 +44,52 @@ class OnnxBackend(Backend):
                     str(path), options, providers=["CPUExecutionProvider"])
             except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
                 raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
+        names = {i.name for i in self.sessions["decoder_step"].get_inputs()}
+        if "cache_keys_0" not in names:
+            raise ExportError(
+                f"{manifest.file(files['decoder_step'])} has the inputs {sorted(names)}, not "
+                f"the per-layer cache_keys_l/cache_values_l of this version; export again")
+        self._memory_names = onnx_memory_names(self.num_layers)
+        self._cache_names = onnx_cache_names(self.num_layers)
 
     def encode(self, source_ids):
         cross_key_values, memory_mask = self.sessions["encoder"].run(
             ["cross_key_values", "memory_mask"], {"source_ids": source_ids})
         return cross_key_values, memory_mask
 
-    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
-        return self.sessions["decoder_step"].run(["logits", "step_key_values"], {
-            "tokens": tokens, "cross_key_values": cross_key_values,
-            "memory_mask": memory_mask, "cache": cache, "index": np.asarray(index, np.int32)})
+    def _per_layer(self, x: np.ndarray) -> list[np.ndarray]:
+        """(B,L,2,T,D) -> [layer 0 keys, layer 0 values, layer 1 keys, ...], each (B,H,T,dh)."""
+        return [_heads(x[:, i, kind], self.num_heads)
+                for i in range(self.num_layers) for kind in (0, 1)]
+
+    def memory(self, cross_key_values):
+        return self._per_layer(np.asarray(cross_key_values))
+
+    def cache_from(self, cache):
+        return self._per_layer(np.asarray(cache, np.float32))
+
+    def init_cache(self, batch, length):
+        shape = (batch, self.num_heads, length, self.d_model // self.num_heads)
+        return [np.zeros(shape, np.float32) for _ in range(2 * self.num_layers)]
+
+    def repeat(self, x, times):
+        if isinstance(x, list):
+            return [np.repeat(a, times, axis=0) for a in x]
+        return np.repeat(x, times, axis=0)
+
+    def gather(self, x, indices):
+        return [a[indices] for a in x]
+
+    def write(self, cache, step_key_values, index):
+        rows = np.asarray(step_key_values)
+        batch = rows.shape[0]
+        for i, array in enumerate(cache):
+            array[:, :, index, :] = rows[:, i // 2, i % 2].reshape(batch, self.num_heads, -1)
+        return cache
+
+    def decode_step(self, tokens, memory, memory_mask, cache, index):
+        feeds = {"tokens": tokens, "memory_mask": memory_mask,
+                 "index": np.asarray(index, np.int32)}
+        feeds.update(zip(self._memory_names, memory, strict=True))
+        feeds.update(zip(self._cache_names, cache, strict=True))
+        return self.sessions["decoder_step"].run(["logits", "step_key_values"], feeds)

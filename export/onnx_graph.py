@@ -1,0 +1,250 @@
+"""decoder_step.onnx written node by node from the model's weights, for onnxruntime speed.
+
+A step processes one token per row, so its cost is the number of nodes and copies more than
+its FLOPs. tf2onnx's conversion of the TF step had 485 nodes for the small model
+(dynamic-shape Reshape chains, float32->float32 Casts, LayerNorm as a dozen element-wise
+ops, a copy and a transpose of every layer's cache). This graph has 150: one fused QKV
+projection, MatMul + Add pairs that onnxruntime fuses into Gemm, ONNX LayerNormalization,
+constant reshape shapes, the 1/sqrt(d_k) scale folded into the query weights, the masks
+built once per step, and a cache read in place as one head-major input per layer and kind.
+The math is that of `Transformer.decode_step_key_values`; export.parity and the tests hold
+the two to each other. The encoder stays a tf2onnx conversion: it runs once per batch on
+whole sentences, where a graph written the same way measured no faster.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from export.common import onnx_cache_names, onnx_memory_names
+from keras_transformer.layers.attention import MASKED_LOGIT
+from keras_transformer.models.transformer import Transformer
+
+# tf2onnx 1.17 converts opsets 13-18; both ONNX files use one.
+ONNX_OPSET = 17
+
+
+class _Graph:
+    """Nodes, constants and fresh names for onnx.helper.make_graph."""
+
+    def __init__(self):
+        self.nodes, self.initializers, self._count = [], [], 0
+
+    def name(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}_{self._count}"
+
+    def const(self, value, hint: str = "const", dtype=None) -> str:
+        from onnx import numpy_helper
+
+        name = self.name(hint)
+        array = np.asarray(value, dtype=dtype)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def op(self, op_type: str, inputs, hint: str | None = None, outputs: int = 1,
+           **attrs):
+        from onnx import helper
+
+        names = [self.name(hint or op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0],
+                                           **attrs))
+        return names[0] if outputs == 1 else names
+
+    def output(self, op_type: str, inputs, name: str, **attrs) -> None:
+        """A node that writes the graph output `name`."""
+        from onnx import helper
+
+        self.nodes.append(helper.make_node(op_type, list(inputs), [name], name=name, **attrs))
+
+
+def _weights(layer, *attrs) -> list[np.ndarray]:
+    return [np.asarray(getattr(layer, a).numpy(), np.float32) for a in attrs]
+
+
+def _matmul_add(g: _Graph, x: str, kernel: np.ndarray, bias: np.ndarray, hint: str) -> str:
+    """(B, in) -> (B, out). MatMul + Add rather than Gemm: onnxruntime fuses the pair into one
+    Gemm when it loads the graph, and its dynamic int8 quantizer only quantizes MatMul."""
+    product = g.op("MatMul", [x, g.const(kernel, hint + "_kernel")], hint + "_matmul")
+    return g.op("Add", [product, g.const(bias, hint + "_bias")], hint)
+
+
+def _dense(g: _Graph, x: str, layer, hint: str, scale: float = 1.0) -> str:
+    kernel, bias = _weights(layer, "kernel", "bias")
+    return _matmul_add(g, x, kernel * scale, bias * scale, hint)
+
+
+def _layer_norm(g: _Graph, x: str, norm, hint: str) -> str:
+    gamma, beta = _weights(norm, "gamma", "beta")
+    return g.op("LayerNormalization", [x, g.const(gamma, hint + "_gamma"),
+                                       g.const(beta, hint + "_beta")], hint,
+                axis=-1, epsilon=float(norm.epsilon))
+
+
+def _add_norm(g: _Graph, x: str, sublayer_out: str, add_norm, hint: str) -> str:
+    """Residual, then LayerNorm for post-LN (pre-LN normalised the sub-layer's input)."""
+    y = g.op("Add", [x, sublayer_out], hint + "_residual")
+    return y if add_norm.pre_norm else _layer_norm(g, y, add_norm.norm, hint + "_norm")
+
+
+def _sublayer_input(g: _Graph, x: str, add_norm, hint: str) -> str:
+    return _layer_norm(g, x, add_norm.norm, hint + "_prenorm") if add_norm.pre_norm else x
+
+
+class _Shapes:
+    """Constant shape tensors shared by every layer."""
+
+    def __init__(self, g: _Graph, heads: int, head_dim: int, d_model: int):
+        self.query_column = g.const([-1, heads, head_dim, 1], "shape_query_column", np.int64)
+        self.heads_row = g.const([-1, heads, 1, head_dim], "shape_heads_row", np.int64)
+        self.logits_row = g.const([0, 0, 1, -1], "shape_logits_row", np.int64)
+        self.rows = g.const([-1, d_model], "shape_rows", np.int64)
+        self.key_value_row = g.const([-1, 1, 2, d_model], "shape_key_value_row", np.int64)
+
+
+def _logits(g: _Graph, s: _Shapes, query_column: str, keys: str, hint: str) -> str:
+    """q (B,H,dh,1), keys (B,H,T,dh) -> (B,H,1,T): keys @ q, so the cache is never transposed."""
+    return g.op("Reshape", [g.op("MatMul", [keys, query_column]), s.logits_row], hint)
+
+
+def _model_proto(g: _Graph, name: str, inputs, outputs):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.initializers)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)],
+                              producer_name="keras-transformer")
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def build_decoder_step(model: Transformer):
+    """A checked onnx.ModelProto of one decoding step of `model` (float32, opset 17).
+
+    tokens (B,) int32, memory_mask (B,S) bool, index () int32, cross_keys_l/cross_values_l
+    (B,H,S,dh) and cache_keys_l/cache_values_l (B,H,T,dh) per layer l -> logits (B,V),
+    step_key_values (B,L,2,D). Head-major, one input per layer and kind: the runtime passes
+    contiguous NumPy arrays that onnxruntime reads in place, with no split or transpose of
+    the cache inside the graph. The cache is only read; slot `index` is written by the caller.
+    """
+    from onnx import TensorProto, helper
+
+    c = model.config
+    layers, d_model, heads = c.num_decoder_layers, c.d_model, c.num_heads
+    head_dim = d_model // heads
+    scale = 1.0 / math.sqrt(head_dim)
+    g = _Graph()
+    s = _Shapes(g, heads, head_dim, d_model)
+
+    # Embedding (3.4) and position (3.5): rows (B, D).
+    embedding = model.target_embedding
+    table = np.asarray(embedding.embeddings.numpy(), np.float32)
+    table_name = g.const(table, "token_embedding")
+    x = g.op("Gather", [table_name, "tokens"], "embed", axis=0)
+    x = g.op("Mul", [x, g.const(np.float32(math.sqrt(d_model)), "embed_scale")], "embed_scaled")
+    positions = np.asarray(embedding.position_embedding if c.positional == "sinusoidal"
+                           else embedding.position_embedding.numpy(), np.float32)
+    position = g.op("Gather", [g.const(positions, "positions"), "index"], "position", axis=0)
+    x = g.op("Add", [x, position], "embedded")
+
+    # Masks, once per step. Self-attention: cache slots < index; cross: the source's padding.
+    zero, masked = g.const(np.float32(0.0), "zero"), g.const(np.float32(MASKED_LOGIT), "masked")
+    cache_length = g.op("Shape", ["cache_keys_0"], "cache_length", start=2, end=3)
+    slots = g.op("Range", [g.const(np.int64(0), "start"),
+                           g.op("Squeeze", [cache_length], "cache_length_scalar"),
+                           g.const(np.int64(1), "delta")], "cache_slots")
+    earlier = g.op("Less", [slots, g.op("Cast", ["index"], "index_64", to=TensorProto.INT64)])
+    self_bias = g.op("Where", [earlier, zero, masked], "self_bias")
+    split_sizes = g.op("Concat", [cache_length, g.const([1], "one", np.int64)], "split_sizes",
+                       axis=0)
+    cross_bias = g.op("Where", ["memory_mask", zero, masked], "cross_bias")
+    cross_bias = g.op("Unsqueeze", [cross_bias, g.const([1, 2], "axes12", np.int64)],
+                      "cross_bias_heads")
+    last_axis = g.const([-1], "last_axis", np.int64)
+
+    step_rows = []
+    for i, layer in enumerate(model.decoder.decoder_layers):
+        p = f"layer{i}"
+        # Masked self-attention over the cache plus this position's own key/value.
+        attention = layer.self_attention
+        h = _sublayer_input(g, x, layer.self_attention_norm, p + "_self")
+        wq, bq = _weights(attention.query_dense, "kernel", "bias")
+        wk, bk = _weights(attention.key_dense, "kernel", "bias")
+        wv, bv = _weights(attention.value_dense, "kernel", "bias")
+        qkv = _matmul_add(g, h, np.concatenate([wq * scale, wk, wv], axis=1),
+                          np.concatenate([bq * scale, bk, bv]), p + "_qkv")
+        q, kv = g.op("Split", [qkv, g.const([d_model, 2 * d_model], "split_q_kv", np.int64)],
+                     p + "_q_kv", outputs=2, axis=1)
+        step_rows.append(g.op("Reshape", [kv, s.key_value_row], p + "_step_kv"))
+        k_new, v_new = g.op("Split", [kv], p + "_k_v", outputs=2, axis=1)
+        cached = g.op("Add", [_logits(g, s, g.op("Reshape", [q, s.query_column]),
+                                      f"cache_keys_{i}", p + "_cached"), self_bias],
+                      p + "_cached_logits")
+        q_row = g.op("Reshape", [q, s.heads_row], p + "_q_row")
+        k_row = g.op("Reshape", [k_new, s.heads_row], p + "_k_row")
+        own = g.op("ReduceSum", [g.op("Mul", [q_row, k_row]), last_axis], p + "_own_logit",
+                   keepdims=1)
+        weights = g.op("Softmax", [g.op("Concat", [cached, own], axis=-1)], p + "_self_weights",
+                       axis=-1)
+        w_cached, w_own = g.op("Split", [weights, split_sizes], p + "_self_split", outputs=2,
+                               axis=-1)
+        attended = g.op("Add", [
+            g.op("MatMul", [w_cached, f"cache_values_{i}"]),
+            g.op("Mul", [w_own, g.op("Reshape", [v_new, s.heads_row], p + "_v_row")])],
+            p + "_self_heads")
+        attended = g.op("Reshape", [attended, s.rows], p + "_self_merged")
+        attended = _dense(g, attended, attention.output_dense, p + "_self_out")
+        x = _add_norm(g, x, attended, layer.self_attention_norm, p + "_self")
+
+        # Cross-attention over the encoder's precomputed keys/values.
+        attention = layer.cross_attention_layer
+        h = _sublayer_input(g, x, layer.cross_attention_norm, p + "_cross")
+        q = g.op("Reshape", [_dense(g, h, attention.query_dense, p + "_cross_q", scale),
+                             s.query_column], p + "_cross_q_column")
+        logits = g.op("Add", [_logits(g, s, q, f"cross_keys_{i}", p + "_cross"), cross_bias],
+                      p + "_cross_logits")
+        weights = g.op("Softmax", [logits], p + "_cross_weights", axis=-1)
+        attended = g.op("Reshape", [g.op("MatMul", [weights, f"cross_values_{i}"]), s.rows],
+                        p + "_cross_merged")
+        attended = _dense(g, attended, attention.output_dense, p + "_cross_out")
+        x = _add_norm(g, x, attended, layer.cross_attention_norm, p + "_cross")
+
+        # Position-wise feed-forward.
+        h = _sublayer_input(g, x, layer.feed_forward_norm, p + "_ffn")
+        inner = g.op("Relu", [_dense(g, h, layer.feed_forward.inner, p + "_ffn_inner")])
+        x = _add_norm(g, x, _dense(g, inner, layer.feed_forward.outer, p + "_ffn_outer"),
+                      layer.feed_forward_norm, p + "_ffn")
+
+    if model.decoder.final_norm is not None:
+        x = _layer_norm(g, x, model.decoder.final_norm, "final_norm")
+    if model.output_projection is None:
+        # Tied output (3.4): logits = x E^T. E^T is stored as its own constant (a Gemm with
+        # transB=1 could read E, but int8 quantization only handles MatMul).
+        g.output("MatMul", [x, g.const(np.ascontiguousarray(table.T), "output_kernel")],
+                 "logits")
+    else:
+        kernel, bias = _weights(model.output_projection, "kernel", "bias")
+        product = g.op("MatMul", [x, g.const(kernel, "output_kernel")], "output_matmul")
+        g.output("Add", [product, g.const(bias, "output_bias")], "logits")
+    g.output("Concat", step_rows, "step_key_values", axis=1)
+
+    float_, batch = TensorProto.FLOAT, "batch"
+    inputs = [
+        helper.make_tensor_value_info("tokens", TensorProto.INT32, [batch]),
+        helper.make_tensor_value_info("memory_mask", TensorProto.BOOL, [batch, "source_length"]),
+        helper.make_tensor_value_info("index", TensorProto.INT32, []),
+    ]
+    inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "source_length",
+                                                            head_dim])
+               for name in onnx_memory_names(layers)]
+    inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "cache_length",
+                                                            head_dim])
+               for name in onnx_cache_names(layers)]
+    outputs = [
+        helper.make_tensor_value_info("logits", float_, [batch, c.target_vocab_size]),
+        helper.make_tensor_value_info("step_key_values", float_, [batch, layers, 2, d_model]),
+    ]
+    return _model_proto(g, "decoder_step", inputs, outputs)
