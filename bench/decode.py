@@ -127,9 +127,12 @@ def decode_once(factory, config, source: np.ndarray, beam: int, new_tokens: int,
     stepper = factory(source, beam, new_tokens, cache)
 
     def step(tokens, index):
-        logits = np.array(stepper.step(tokens, index), np.float32)
+        out = stepper.step(tokens, index)
+        logits, normalizer = out if isinstance(out, tuple) else (out, None)
+        logits = np.array(logits, np.float32)
         logits[:, config.eos_id] = -np.inf  # exactly new_tokens per row, as the peers measure
-        return logits
+        # The runtime's normaliser still counts EOS: scores shift, the work does not.
+        return logits if normalizer is None else (logits, normalizer)
 
     if beam == 1:
         result = greedy_search(step, len(source), bos_id=config.bos_id, eos_id=config.eos_id,

@@ -126,7 +126,7 @@ def build_decoder_step(model: Transformer):
 
     tokens (B,) int32, memory_mask (B,S) bool, index () int32, cross_keys_l/cross_values_l
     (B,H,S,dh) and cache_keys_l/cache_values_l (B,H,T,dh) per layer l -> logits (B,V),
-    step_key_values (B,L,2,D). Head-major, one input per layer and kind: the runtime passes
+    step_key_values (B,L,2,D), log_normalizer (B,) = logsumexp of each row of logits. Head-major, one input per layer and kind: the runtime passes
     contiguous NumPy arrays that onnxruntime reads in place, with no split or transpose of
     the cache inside the graph. The cache is only read; slot `index` is written by the caller.
     """
@@ -230,6 +230,15 @@ def build_decoder_step(model: Transformer):
         product = g.op("MatMul", [x, g.const(kernel, "output_kernel")], "output_matmul")
         g.output("Add", [product, g.const(bias, "output_bias")], "logits")
     g.output("Concat", step_rows, "step_key_values", axis=1)
+    # logsumexp of each row of logits, for the search's log-probabilities: onnxruntime's
+    # vectorised Exp and reductions do it several times faster than NumPy.
+    row_max = g.op("ReduceMax", ["logits"], "logits_max", axes=[1], keepdims=1)
+    shifted = g.op("Exp", [g.op("Sub", ["logits", row_max], "logits_shifted")], "logits_exp")
+    total = g.op("ReduceSum", [shifted, g.const([1], "axis1", np.int64)], "logits_sum",
+                 keepdims=0)
+    g.output("Add", [g.op("Squeeze", [row_max, g.const([1], "squeeze_axis", np.int64)],
+                          "logits_max_rows"), g.op("Log", [total], "logits_log_sum")],
+             "log_normalizer")
 
     float_, batch = TensorProto.FLOAT, "batch"
     inputs = [
@@ -246,5 +255,6 @@ def build_decoder_step(model: Transformer):
     outputs = [
         helper.make_tensor_value_info("logits", float_, [batch, c.target_vocab_size]),
         helper.make_tensor_value_info("step_key_values", float_, [batch, layers, 2, d_model]),
+        helper.make_tensor_value_info("log_normalizer", float_, [batch]),
     ]
     return _model_proto(g, "decoder_step", inputs, outputs)

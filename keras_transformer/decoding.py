@@ -9,6 +9,9 @@ The searches never see the model. They drive a *stepper* through two callables:
     ``tokens`` is an ``int32`` array of shape ``(n,)`` holding the previous token of every row,
     ``index`` is its decoder position (index 0 is the BOS token). Returns the logits for the
     next token, a float array of shape ``(n, vocab)``. The stepper keeps its own key/value cache.
+    It may instead return ``(logits, log_normalizer)``, the second being ``logsumexp(logits)``
+    per row ``(n,)`` computed by the runtime (faster there than in NumPy); the search then
+    skips its own.
 
 ``reorder(indices) -> None``
     Beam search only. After choosing which beams survive it passes the ``int32`` parent row of
@@ -206,10 +209,18 @@ def _call_step(
     vocab: int | None,
     eos_id: int,
 ) -> np.ndarray:
-    """Call the stepper and validate what it returned; returns float logits (n, vocab) (float32
+    """Call the stepper and validate what it returned; -> float logits (n, vocab) (float32
     and float64 are kept as they are: a float64 copy of every step's logits costs more than
-    the search itself)."""
-    logits = np.asarray(step(tokens, index))
+    the search itself) and the stepper's log-normalizer (n,) float64, or None."""
+    out = step(tokens, index)
+    log_normalizer = None
+    if isinstance(out, tuple):
+        out, log_normalizer = out
+        log_normalizer = np.asarray(log_normalizer, np.float64).reshape(-1)
+        if log_normalizer.shape != (n,):
+            raise ValueError(f"step(tokens, {index}) returned a log-normalizer of shape "
+                             f"{log_normalizer.shape}; expected ({n},)")
+    logits = np.asarray(out)
     expected = f"({n}, {vocab if vocab is not None else 'vocab'})"
     if logits.ndim != 2 or logits.shape[0] != n or (vocab is not None and logits.shape[1] != vocab):
         raise ValueError(
@@ -222,21 +233,24 @@ def _call_step(
             raise ValueError(f"the vocabulary must have at least 2 ids, got {logits.shape[1]}")
         if not 0 <= eos_id < logits.shape[1]:
             raise ValueError(f"eos_id={eos_id} is outside the vocabulary [0, {logits.shape[1]})")
-    if logits.dtype in (np.float32, np.float64):
-        return logits
-    return logits.astype(np.float64)
+    if logits.dtype not in (np.float32, np.float64):
+        logits = logits.astype(np.float64)
+    return logits, log_normalizer
 
 
-def _checked_logsumexp(logits: np.ndarray, active_rows: np.ndarray, index: int):
-    """-> (logits with NaN rows of inactive rows set to -inf, float64 log-sum-exp per row).
+def _checked_logsumexp(logits: np.ndarray, row_max: np.ndarray, active_rows: np.ndarray,
+                       index: int, log_normalizer: np.ndarray | None = None):
+    """-> (logits with the NaN / all -inf rows of inactive rows set to -inf, float64
+    log-sum-exp per row, True if such rows were replaced).
 
-    log_softmax(x)[v] = x[v] - logsumexp(x): the searches rank tokens by the raw logits and
-    normalise only the few they keep, so no (rows, vocab) float64 array is ever made.
+    ``row_max`` is each row's maximum (NaN if the row holds one), from a pass the caller
+    makes anyway. log_softmax(x)[v] = x[v] - logsumexp(x): the searches rank tokens by the raw
+    logits and normalise only the few they keep, so no (rows, vocab) float64 array is made.
     """
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        m = np.max(logits, axis=1)  # NaN if the row holds one
-        bad = ~np.isfinite(m)
-        if bad.any():
+        bad = ~np.isfinite(row_max)
+        replaced = bool(bad.any())
+        if replaced:
             if (bad & active_rows).any():
                 row = int(np.flatnonzero(bad & active_rows)[0])
                 raise ValueError(
@@ -244,29 +258,48 @@ def _checked_logsumexp(logits: np.ndarray, active_rows: np.ndarray, index: int):
                     f"-inf")
             logits = logits.copy()
             logits[bad] = -np.inf
-            m = np.where(bad, 0.0, m).astype(logits.dtype)
+            row_max = np.where(bad, 0.0, row_max)
+        if log_normalizer is not None:
+            return logits, np.where(bad, -np.inf, log_normalizer), replaced
+        m = row_max.astype(logits.dtype)
         shifted = logits - m[:, None]
         np.exp(shifted, out=shifted)
         total = shifted.sum(axis=1).astype(np.float64)  # pairwise sum: float32 is exact enough
-        return logits, m.astype(np.float64) + np.log(total)
+        return logits, m.astype(np.float64) + np.log(total), replaced
 
 
-def _top_per_row(x: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the ``n`` largest entries of every row, best first, ties to the lower index;
-    one partition over the rows, exact sorting only where a tie straddles the cut."""
+def _chunk_maxima(x: np.ndarray, n: int) -> np.ndarray:
+    """(rows, m) -> (rows, n): the maxima of n consecutive chunks covering every row (NaN
+    propagates). Their maximum is the row's, and their minimum is a lower bound on its n-th
+    largest entry (each chunk holds one entry at least that large)."""
+    step = x.shape[1] // n
+    return np.maximum.reduceat(x, np.arange(0, n * step, step), axis=1)
+
+
+def _top_per_row(x: np.ndarray, n: int, chunk_maxima: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the ``n`` largest entries of every row, best first, ties to the lower index.
+
+    Rows must hold no NaN. Only the entries at or above a per-row threshold (the least of the
+    row's ``n`` chunk maxima, see `_chunk_maxima`) are sorted: usually a few dozen of
+    thousands, found in two vectorised passes instead of a partition of every row.
+    """
     rows, m = x.shape
     if n >= m or m <= _FULL_SORT_LIMIT:
         return np.argsort(-x, axis=1, kind="stable")[:, :n]
-    sel = np.argpartition(x, m - n, axis=1)[:, m - n:]
-    vals = np.take_along_axis(x, sel, axis=1)
-    order = np.lexsort((sel, -vals), axis=1)
-    sel = np.take_along_axis(sel, order, axis=1)
-    cut = np.take_along_axis(vals, order, axis=1)[:, -1]
-    # A value equal to the n-th largest outside the selection: argpartition may have kept a
-    # higher index than the stable rule would. Rare (exact ties); redo those rows exactly.
-    for r in np.flatnonzero(np.count_nonzero(x >= cut[:, None], axis=1) > n):
-        sel[r] = np.argsort(-x[r], kind="stable")[:n]
-    return sel
+    if chunk_maxima is None:
+        chunk_maxima = _chunk_maxima(x, n)
+    threshold = chunk_maxima.min(axis=1)
+    flat = np.flatnonzero(x >= threshold[:, None])  # row-major: grouped by row, ids ascending
+    row, col = np.divmod(flat, m)
+    values = x.reshape(-1)[flat]
+    order = np.lexsort((col, -values, row))  # per row: best first, ties to the lower id
+    row, col = row[order], col[order]
+    starts = np.searchsorted(row, np.arange(rows))
+    rank = np.arange(len(row)) - starts[row]
+    keep = rank < n
+    out = np.empty((rows, n), dtype=np.intp)
+    out[row[keep], rank[keep]] = col[keep]
+    return out
 
 
 def _pack(seqs: list[list[int]], pad_id: int) -> np.ndarray:
@@ -310,10 +343,14 @@ def greedy_search(
     vocab = None
     steps = 0
     for t in range(max_length):
-        logits = _call_step(step, tokens, t, batch_size, vocab, eos_id)
+        logits, log_normalizer = _call_step(step, tokens, t, batch_size, vocab, eos_id)
         vocab = logits.shape[1]
-        logits, lse = _checked_logsumexp(logits, ~finished, t)
+        # argmax finds a NaN first, so the row maximum it gives flags NaN rows too.
         best = np.argmax(logits, axis=1)
+        logits, lse, replaced = _checked_logsumexp(logits, logits[rows, best], ~finished, t,
+                                                   log_normalizer)
+        if replaced:
+            best = np.argmax(logits, axis=1)
         new_scores = scores + (logits[rows, best].astype(np.float64) - lse)
         next_tokens = np.where(finished, pad_id, best).astype(np.int32)
         scores = np.where(finished, scores, new_scores)
@@ -379,16 +416,17 @@ def beam_search(
     vocab = None
     gen_len = 0
     for t in range(max_length):
-        logits = _call_step(step, tokens, t, n, vocab, eos_id)
+        logits, log_normalizer = _call_step(step, tokens, t, n, vocab, eos_id)
         vocab = logits.shape[1]
-        logits, lse = _checked_logsumexp(logits, np.repeat(~done, k_beams), t)
-        gen_len = t + 1
-        penalty = length_penalty(gen_len, alpha)
-
         # Only a beam's 2K best tokens can be among its source's 2K best candidates, and
         # within a beam the order of score + log_prob is the order of the raw logits.
         m = min(n_cand, vocab)
-        row_top = _top_per_row(logits, m)  # (n, m) token ids
+        maxima = _chunk_maxima(logits, m)
+        logits, lse, replaced = _checked_logsumexp(logits, maxima.max(axis=1),
+                                                   np.repeat(~done, k_beams), t, log_normalizer)
+        gen_len = t + 1
+        penalty = length_penalty(gen_len, alpha)
+        row_top = _top_per_row(logits, m, None if replaced else maxima)  # (n, m) token ids
         row_logits = np.take_along_axis(logits, row_top, axis=1).astype(np.float64)
         cand = (alive_scores[:, :, None]
                 + (row_logits - lse[:, None]).reshape(batch_size, k_beams, m))

@@ -566,3 +566,56 @@ def test_sample_logits_validation():
         sample_logits(np.zeros((2, 3)), rng, top_p=1.5)
     with pytest.raises(ValueError, match="shape"):
         sample_logits(np.zeros(3), rng)
+
+
+def test_top_per_row_matches_a_stable_sort_with_ties_and_infinities():
+    """The threshold selection against np.argsort: many exact ties, -inf entries, rows that are
+    -inf but for a few ids, and vocabularies that the chunks do not divide."""
+    import keras_transformer.decoding as decoding
+
+    rng = np.random.default_rng(3)
+    for vocab, n in ((8000, 8), (1001, 2), (97, 5), (130, 1)):
+        x = np.round(rng.normal(size=(12, vocab)) * 2).astype(np.float32)  # heavy ties
+        x[0, :] = -np.inf
+        x[0, [5, 17, vocab - 1]] = [1.0, 1.0, 3.0]
+        x[1, rng.integers(0, vocab, vocab // 2)] = -np.inf
+        x[2, :] = 7.0  # every entry tied
+        want = np.argsort(-x, axis=1, kind="stable")[:, :n]
+        np.testing.assert_array_equal(decoding._top_per_row(x, n), want)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_stepper_given_log_normalizer_gives_the_same_search(beam_size):
+    """A stepper may return (logits, logsumexp(logits)) computed by its runtime: the tokens and
+    scores are those of the search normalising by itself."""
+    eos = 1
+    model = random_model(11, vocab=300, eos_id=eos, eos_bias=-1.0)
+    sources = [0, 1, 2, 3]
+
+    def search(with_normalizer):
+        st = ToyStepper(model, sources, beam_size, 9)
+
+        def step(tokens, index):
+            logits = st.step(tokens, index)
+            if not with_normalizer:
+                return logits
+            peak = logits.max(axis=1, keepdims=True).astype(np.float64)
+            return logits, (peak + np.log(np.exp(logits - peak).sum(1, keepdims=True)))[:, 0]
+
+        kwargs = dict(bos_id=BOS, eos_id=eos, max_length=9)
+        if beam_size == 1:
+            return greedy_search(step, len(sources), **kwargs)
+        return beam_search(step, st.reorder, len(sources), beam_size=beam_size, alpha=0.6,
+                           **kwargs)
+
+    plain, given = search(False), search(True)
+    np.testing.assert_array_equal(given.tokens, plain.tokens)
+    np.testing.assert_allclose(given.scores, plain.scores, rtol=1e-5)
+
+
+def test_log_normalizer_of_the_wrong_shape_is_rejected():
+    def step(tokens, index):
+        return np.zeros((2, 5), np.float32), np.zeros(3)
+
+    with pytest.raises(ValueError, match=r"log-normalizer of shape \(3,\); expected \(2,\)"):
+        greedy_search(step, 2, bos_id=0, eos_id=1, max_length=3)

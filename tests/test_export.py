@@ -96,7 +96,7 @@ def test_onnx_files_pass_the_checker_with_dynamic_axes(manifest):
     head_dim = manifest.model["d_model"] // heads
     assert [i.name for i in step.graph.input] == [
         "tokens", "memory_mask", "index", *onnx_memory_names(layers), *onnx_cache_names(layers)]
-    assert [o.name for o in step.graph.output] == ["logits", "step_key_values"]
+    assert [o.name for o in step.graph.output] == ["logits", "step_key_values", "log_normalizer"]
     batch, *rest = dims["cache_values_0"]
     assert isinstance(batch, str) and rest[0] == heads and rest[2] == head_dim
     assert isinstance(rest[1], str) and dims["cross_keys_0"][2] == dims["memory_mask"][1]
@@ -301,8 +301,13 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
     tokens = np.array([5, 6], np.int32)
     step = ort.InferenceSession(str(tmp_path / "decoder_step.onnx"))
     for index in (0, 3, 8):
-        logits, rows = step.run(["logits", "step_key_values"],
-                                _step_feeds(model, tokens, cross_kv, mask, cache, index))
+        logits, rows, normalizer = step.run(
+            ["logits", "step_key_values", "log_normalizer"],
+            _step_feeds(model, tokens, cross_kv, mask, cache, index))
+        wide = logits.astype(np.float64)
+        np.testing.assert_allclose(
+            normalizer, np.log(np.exp(wide - wide.max(1, keepdims=True)).sum(1))
+            + wide.max(1), atol=1e-5)
         want_logits, want_rows = model.decode_step_key_values(tokens, expected_kv,
                                                               expected_mask, cache, index)
         np.testing.assert_allclose(logits, np.asarray(want_logits), atol=1e-4)

@@ -38,6 +38,12 @@ class Backend:
         read."""
         raise NotImplementedError
 
+    def decode_step_normalized(self, tokens, memory, memory_mask, cache, index: int):
+        """decode_step plus logsumexp(logits) per row (B,) when the runtime computes it in its
+        graph, else None (the search then computes it)."""
+        logits, step_key_values = self.decode_step(tokens, memory, memory_mask, cache, index)
+        return logits, step_key_values, None
+
     # The layouts below are those of the exported signatures: memory = cross_key_values
     # (B,L,2,S,D), cache (B,L,2,T,D). A runtime may keep its own (ONNX: per-layer head-major
     # arrays); `memory` and `cache_from` convert from these, and every method keeps the batch
@@ -86,12 +92,14 @@ class Stepper:
         self.memory, self.memory_mask = memory, memory_mask
         self.cache = backend.init_cache(source_ids.shape[0] * beam_size, max_length)
 
-    def step(self, tokens: np.ndarray, index: int) -> np.ndarray:
-        logits, step_key_values = self.backend.decode_step(
+    def step(self, tokens: np.ndarray, index: int):
+        """-> logits (B,V), or (logits, logsumexp per row) where the runtime gives it."""
+        logits, step_key_values, log_normalizer = self.backend.decode_step_normalized(
             np.asarray(tokens, np.int32), self.memory, self.memory_mask, self.cache,
             index)
         self.cache = self.backend.write(self.cache, step_key_values, index)
-        return self.backend.to_numpy(logits)
+        logits = self.backend.to_numpy(logits)
+        return logits if log_normalizer is None else (logits, log_normalizer)
 
     def reorder(self, indices: np.ndarray) -> None:
         self.cache = self.backend.gather(self.cache, np.asarray(indices, np.int32))

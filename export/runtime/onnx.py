@@ -36,19 +36,29 @@ class OnnxBackend(Backend):
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
+        # Each session has its own thread pool, and idle workers spin waiting for work. The
+        # encoder's, spinning through the steps that follow it, took a core from the step's
+        # and made every step up to 2x slower (bench.decode); the encoder runs once per batch,
+        # so its workers sleep instead.
+        encoder_options = ort.SessionOptions()
+        encoder_options.intra_op_num_threads = threads
+        encoder_options.log_severity_level = 3
+        encoder_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.sessions = {}
-        for role in ("encoder", "decoder_step"):
+        for role, role_options in (("encoder", encoder_options), ("decoder_step", options)):
             path = manifest.file(files[role])
             try:
                 self.sessions[role] = ort.InferenceSession(
-                    str(path), options, providers=["CPUExecutionProvider"])
+                    str(path), role_options, providers=["CPUExecutionProvider"])
             except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
                 raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
         names = {i.name for i in self.sessions["decoder_step"].get_inputs()}
-        if "cache_keys_0" not in names:
+        outputs = {o.name for o in self.sessions["decoder_step"].get_outputs()}
+        if "cache_keys_0" not in names or "log_normalizer" not in outputs:
             raise ExportError(
                 f"{manifest.file(files['decoder_step'])} has the inputs {sorted(names)}, not "
-                f"the per-layer cache_keys_l/cache_values_l of this version; export again")
+                f"the per-layer cache_keys_l/cache_values_l (and the log_normalizer output) of "
+                f"this version; export it again")
         self._memory_names = onnx_memory_names(self.num_layers)
         self._cache_names = onnx_cache_names(self.num_layers)
 
@@ -87,9 +97,17 @@ class OnnxBackend(Backend):
             array[:, :, index, :] = rows[:, i // 2, i % 2].reshape(batch, self.num_heads, -1)
         return cache
 
-    def decode_step(self, tokens, memory, memory_mask, cache, index):
+    def _run_step(self, outputs, tokens, memory, memory_mask, cache, index):
         feeds = {"tokens": tokens, "memory_mask": memory_mask,
                  "index": np.asarray(index, np.int32)}
         feeds.update(zip(self._memory_names, memory, strict=True))
         feeds.update(zip(self._cache_names, cache, strict=True))
-        return self.sessions["decoder_step"].run(["logits", "step_key_values"], feeds)
+        return self.sessions["decoder_step"].run(outputs, feeds)
+
+    def decode_step(self, tokens, memory, memory_mask, cache, index):
+        return self._run_step(["logits", "step_key_values"], tokens, memory, memory_mask,
+                              cache, index)
+
+    def decode_step_normalized(self, tokens, memory, memory_mask, cache, index):
+        return self._run_step(["logits", "step_key_values", "log_normalizer"], tokens, memory,
+                              memory_mask, cache, index)
