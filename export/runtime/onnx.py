@@ -87,8 +87,10 @@ class OnnxBackend(Backend):
             return [np.repeat(a, times, axis=0) for a in x]
         return np.repeat(x, times, axis=0)
 
-    def gather(self, x, indices):
-        return [a[indices] for a in x]
+    def gather(self, x, indices, out=None):
+        out = out if out is not None else [None] * len(x)
+        return [super(OnnxBackend, self).gather(a, indices, spare)
+                for a, spare in zip(x, out, strict=True)]
 
     def write(self, cache, step_key_values, index):
         rows = np.asarray(step_key_values)
