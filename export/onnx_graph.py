@@ -163,7 +163,6 @@ def build_decoder_step(model: Transformer):
     cross_bias = g.op("Where", ["memory_mask", zero, masked], "cross_bias")
     cross_bias = g.op("Unsqueeze", [cross_bias, g.const([1, 2], "axes12", np.int64)],
                       "cross_bias_heads")
-    last_axis = g.const([-1], "last_axis", np.int64)
 
     step_rows = []
     for i, layer in enumerate(model.decoder.decoder_layers):
@@ -180,13 +179,11 @@ def build_decoder_step(model: Transformer):
                      p + "_q_kv", outputs=2, axis=1)
         step_rows.append(g.op("Reshape", [kv, s.key_value_row], p + "_step_kv"))
         k_new, v_new = g.op("Split", [kv], p + "_k_v", outputs=2, axis=1)
-        cached = g.op("Add", [_logits(g, s, g.op("Reshape", [q, s.query_column]),
-                                      f"cache_keys_{i}", p + "_cached"), self_bias],
-                      p + "_cached_logits")
-        q_row = g.op("Reshape", [q, s.heads_row], p + "_q_row")
-        k_row = g.op("Reshape", [k_new, s.heads_row], p + "_k_row")
-        own = g.op("ReduceSum", [g.op("Mul", [q_row, k_row]), last_axis], p + "_own_logit",
-                   keepdims=1)
+        q_column = g.op("Reshape", [q, s.query_column], p + "_q_column")
+        cached = g.op("Add", [_logits(g, s, q_column, f"cache_keys_{i}", p + "_cached"),
+                              self_bias], p + "_cached_logits")
+        own = g.op("MatMul", [g.op("Reshape", [k_new, s.heads_row], p + "_k_row"), q_column],
+                   p + "_own_logit")  # (B,H,1,1)
         weights = g.op("Softmax", [g.op("Concat", [cached, own], axis=-1)], p + "_self_weights",
                        axis=-1)
         w_cached, w_own = g.op("Split", [weights, split_sizes], p + "_self_split", outputs=2,
