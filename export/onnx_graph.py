@@ -3,7 +3,7 @@
 A step processes one token per row, so its cost is the number of nodes and copies more than
 its FLOPs. tf2onnx's conversion of the TF step had 485 nodes for the small model
 (dynamic-shape Reshape chains, float32->float32 Casts, LayerNorm as a dozen element-wise
-ops, a copy and a transpose of every layer's cache). This graph has 150: one fused QKV
+ops, a copy and a transpose of every layer's cache). This graph has 151: one fused QKV
 projection, MatMul + Add pairs that onnxruntime fuses into Gemm, ONNX LayerNormalization,
 constant reshape shapes, the 1/sqrt(d_k) scale folded into the query weights, the masks
 built once per step, and a cache read in place as one head-major input per layer and kind.
