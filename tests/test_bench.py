@@ -143,3 +143,26 @@ def test_main_runs_decode_per_config_with_merge():
     Args.configs = ["small", "base"]
     first, second = commands("decode-onnx", Args)
     assert "--merge" in second and "--no-cache" not in second
+
+
+def test_repeats_take_each_ratio_within_its_run(tmp_path):
+    """Run 1: ours 200 vs CT2 400; run 2: 300 vs 300; run 3: 100 vs 400. The ratios are taken
+    per run (0.50, 1.00, 0.25): median 0.50x, range 0.25x-1.00x."""
+    from bench import repeats
+
+    runs = []
+    for i, (ours_rate, peer_rate) in enumerate(((200.0, 400.0), (300.0, 300.0),
+                                                (100.0, 400.0))):
+        run = tmp_path / f"run{i}"
+        common.write_json(run / "decode_onnx.json", {"results": [
+            _decode_row("onnx", 1, 1, 32, True, ours_rate)]})
+        common.write_json(run / "peers" / "ctranslate2_infer.json", {
+            "peer": "ctranslate2", "kind": "inference", "results": [
+                {"config": "small", "batch": 1, "beam": 1, "compute_type": "float32",
+                 "tokens_per_s": {"best": peer_rate}}]})
+        runs.append(run)
+    row = next(line for line in repeats.build(runs).splitlines()
+               if line.startswith("| small | 1 | 1 |"))
+    assert row == "| small | 1 | 1 | 3 | 200 [100-300] | 0.50x [0.25x-1.00x] |"
+    single = repeats.build(runs[1:2])
+    assert "| small | 1 | 1 | 1 | 300 | 1.00x |" in single
