@@ -126,9 +126,10 @@ def build_decoder_step(model: Transformer):
 
     tokens (B,) int32, memory_mask (B,S) bool, index () int32, cross_keys_l/cross_values_l
     (B,H,S,dh) and cache_keys_l/cache_values_l (B,H,T,dh) per layer l -> logits (B,V),
-    step_key_values (B,L,2,D), log_normalizer (B,) = logsumexp of each row of logits. Head-major, one input per layer and kind: the runtime passes
-    contiguous NumPy arrays that onnxruntime reads in place, with no split or transpose of
-    the cache inside the graph. The cache is only read; slot `index` is written by the caller.
+    step_key_values (B,L,2,D), log_normalizer (B,) = logsumexp of each row of logits.
+    Head-major, one input per layer and kind: the runtime passes contiguous NumPy arrays that
+    onnxruntime reads in place, with no split or transpose of the cache inside the graph. The
+    cache is only read; slot `index` is written by the caller.
     """
     from onnx import TensorProto, helper
 
