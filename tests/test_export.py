@@ -312,3 +312,31 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
                                                               expected_mask, cache, index)
         np.testing.assert_allclose(logits, np.asarray(want_logits), atol=1e-4)
         np.testing.assert_allclose(rows, np.asarray(want_rows), atol=1e-5)
+
+
+def test_onnx_step_of_an_older_export_asks_to_export_again(exported, tmp_path):
+    """A decoder_step.onnx with the earlier single-cache interface (a checksum that matches, so
+    not "corrupt") is refused with the fix, not run with wrong inputs."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from export.common import MANIFEST, file_entry
+
+    old = tmp_path / "old"
+    shutil.copytree(exported[1], old, ignore=shutil.ignore_patterns("savedmodel"))
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["cache"], ["step_key_values"]),
+         helper.make_node("Identity", ["cross_key_values"], ["logits"])], "decoder_step",
+        [helper.make_tensor_value_info("cache", f32, None),
+         helper.make_tensor_value_info("cross_key_values", f32, None)],
+        [helper.make_tensor_value_info("logits", f32, None),
+         helper.make_tensor_value_info("step_key_values", f32, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    onnx.save(proto, str(old / "decoder_step.onnx"))
+    data = json.loads((old / MANIFEST).read_text())
+    data["files"]["decoder_step.onnx"] = file_entry(old, old / "decoder_step.onnx")
+    (old / MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(ExportError, match="export it again"):
+        load_backend(Manifest(old), "onnx")
