@@ -208,7 +208,7 @@ def _call_step(
     n: int,
     vocab: int | None,
     eos_id: int,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Call the stepper and validate what it returned; -> float logits (n, vocab) (float32
     and float64 are kept as they are: a float64 copy of every step's logits costs more than
     the search itself) and the stepper's log-normalizer (n,) float64, or None."""

@@ -69,8 +69,11 @@ class Backend:
         """Rows `indices` of the cache, written into `out` (an earlier cache of the same
         shape, no longer used) when given: a fresh array per beam step costs a page fault per
         page, which made the copy 2-4x slower than the copy itself (bench.decode, base)."""
-        if out is not None and out.shape != x.shape:
+        if len(indices) and not 0 <= indices.min() <= indices.max() < len(x):
+            raise IndexError(f"cache rows {indices} are outside [0, {len(x)})")
+        if out is not None and out.shape != (len(indices), *x.shape[1:]):
             out = None
+        # mode="clip" (the range is checked above) lets np.take write `out` unbuffered.
         return np.take(x, indices, axis=0, out=out, mode="clip")
 
     def write(self, cache: np.ndarray, step_key_values, index: int) -> np.ndarray:
