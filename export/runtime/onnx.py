@@ -33,23 +33,21 @@ class OnnxBackend(Backend):
 
         self.num_heads = manifest.model["num_heads"]
         files = manifest.format_files("onnx", variant)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.log_severity_level = 3
-        # Each session has its own thread pool, and idle workers spin waiting for work. The
-        # encoder's, spinning through the steps that follow it, took a core from the step's
-        # and made every step up to 2x slower (bench.decode); the encoder runs once per batch,
-        # so its workers sleep instead.
-        encoder_options = ort.SessionOptions()
-        encoder_options.intra_op_num_threads = threads
-        encoder_options.log_severity_level = 3
-        encoder_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.sessions = {}
-        for role, role_options in (("encoder", encoder_options), ("decoder_step", options)):
+        for role in ("encoder", "decoder_step"):
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.log_severity_level = 3
+            if role == "encoder":
+                # Each session has its own thread pool whose idle workers spin waiting for
+                # work. The encoder's, spinning through the steps that follow it, took a core
+                # from the step's and made each step up to 2x slower (profiled in one
+                # process); the encoder runs once per batch, so its workers sleep instead.
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             path = manifest.file(files[role])
             try:
                 self.sessions[role] = ort.InferenceSession(
-                    str(path), role_options, providers=["CPUExecutionProvider"])
+                    str(path), options, providers=["CPUExecutionProvider"])
             except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
                 raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
         names = {i.name for i in self.sessions["decoder_step"].get_inputs()}
