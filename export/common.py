@@ -13,7 +13,7 @@ from pathlib import Path
 logger = logging.getLogger("export")
 
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 
 
 def onnx_memory_names(layers: int) -> list[str]:
@@ -21,8 +21,9 @@ def onnx_memory_names(layers: int) -> list[str]:
     return [f"cross_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
 
 
-def onnx_cache_names(layers: int) -> list[str]:
-    """decoder_step.onnx inputs cache_keys_0, cache_values_0, cache_keys_1, ... (B,H,T,dh)."""
+def cache_names(layers: int) -> list[str]:
+    """The cache inputs of every format's decode step: cache_keys_0, cache_values_0,
+    cache_keys_1, ..., each (B,H,T,dh)."""
     return [f"cache_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
 
 

@@ -203,15 +203,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
             "encode": "source_ids int32 (B,S) -> cross_key_values float32 (B,L,2,S,D), "
                       "memory_mask bool (B,S)",
             "decode_step": "tokens int32 (B,), cross_key_values, memory_mask bool (B,S), "
-                           "cache float32 (B,L,2,T,D), index int32 () -> logits float32 (B,V), "
-                           "step_key_values float32 (B,L,2,D), to be written into "
-                           "cache[:, :, :, index] by the caller",
-            "onnx_decoder_step": "tokens, memory_mask, index as above; per layer l "
-                                 "cross_keys_l, cross_values_l float32 (B,H,S,D/H) and "
-                                 "cache_keys_l, cache_values_l float32 (B,H,T,D/H) -> logits, "
-                                 "step_key_values as above; the caller writes "
-                                 "step_key_values[:, l, 0] split into heads into "
-                                 "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l",
+                           "index int32 (), per layer l cache_keys_l, cache_values_l float32 "
+                           "(B,H,T,D/H) -> logits float32 (B,V), step_key_values float32 "
+                           "(B,L,2,D); the caller writes step_key_values[:, l, 0] split into "
+                           "heads into cache_keys_l[:, :, index], and [:, l, 1] into "
+                           "cache_values_l",
+            "onnx_decoder_step": "as decode_step, with cross_key_values given per layer l as "
+                                 "cross_keys_l, cross_values_l float32 (B,H,S,D/H), and a "
+                                 "log_normalizer float32 (B,) output (logsumexp of logits)",
         },
         "versions": _versions(),
     }

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from export.common import onnx_cache_names, onnx_memory_names
+from export.common import cache_names, onnx_memory_names
 from keras_transformer.layers.attention import MASKED_LOGIT
 from keras_transformer.models.transformer import Transformer
 
@@ -249,7 +249,7 @@ def build_decoder_step(model: Transformer):
                for name in onnx_memory_names(layers)]
     inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "cache_length",
                                                             head_dim])
-               for name in onnx_cache_names(layers)]
+               for name in cache_names(layers)]
     outputs = [
         helper.make_tensor_value_info("logits", float_, [batch, c.target_vocab_size]),
         helper.make_tensor_value_info("step_key_values", float_, [batch, layers, 2, d_model]),

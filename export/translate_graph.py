@@ -43,7 +43,7 @@ def add_translate(module: tf.Module, source_tokenizer_path: Path, target_tokeniz
         source_length = tf.shape(source_ids)[1]
         # default_max_length: min(limit, int(1.5 * S) + 10).
         max_length = tf.minimum(c.max_target_length, (source_length * 3) // 2 + 10)
-        cache = tf.zeros([batch, c.num_decoder_layers, 2, max_length, c.d_model], tf.float32)
+        cache = model.decoder.init_cache(batch, max_length)  # max_length is bounded above
         out = tf.fill([batch, max_length], c.pad_id)
         positions = tf.range(max_length)
 

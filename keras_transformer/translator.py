@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.cache import VariableCache
 from keras_transformer.decoding import SearchResult, beam_search, greedy_search
 from keras_transformer.text.sources import (
     batches_by_length,
@@ -18,10 +19,11 @@ from keras_transformer.text.sources import (
 
 
 class KerasStepper:
-    """Step/reorder callables over `Transformer.decode_step`; the cache stays a TF tensor.
+    """Step/reorder callables over `Transformer.decode_step_key_values`; the cache stays in TF.
 
-    Keeping the cache on the TF side (and gathering it with tf.gather on reorder) avoids
-    copying it to NumPy and back at every generated token.
+    The cache lives in variables (keras_transformer.cache) that each step reads in place and
+    writes one slot of, so nothing is copied to NumPy and back, and a step does not copy the
+    whole cache.
     """
 
     _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -35,7 +37,7 @@ class KerasStepper:
             cross_kv = tf.repeat(cross_kv, beam_size, axis=0)
             mask = tf.repeat(mask, beam_size, axis=0)
         self.cross_kv, self.mask = cross_kv, mask
-        self.cache = model.init_cache(source_ids.shape[0] * beam_size, max_length)
+        self.cache = VariableCache(model.init_cache(source_ids.shape[0] * beam_size, max_length))
 
     @classmethod
     def compiled(cls, model, jit_compile: bool):
@@ -44,10 +46,11 @@ class KerasStepper:
         if bool(jit_compile) not in per_model:
 
             def step(tokens, cross_kv, mask, cache, index):
-                logits, cache = model.decode_step(tokens, cross_kv, mask, cache, index)
+                logits, step_key_values = model.decode_step_key_values(tokens, cross_kv, mask,
+                                                                       cache, index)
                 # The search's log-probabilities need logsumexp over the vocabulary: TF does
                 # it on every core, several times faster than NumPy would.
-                return logits, tf.reduce_logsumexp(logits, axis=-1), cache
+                return logits, tf.reduce_logsumexp(logits, axis=-1), step_key_values
 
             per_model[bool(jit_compile)] = (
                 tf.function(model.encode_for_decoding, jit_compile=jit_compile,
@@ -58,13 +61,14 @@ class KerasStepper:
 
     def step(self, tokens: np.ndarray, index: int) -> tuple[np.ndarray, np.ndarray]:
         """-> logits (B,V) and their logsumexp per row (B,), both NumPy."""
-        logits, normalizer, self.cache = self._step(
-            tf.constant(tokens, tf.int32), self.cross_kv, self.mask, self.cache,
+        logits, normalizer, step_key_values = self._step(
+            tf.constant(tokens, tf.int32), self.cross_kv, self.mask, self.cache.variables,
             tf.constant(index, tf.int32))
+        self.cache.write(step_key_values, index)
         return logits.numpy(), normalizer.numpy()
 
     def reorder(self, indices: np.ndarray) -> None:
-        self.cache = tf.gather(self.cache, tf.constant(indices, tf.int32))
+        self.cache.reorder(indices)
 
 
 def search_ids(model, source_ids: np.ndarray, *, beam_size: int = 4, alpha: float = 0.6,

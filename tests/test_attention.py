@@ -66,12 +66,15 @@ def test_d_model_not_divisible_by_heads():
 
 def test_cache_update_writes_only_its_slot():
     rng = np.random.default_rng(1)
-    cache = rng.normal(size=(2, 3, 2, 5, 4)).astype("float32")
+    # 3 layers, keys and values each: (B=2, H=2, T=5, head_dim=2).
+    cache = [rng.normal(size=(2, 2, 5, 2)).astype("float32") for _ in range(6)]
     rows = rng.normal(size=(2, 3, 2, 4)).astype("float32")
-    updated = np.asarray(update_cache(cache, 3, rows))
-    expected = cache.copy()
-    expected[:, :, :, 3] = rows
-    np.testing.assert_array_equal(updated, expected)
+    updated = [np.asarray(a) for a in update_cache(cache, 3, rows)]
+    for i, (before, after) in enumerate(zip(cache, updated, strict=True)):
+        expected = before.copy()
+        # Head h of a row holds features h*head_dim .. (h+1)*head_dim - 1.
+        expected[:, :, 3] = rows[:, i // 2, i % 2].reshape(2, 2, 2)
+        np.testing.assert_array_equal(after, expected)
 
 
 @pytest.mark.parametrize("index", [0, 3, 6])
@@ -93,8 +96,10 @@ def test_cached_self_attention_equals_causal_full_call():
     x = rng.normal(size=(3, 6, 8)).astype("float32")
     full = np.asarray(mha(x, x, causal_mask(6)))
     # Garbage in the slots not written yet: the step must not look at them.
-    cache_k, cache_v = (rng.normal(size=(3, 6, 8)).astype("float32") for _ in range(2))
+    # The cache is split into heads: (B, H=2, T, 4).
+    cache_k, cache_v = (rng.normal(size=(3, 2, 6, 4)).astype("float32") for _ in range(2))
     for t in range(6):
         out, key, value = mha.call_cached(x[:, t:t + 1], cache_k, cache_v, t)
-        cache_k[:, t], cache_v[:, t] = np.asarray(key)[:, 0], np.asarray(value)[:, 0]
+        cache_k[:, :, t] = np.asarray(key)[:, 0].reshape(3, 2, 4)
+        cache_v[:, :, t] = np.asarray(value)[:, 0].reshape(3, 2, 4)
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], atol=1e-5)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from export import parity
-from export.common import ExportError, Manifest, onnx_cache_names, onnx_memory_names
+from export.common import ExportError, Manifest, cache_names, onnx_memory_names
 from export.runtime import Translator, load_backend
 
 pytestmark = pytest.mark.slow
@@ -95,7 +95,7 @@ def test_onnx_files_pass_the_checker_with_dynamic_axes(manifest):
     layers, heads = manifest.model["num_decoder_layers"], manifest.model["num_heads"]
     head_dim = manifest.model["d_model"] // heads
     assert [i.name for i in step.graph.input] == [
-        "tokens", "memory_mask", "index", *onnx_memory_names(layers), *onnx_cache_names(layers)]
+        "tokens", "memory_mask", "index", *onnx_memory_names(layers), *cache_names(layers)]
     assert [o.name for o in step.graph.output] == ["logits", "step_key_values", "log_normalizer"]
     batch, *rest = dims["cache_values_0"]
     assert isinstance(batch, str) and rest[0] == heads and rest[2] == head_dim
@@ -250,7 +250,7 @@ def test_onnx_step_graph_reads_the_cache_in_place(manifest):
 
 
 def _step_feeds(model, tokens, cross_kv, mask, cache, index):
-    """Keras-layout tensors -> decoder_step.onnx feeds (per-layer, head-major)."""
+    """Keras-layout cross_kv (B,L,2,S,D) and cache list -> decoder_step.onnx feeds."""
     c = model.config
     layers, heads = c.num_decoder_layers, c.num_heads
 
@@ -262,7 +262,7 @@ def _step_feeds(model, tokens, cross_kv, mask, cache, index):
 
     feeds = {"tokens": tokens, "memory_mask": mask, "index": np.asarray(index, np.int32)}
     feeds.update(zip(onnx_memory_names(layers), per_layer(cross_kv), strict=True))
-    feeds.update(zip(onnx_cache_names(layers), per_layer(cache), strict=True))
+    feeds.update(zip(cache_names(layers), cache, strict=True))
     return feeds
 
 
@@ -297,7 +297,8 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
     cross_kv, mask = encoder.run(["cross_key_values", "memory_mask"], {"source_ids": source})
     np.testing.assert_allclose(cross_kv, expected_kv, atol=1e-5)
     np.testing.assert_array_equal(mask, expected_mask)
-    cache = rng.normal(size=(2, 2, 2, 9, 32)).astype(np.float32)
+    # 2 layers x keys/values, each (B=2, H=4, T=9, 8).
+    cache = [rng.normal(size=(2, 4, 9, 8)).astype(np.float32) for _ in range(4)]
     tokens = np.array([5, 6], np.int32)
     step = ort.InferenceSession(str(tmp_path / "decoder_step.onnx"))
     for index in (0, 3, 8):

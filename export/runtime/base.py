@@ -26,6 +26,7 @@ class Backend:
         self.manifest = manifest
         model = manifest.model
         self.num_layers = model["num_decoder_layers"]
+        self.num_heads = model["num_heads"]
         self.d_model = model["d_model"]
 
     def encode(self, source_ids: np.ndarray):
@@ -44,45 +45,67 @@ class Backend:
         logits, step_key_values = self.decode_step(tokens, memory, memory_mask, cache, index)
         return logits, step_key_values, None
 
-    # The layouts below are those of the exported signatures: memory = cross_key_values
-    # (B,L,2,S,D), cache (B,L,2,T,D). A runtime may keep its own (ONNX: per-layer head-major
-    # arrays); `memory` and `cache_from` convert from these, and every method keeps the batch
-    # rows of whatever it is given.
+    # memory is encode's cross_key_values (B,L,2,S,D) unless a runtime keeps its own layout
+    # (ONNX: per-layer head-major arrays). The cache is, in every runtime, one (B,H,T,dh)
+    # array per layer and kind, [keys_0, values_0, keys_1, ...]: the layout the step reads
+    # without copying. Every method keeps the batch rows of whatever it is given.
 
     def memory(self, cross_key_values):
         """encode's cross_key_values (B,L,2,S,D) -> what decode_step reads."""
         return cross_key_values
 
     def cache_from(self, cache: np.ndarray):
-        """A (B,L,2,T,D) NumPy cache -> this runtime's cache layout."""
-        return cache
+        """A (B,L,2,T,D) NumPy cache -> this runtime's cache, [keys_0, values_0, ...]."""
+        return per_layer_heads(np.asarray(cache, np.float32), self.num_heads)
 
     def init_cache(self, batch: int, length: int):
-        """-> an all-zero cache of `length` slots; (B, L, 2, length, D) float32 here."""
-        return np.zeros((batch, self.num_layers, 2, length, self.d_model), np.float32)
+        """-> an all-zero cache of `length` slots, 2L arrays (B, H, length, dh) float32."""
+        shape = (batch, self.num_heads, length, self.d_model // self.num_heads)
+        return [np.zeros(shape, np.float32) for _ in range(2 * self.num_layers)]
 
     def repeat(self, x, times: int):
-        """(B, ...) -> (B * times, ...), each row repeated `times` times in place."""
+        """(B, ...) -> (B * times, ...), each row repeated `times` times in place (each array
+        of a list)."""
+        if isinstance(x, list):
+            return [np.repeat(a, times, axis=0) for a in x]
         return np.repeat(x, times, axis=0)
 
-    def gather(self, x, indices: np.ndarray, out=None):
+    def gather(self, cache, indices: np.ndarray, out=None):
         """Rows `indices` of the cache, written into `out` (an earlier cache of the same
         shape, no longer used) when given: a fresh array per beam step costs a page fault per
         page, which made the copy 2-4x slower than the copy itself (bench.decode, base)."""
-        if len(indices) and not 0 <= indices.min() <= indices.max() < len(x):
-            raise IndexError(f"cache rows {indices} are outside [0, {len(x)})")
-        if out is not None and out.shape != (len(indices), *x.shape[1:]):
-            out = None
-        # mode="clip" (the range is checked above) lets np.take write `out` unbuffered.
-        return np.take(x, indices, axis=0, out=out, mode="clip")
+        out = out if out is not None else [None] * len(cache)
+        return [gather_rows(a, indices, spare) for a, spare in zip(cache, out, strict=True)]
 
-    def write(self, cache: np.ndarray, step_key_values, index: int) -> np.ndarray:
+    def write(self, cache, step_key_values, index: int):
         """Slot `index` of the cache <- step_key_values (B,L,2,D), in place."""
-        cache[:, :, :, index] = self.to_numpy(step_key_values)
+        rows = self.to_numpy(step_key_values)
+        batch = rows.shape[0]
+        for i, array in enumerate(cache):
+            array[:, :, index, :] = rows[:, i // 2, i % 2].reshape(batch, self.num_heads, -1)
         return cache
 
     def to_numpy(self, x) -> np.ndarray:
         return np.asarray(x)
+
+
+def per_layer_heads(x: np.ndarray, heads: int) -> list[np.ndarray]:
+    """(B,L,2,T,D) -> [layer 0 keys, layer 0 values, layer 1 keys, ...], each contiguous
+    (B,H,T,D/H)."""
+    b, layers, _, t, d = x.shape
+    return [np.ascontiguousarray(x[:, i, kind].reshape(b, t, heads, d // heads)
+                                 .transpose(0, 2, 1, 3))
+            for i in range(layers) for kind in (0, 1)]
+
+
+def gather_rows(x: np.ndarray, indices: np.ndarray, out: np.ndarray | None = None):
+    """x[indices] along the first axis, into `out` when it has the right shape."""
+    if len(indices) and not 0 <= indices.min() <= indices.max() < len(x):
+        raise IndexError(f"cache rows {indices} are outside [0, {len(x)})")
+    if out is not None and out.shape != (len(indices), *x.shape[1:]):
+        out = None
+    # mode="clip" (the range is checked above) lets np.take write `out` unbuffered.
+    return np.take(x, indices, axis=0, out=out, mode="clip")
 
 
 class Stepper:

@@ -2,22 +2,16 @@
 
 decoder_step.onnx (export/onnx_graph.py) reads the cross-attention keys/values and the cache
 as one head-major (B,H,T,dh) array per layer and kind. This backend keeps them as lists of
-such contiguous NumPy arrays, which onnxruntime reads without a copy, and writes the cache
-slot of each step in place.
+such contiguous NumPy arrays, which onnxruntime reads without a copy; the base class writes
+the cache slot of each step in place.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from export.common import ExportError, Manifest, onnx_cache_names, onnx_memory_names
-from export.runtime.base import Backend
-
-
-def _heads(x: np.ndarray, heads: int) -> np.ndarray:
-    """(B, T, D) -> contiguous (B, H, T, D/H)."""
-    b, t, d = x.shape
-    return np.ascontiguousarray(x.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3))
+from export.common import ExportError, Manifest, cache_names, onnx_memory_names
+from export.runtime.base import Backend, per_layer_heads
 
 
 class OnnxBackend(Backend):
@@ -31,7 +25,6 @@ class OnnxBackend(Backend):
             raise ExportError("the onnx runtime needs onnxruntime: pip install onnxruntime==1.31.1"
                               ) from err
 
-        self.num_heads = manifest.model["num_heads"]
         files = manifest.format_files("onnx", variant)
         self.sessions = {}
         for role in ("encoder", "decoder_step"):
@@ -58,44 +51,15 @@ class OnnxBackend(Backend):
                 f"the per-layer cache_keys_l/cache_values_l (and the log_normalizer output) of "
                 f"this version; export it again")
         self._memory_names = onnx_memory_names(self.num_layers)
-        self._cache_names = onnx_cache_names(self.num_layers)
+        self._cache_names = cache_names(self.num_layers)
 
     def encode(self, source_ids):
         cross_key_values, memory_mask = self.sessions["encoder"].run(
             ["cross_key_values", "memory_mask"], {"source_ids": source_ids})
         return cross_key_values, memory_mask
 
-    def _per_layer(self, x: np.ndarray) -> list[np.ndarray]:
-        """(B,L,2,T,D) -> [layer 0 keys, layer 0 values, layer 1 keys, ...], each (B,H,T,dh)."""
-        return [_heads(x[:, i, kind], self.num_heads)
-                for i in range(self.num_layers) for kind in (0, 1)]
-
     def memory(self, cross_key_values):
-        return self._per_layer(np.asarray(cross_key_values))
-
-    def cache_from(self, cache):
-        return self._per_layer(np.asarray(cache, np.float32))
-
-    def init_cache(self, batch, length):
-        shape = (batch, self.num_heads, length, self.d_model // self.num_heads)
-        return [np.zeros(shape, np.float32) for _ in range(2 * self.num_layers)]
-
-    def repeat(self, x, times):
-        if isinstance(x, list):
-            return [np.repeat(a, times, axis=0) for a in x]
-        return np.repeat(x, times, axis=0)
-
-    def gather(self, x, indices, out=None):
-        out = out if out is not None else [None] * len(x)
-        return [super(OnnxBackend, self).gather(a, indices, spare)
-                for a, spare in zip(x, out, strict=True)]
-
-    def write(self, cache, step_key_values, index):
-        rows = np.asarray(step_key_values)
-        batch = rows.shape[0]
-        for i, array in enumerate(cache):
-            array[:, :, index, :] = rows[:, i // 2, i % 2].reshape(batch, self.num_heads, -1)
-        return cache
+        return per_layer_heads(np.asarray(cross_key_values), self.num_heads)
 
     def _run_step(self, outputs, tokens, memory, memory_mask, cache, index):
         feeds = {"tokens": tokens, "memory_mask": memory_mask,

@@ -9,22 +9,40 @@ from pathlib import Path
 
 import numpy as np
 
-from export.common import ExportError, Manifest
+from export.common import ExportError, Manifest, cache_names
 from export.runtime.base import Backend
 
 
 class _TFBackend(Backend):
-    """The encoder outputs stay TF tensors (read at every step, never changed); the cache is
-    the NumPy array of the base class, written in place like in the other runtimes."""
+    """The encoder outputs stay TF tensors (read at every step, never changed); the cache is a
+    keras_transformer.cache.VariableCache, which the step reads in place and whose slot is
+    written in place (a NumPy cache would be copied into TF at every step)."""
 
     def __init__(self, manifest: Manifest):
         super().__init__(manifest)
         import tensorflow as tf
 
+        from keras_transformer.cache import VariableCache
+
         self.tf = tf
+        self._variable_cache = VariableCache
 
     def repeat(self, x, times):
         return self.tf.repeat(x, times, axis=0)
+
+    def init_cache(self, batch, length):
+        return self._variable_cache(super().init_cache(batch, length))
+
+    def cache_from(self, cache):
+        return self._variable_cache(super().cache_from(cache))
+
+    def write(self, cache, step_key_values, index):
+        cache.write(step_key_values, index)
+        return cache
+
+    def gather(self, cache, indices, out=None):
+        cache.reorder(indices)  # in place: `out` is not needed
+        return cache
 
     def to_numpy(self, x):
         return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
@@ -44,6 +62,7 @@ class SavedModelBackend(_TFBackend):
             raise ExportError(f"{path} could not be loaded as a SavedModel: {err}") from err
         self._encode = self.loaded.signatures["encode"]
         self._step = self.loaded.signatures["decode_step"]
+        self._cache_names = cache_names(self.num_layers)
 
     def encode(self, source_ids):
         out = self._encode(source_ids=self.tf.constant(source_ids, self.tf.int32))
@@ -52,8 +71,8 @@ class SavedModelBackend(_TFBackend):
     def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
         tf = self.tf
         out = self._step(tokens=tf.constant(tokens, tf.int32), cross_key_values=cross_key_values,
-                         memory_mask=memory_mask, cache=tf.constant(cache),
-                         index=tf.constant(index, tf.int32))
+                         memory_mask=memory_mask, index=tf.constant(index, tf.int32),
+                         **dict(zip(self._cache_names, cache.variables, strict=True)))
         return out["logits"], out["step_key_values"]
 
 
@@ -82,4 +101,4 @@ class KerasBackend(_TFBackend):
     def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
         tf = self.tf
         return self._step(tf.constant(tokens, tf.int32), cross_key_values, memory_mask,
-                          tf.constant(cache), tf.constant(np.int32(index)))
+                          cache.variables, tf.constant(np.int32(index)))

@@ -51,12 +51,17 @@ def attention_with_new_position(query, cache_keys, cache_values, key, value, ind
 def update_cache(cache, index, step_key_values):
     """Write one position into the preallocated cache.
 
-    cache (B, layers, 2, max_len, d_model); step_key_values (B, layers, 2, d_model) -> cache
-    with slot `index` of every layer replaced. A fixed-size buffer written at `index` (instead
-    of a concatenated, growing tensor) keeps every shape static, which XLA needs.
+    cache [keys_0, values_0, keys_1, ...], each (B, H, max_len, d_model/H); step_key_values
+    (B, layers, 2, d_model) -> the cache with slot `index` of every array replaced. A
+    fixed-size buffer written at `index` (instead of a concatenated, growing tensor) keeps every
+    shape static, which XLA needs.
     """
-    update = ops.cast(step_key_values, cache.dtype)[:, :, :, None, :]
-    return ops.slice_update(cache, [0, 0, 0, index, 0], update)
+    updated = []
+    for i, array in enumerate(cache):
+        row = ops.cast(step_key_values[:, i // 2, i % 2], array.dtype)
+        row = ops.reshape(row, (-1, array.shape[1], 1, array.shape[3]))
+        updated.append(ops.slice_update(array, [0, 0, index, 0], row))
+    return updated
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -130,16 +135,16 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call_cached(self, query, cache_keys, cache_values, index):
         """Self-attention of one new position at `index`: query (B,1,d_model), cached keys and
-        values (B,T,d_model) -> output (B,1,d_model), its key and value (B,1,d_model each).
+        values (B,H,T,head_dim) -> output (B,1,d_model), its key and value (B,1,d_model each).
 
         The query sees cache slots 0..index-1 and itself; the caller writes the returned
-        key/value into slot `index`.
+        key/value into slot `index`. The cache is kept split into heads so that a step reads
+        it where it lies: splitting a (B,T,d_model) cache copied all of it at every token.
         """
         key, value = self.project_key_value(query)
         out = attention_with_new_position(
             self.split_heads(self.query_dense(query)),
-            self.split_heads(ops.cast(cache_keys, self.compute_dtype)),
-            self.split_heads(ops.cast(cache_values, self.compute_dtype)),
+            ops.cast(cache_keys, self.compute_dtype), ops.cast(cache_values, self.compute_dtype),
             self.split_heads(key), self.split_heads(value), index)
         return self.output_dense(self.merge_heads(out)), key, value
 

@@ -87,7 +87,7 @@ class DecoderLayer(keras.layers.Layer):
 
     def step(self, x, cache_keys, cache_values, index, cross_keys=None, cross_values=None,
              memory_mask=None):
-        """One new position x (B,1,d_model) at `index`, this layer's cache (B,T,d_model) each
+        """One new position x (B,1,d_model) at `index`, this layer's cache (B,H,T,d_model/H) each
         -> (B,1,d_model), and the position's self-attention key and value (B,1,d_model)."""
         h = self.self_attention_norm.normalize_input(x)
         attended, key, value = self.self_attention.call_cached(h, cache_keys, cache_values,
@@ -158,8 +158,10 @@ class Decoder(keras.layers.Layer):
         return (x, all_weights) if return_attention_scores else x
 
     def init_cache(self, batch_size, max_length, dtype="float32"):
-        """Zeros (B, layers, 2, max_length, d_model): self-attention keys and values per layer."""
-        return ops.zeros((batch_size, self.num_layers, 2, max_length, self.d_model), dtype)
+        """Self-attention keys and values per layer: zeros [keys_0, values_0, keys_1, ...],
+        each (B, H, max_length, d_model/H)."""
+        shape = (batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
+        return [ops.zeros(shape, dtype) for _ in range(2 * self.num_layers)]
 
     def compute_cross_key_values(self, memory):
         """memory (B,S,d_model) -> (B, layers, 2, S, d_model), computed once per source."""
@@ -178,7 +180,7 @@ class Decoder(keras.layers.Layer):
             if cross_key_values is not None:
                 cross_keys = ops.cast(cross_key_values[:, i, 0], self.compute_dtype)
                 cross_values = ops.cast(cross_key_values[:, i, 1], self.compute_dtype)
-            x, key, value = layer.step(x, cache[:, i, 0], cache[:, i, 1], index, cross_keys,
+            x, key, value = layer.step(x, cache[2 * i], cache[2 * i + 1], index, cross_keys,
                                        cross_values, memory_mask)
             rows.append(ops.stack([key[:, 0], value[:, 0]], axis=1))
         return self._close(x), ops.stack(rows, axis=1)

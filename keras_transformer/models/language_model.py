@@ -51,7 +51,7 @@ class TransformerLM(keras.Model):
                                         training=training))
 
     def init_cache(self, batch_size, max_length=None):
-        """Zeros (B, layers, 2, max_length, d_model)."""
+        """Zeros [keys_0, values_0, keys_1, ...], each (B, H, max_length, d_model/H)."""
         return self.decoder.init_cache(batch_size, max_length or self.config.max_target_length,
                                        self.compute_dtype)
 

@@ -133,7 +133,8 @@ class Transformer(keras.Model):
         return self.decoder.compute_cross_key_values(memory), mask
 
     def init_cache(self, batch_size, max_length=None):
-        """Zeros (B, layers, 2, max_length, d_model) for decode_step's self-attention."""
+        """Zeros [keys_0, values_0, keys_1, ...], each (B, H, max_length, d_model/H), for
+        decode_step's self-attention."""
         length = max_length or self.config.max_target_length
         if length > self.config.max_target_length:
             raise ValueError(
