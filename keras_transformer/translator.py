@@ -37,7 +37,8 @@ class KerasStepper:
             cross_kv = tf.repeat(cross_kv, beam_size, axis=0)
             mask = tf.repeat(mask, beam_size, axis=0)
         self.cross_kv, self.mask = cross_kv, mask
-        self.cache = VariableCache(model.init_cache(source_ids.shape[0] * beam_size, max_length))
+        self.cache = VariableCache(model.init_cache(source_ids.shape[0] * beam_size, max_length),
+                                   jit_compile=jit_compile)
 
     @classmethod
     def compiled(cls, model, jit_compile: bool):

@@ -1,0 +1,50 @@
+"""VariableCache against NumPy: slot writes, beam reorders, and reuse of the traces."""
+
+import numpy as np
+import pytest
+
+from keras_transformer.cache import VariableCache
+
+
+def _write_reference(cache, rows, index):
+    heads = cache[0].shape[1]
+    for i, array in enumerate(cache):
+        array[:, :, index] = rows[:, i // 2, i % 2].reshape(len(array), heads, -1)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_writes_and_reorders_like_numpy(jit_compile):
+    rng = np.random.default_rng(0)
+    # 2 layers x keys/values, each (B=3, H=2, T=5, head_dim=4): rows (B, L=2, 2, D=8).
+    reference = [rng.normal(size=(3, 2, 5, 4)).astype(np.float32) for _ in range(4)]
+    cache = VariableCache([a.copy() for a in reference], jit_compile=jit_compile)
+    for index, parents in ((0, [2, 2, 0]), (3, [1, 0, 1]), (4, None)):
+        rows = rng.normal(size=(3, 2, 2, 8)).astype(np.float32)
+        cache.write(rows, index)
+        _write_reference(reference, rows, index)
+        if parents is not None:
+            cache.reorder(np.array(parents))
+            reference = [a[parents] for a in reference]
+        for got, want in zip(cache.numpy(), reference, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_other_shapes_reuse_the_functions_correctly(jit_compile):
+    """A second cache of another batch and length goes through the same tf.functions: its
+    own shape must be used, not the first one's."""
+    rng = np.random.default_rng(1)
+    for batch, length in ((2, 4), (5, 9)):
+        reference = [np.zeros((batch, 2, length, 3), np.float32) for _ in range(2)]
+        cache = VariableCache([a.copy() for a in reference], jit_compile=jit_compile)
+        rows = rng.normal(size=(batch, 1, 2, 6)).astype(np.float32)
+        cache.write(rows, length - 1)
+        _write_reference(reference, rows, length - 1)
+        for got, want in zip(cache.numpy(), reference, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_reorder_outside_the_rows_is_refused():
+    cache = VariableCache([np.zeros((2, 1, 3, 2), np.float32)] * 2)
+    with pytest.raises(IndexError, match=r"outside \[0, 2\)"):
+        cache.reorder(np.array([0, 2]))
