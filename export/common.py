@@ -16,8 +16,9 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
 
 
-def onnx_memory_names(layers: int) -> list[str]:
-    """decoder_step.onnx inputs cross_keys_0, cross_values_0, cross_keys_1, ... (B,H,S,dh)."""
+def memory_names(layers: int) -> list[str]:
+    """encode's outputs and decode_step's inputs in every format: cross_keys_0,
+    cross_values_0, cross_keys_1, ..., each (B,H,S,dh)."""
     return [f"cross_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
 
 

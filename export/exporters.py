@@ -200,17 +200,16 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                   "num_encoder_layers": c.num_encoder_layers, "num_heads": c.num_heads,
                   "parameters": int(model.count_params())},
         "interface": {
-            "encode": "source_ids int32 (B,S) -> cross_key_values float32 (B,L,2,S,D), "
-                      "memory_mask bool (B,S)",
-            "decode_step": "tokens int32 (B,), cross_key_values, memory_mask bool (B,S), "
-                           "index int32 (), per layer l cache_keys_l, cache_values_l float32 "
-                           "(B,H,T,D/H) -> logits float32 (B,V), step_key_values float32 "
-                           "(B,L,2,D); the caller writes step_key_values[:, l, 0] split into "
-                           "heads into cache_keys_l[:, :, index], and [:, l, 1] into "
-                           "cache_values_l",
-            "onnx_decoder_step": "as decode_step, with cross_key_values given per layer l as "
-                                 "cross_keys_l, cross_values_l float32 (B,H,S,D/H), and a "
-                                 "log_normalizer float32 (B,) output (logsumexp of logits)",
+            "encode": "source_ids int32 (B,S) -> per decoder layer l cross_keys_l, "
+                      "cross_values_l float32 (B,H,S,D/H), and memory_mask bool (B,S)",
+            "decode_step": "tokens int32 (B,), memory_mask bool (B,S), index int32 (), "
+                           "cross_keys_l, cross_values_l as encode gives them, and per layer l "
+                           "cache_keys_l, cache_values_l float32 (B,H,T,D/H) -> logits float32 "
+                           "(B,V), step_key_values float32 (B,L,2,D); the caller writes "
+                           "step_key_values[:, l, 0] split into heads into "
+                           "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l",
+            "onnx_decoder_step": "as decode_step, plus a log_normalizer float32 (B,) output "
+                                 "(logsumexp of each row of logits)",
         },
         "versions": _versions(),
     }

@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from export.common import cache_names
+from export.common import cache_names, memory_names
 from keras_transformer.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 
@@ -34,14 +34,15 @@ def load_float32_model(run_dir: str | Path) -> Transformer:
 
 
 class DecodingModule(tf.Module):
-    """encode: source_ids (B,S) int32 -> cross_key_values (B,L,2,S,D) f32, memory_mask (B,S) bool.
+    """encode: source_ids (B,S) int32 -> per decoder layer l cross_keys_l, cross_values_l
+    (B,H,S,D/H) f32, and memory_mask (B,S) bool.
 
-    decode_step: tokens (B,), cross_key_values, memory_mask, index () int32, and per layer l
-    cache_keys_l, cache_values_l (B,H,T,D/H) -> logits (B,V) f32, step_key_values (B,L,2,D).
-    The cache is only read; the caller writes step_key_values into slot `index` (an in-place
-    write of B*L*2*D floats, where a graph that returned the whole updated cache would copy all
-    of it at every token). Batch, source length S and cache length T are dynamic; T is chosen
-    by the caller (at most max_target_length).
+    decode_step: tokens (B,), memory_mask, index () int32, cross_keys_l/cross_values_l, and per
+    layer l cache_keys_l, cache_values_l (B,H,T,D/H) -> logits (B,V) f32, step_key_values
+    (B,L,2,D). The cache is only read; the caller writes step_key_values into slot `index` (an
+    in-place write of B*L*2*D floats, where a graph that returned the whole updated cache would
+    copy all of it at every token). Batch, source length S and cache length T are dynamic; T is
+    chosen by the caller (at most max_target_length).
     """
 
     def __init__(self, model: Transformer, name=None):
@@ -50,25 +51,28 @@ class DecodingModule(tf.Module):
         # Without the variables tracked directly, the TFLite converter writes no weights.
         self.vars = [v.value for v in model.weights]
         c = model.config
-        layers, d_model, heads = c.num_decoder_layers, c.d_model, c.num_heads
+        self.layers, heads = c.num_decoder_layers, c.num_heads
+        head_dim = c.d_model // heads
         self.encode = tf.function(self._encode, input_signature=[
             tf.TensorSpec([None, None], tf.int32, name="source_ids")])
         self.decode_step = tf.function(self._decode_step, input_signature=[
             tf.TensorSpec([None], tf.int32, name="tokens"),
-            tf.TensorSpec([None, layers, 2, None, d_model], tf.float32, name="cross_key_values"),
             tf.TensorSpec([None, None], tf.bool, name="memory_mask"),
             tf.TensorSpec([], tf.int32, name="index"),
-            *(tf.TensorSpec([None, heads, None, d_model // heads], tf.float32, name=name)
-              for name in cache_names(layers)),
+            *(tf.TensorSpec([None, heads, None, head_dim], tf.float32, name=name)
+              for name in memory_names(self.layers) + cache_names(self.layers)),
         ])
 
     def _encode(self, source_ids):
-        cross_key_values, memory_mask = self.model.encode_for_decoding(source_ids)
-        return {"cross_key_values": tf.identity(cross_key_values, name="cross_key_values"),
-                "memory_mask": tf.identity(memory_mask, name="memory_mask")}
+        memory, memory_mask = self.model.encode_for_decoding(source_ids)
+        outputs = {name: tf.identity(t, name=name)
+                   for name, t in zip(memory_names(self.layers), memory, strict=True)}
+        outputs["memory_mask"] = tf.identity(memory_mask, name="memory_mask")
+        return outputs
 
-    def _decode_step(self, tokens, cross_key_values, memory_mask, index, *cache):
+    def _decode_step(self, tokens, memory_mask, index, *arrays):
+        count = 2 * self.layers
         logits, step_key_values = self.model.decode_step_key_values(
-            tokens, cross_key_values, memory_mask, list(cache), index)
+            tokens, list(arrays[:count]), memory_mask, list(arrays[count:]), index)
         return {"logits": tf.identity(logits, name="logits"),
                 "step_key_values": tf.identity(step_key_values, name="step_key_values")}

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from export.common import cache_names, onnx_memory_names
+from export.common import cache_names, memory_names
 from keras_transformer.layers.attention import MASKED_LOGIT
 from keras_transformer.models.transformer import Transformer
 
@@ -246,7 +246,7 @@ def build_decoder_step(model: Transformer):
     ]
     inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "source_length",
                                                             head_dim])
-               for name in onnx_memory_names(layers)]
+               for name in memory_names(layers)]
     inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "cache_length",
                                                             head_dim])
                for name in cache_names(layers)]

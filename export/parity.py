@@ -44,16 +44,19 @@ def random_inputs(manifest: Manifest, batch: int, source_length: int, cache_leng
 
 
 def tensor_outputs(backend, inputs: dict) -> dict[str, np.ndarray]:
-    """Every output of encode, and of decode_step fed the reference encoding (in `inputs`)."""
-    cross_key_values, memory_mask = backend.encode(inputs["source_ids"])
-    ref_kv = inputs.get("cross_key_values", backend.to_numpy(cross_key_values))
+    """Every output of encode (the cross keys/values stacked into (2L,B,H,S,dh)), and of
+    decode_step fed the reference encoding (in `inputs`)."""
+    memory, memory_mask = backend.encode(inputs["source_ids"])
+    memory = np.stack([backend.to_numpy(t) for t in memory])
+    ref_memory = list(inputs.get("memory", memory))
     ref_mask = inputs.get("memory_mask", backend.to_numpy(memory_mask))
-    if not isinstance(cross_key_values, np.ndarray):  # TF runtimes take tensors
-        ref_kv, ref_mask = backend.tf.constant(ref_kv), backend.tf.constant(ref_mask)
+    if hasattr(backend, "tf"):  # TF runtimes take tensors
+        ref_memory = [backend.tf.constant(t) for t in ref_memory]
+        ref_mask = backend.tf.constant(ref_mask)
     logits, step_key_values = backend.decode_step(
-        inputs["tokens"], backend.memory(ref_kv), ref_mask, backend.cache_from(inputs["cache"]),
+        inputs["tokens"], ref_memory, ref_mask, backend.cache_from(inputs["cache"]),
         inputs["index"])
-    return {"encode.cross_key_values": backend.to_numpy(cross_key_values),
+    return {"encode.memory": memory,
             "encode.memory_mask": backend.to_numpy(memory_mask),
             "decode_step.logits": backend.to_numpy(logits),
             "decode_step.step_key_values": backend.to_numpy(step_key_values)}
@@ -66,7 +69,7 @@ def tensor_parity(manifest: Manifest, backends: dict, shapes=SHAPES) -> list[dic
     for shape in shapes:
         inputs = random_inputs(manifest, *shape)
         reference = tensor_outputs(backends[names[0]], inputs)
-        inputs["cross_key_values"] = reference["encode.cross_key_values"]
+        inputs["memory"] = reference["encode.memory"]
         inputs["memory_mask"] = reference["encode.memory_mask"]
         outputs = {name: tensor_outputs(backends[name], inputs) for name in names[1:]}
         for key, ref in reference.items():

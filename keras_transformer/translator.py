@@ -34,7 +34,7 @@ class KerasStepper:
         encode, self._step = self.compiled(model, jit_compile)
         cross_kv, mask = encode(tf.constant(source_ids, tf.int32))
         if beam_size > 1:
-            cross_kv = tf.repeat(cross_kv, beam_size, axis=0)
+            cross_kv = [tf.repeat(t, beam_size, axis=0) for t in cross_kv]
             mask = tf.repeat(mask, beam_size, axis=0)
         self.cross_kv, self.mask = cross_kv, mask
         self.cache = VariableCache(model.init_cache(source_ids.shape[0] * beam_size, max_length),

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from export import parity
-from export.common import ExportError, Manifest, cache_names, onnx_memory_names
+from export.common import ExportError, Manifest, cache_names, memory_names
 from export.runtime import Translator, load_backend
 
 pytestmark = pytest.mark.slow
@@ -95,7 +95,7 @@ def test_onnx_files_pass_the_checker_with_dynamic_axes(manifest):
     layers, heads = manifest.model["num_decoder_layers"], manifest.model["num_heads"]
     head_dim = manifest.model["d_model"] // heads
     assert [i.name for i in step.graph.input] == [
-        "tokens", "memory_mask", "index", *onnx_memory_names(layers), *cache_names(layers)]
+        "tokens", "memory_mask", "index", *memory_names(layers), *cache_names(layers)]
     assert [o.name for o in step.graph.output] == ["logits", "step_key_values", "log_normalizer"]
     batch, *rest = dims["cache_values_0"]
     assert isinstance(batch, str) and rest[0] == heads and rest[2] == head_dim
@@ -249,19 +249,11 @@ def test_onnx_step_graph_reads_the_cache_in_place(manifest):
     assert consumers <= {"MatMul", "Shape"}, consumers
 
 
-def _step_feeds(model, tokens, cross_kv, mask, cache, index):
-    """Keras-layout cross_kv (B,L,2,S,D) and cache list -> decoder_step.onnx feeds."""
-    c = model.config
-    layers, heads = c.num_decoder_layers, c.num_heads
-
-    def per_layer(x):
-        b, _, _, t, d = x.shape
-        return [np.ascontiguousarray(x[:, i, k].reshape(b, t, heads, d // heads)
-                                     .transpose(0, 2, 1, 3))
-                for i in range(layers) for k in (0, 1)]
-
+def _step_feeds(model, tokens, memory, mask, cache, index):
+    """The Keras model's memory and cache lists -> decoder_step.onnx feeds."""
+    layers = model.config.num_decoder_layers
     feeds = {"tokens": tokens, "memory_mask": mask, "index": np.asarray(index, np.int32)}
-    feeds.update(zip(onnx_memory_names(layers), per_layer(cross_kv), strict=True))
+    feeds.update(zip(memory_names(layers), memory, strict=True))
     feeds.update(zip(cache_names(layers), cache, strict=True))
     return feeds
 
@@ -292,11 +284,14 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
     export_onnx(model, tmp_path, int8=False)
     source = rng.integers(4, 50, (2, 7)).astype(np.int32)
     source[1, 4:] = model.config.pad_id
-    expected_kv, expected_mask = (np.asarray(t) for t in model.encode_for_decoding(source))
+    expected_memory, expected_mask = model.encode_for_decoding(source)
+    expected_memory = [np.asarray(t) for t in expected_memory]
     encoder = ort.InferenceSession(str(tmp_path / "encoder.onnx"))
-    cross_kv, mask = encoder.run(["cross_key_values", "memory_mask"], {"source_ids": source})
-    np.testing.assert_allclose(cross_kv, expected_kv, atol=1e-5)
-    np.testing.assert_array_equal(mask, expected_mask)
+    *memory, mask = encoder.run([*memory_names(2), "memory_mask"], {"source_ids": source})
+    for got, want in zip(memory, expected_memory, strict=True):
+        assert got.shape == (2, 4, 7, 8)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_array_equal(mask, np.asarray(expected_mask))
     # 2 layers x keys/values, each (B=2, H=4, T=9, 8).
     cache = [rng.normal(size=(2, 4, 9, 8)).astype(np.float32) for _ in range(4)]
     tokens = np.array([5, 6], np.int32)
@@ -304,12 +299,12 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
     for index in (0, 3, 8):
         logits, rows, normalizer = step.run(
             ["logits", "step_key_values", "log_normalizer"],
-            _step_feeds(model, tokens, cross_kv, mask, cache, index))
+            _step_feeds(model, tokens, memory, mask, cache, index))
         wide = logits.astype(np.float64)
         np.testing.assert_allclose(
             normalizer, np.log(np.exp(wide - wide.max(1, keepdims=True)).sum(1))
             + wide.max(1), atol=1e-5)
-        want_logits, want_rows = model.decode_step_key_values(tokens, expected_kv,
+        want_logits, want_rows = model.decode_step_key_values(tokens, expected_memory,
                                                               expected_mask, cache, index)
         np.testing.assert_allclose(logits, np.asarray(want_logits), atol=1e-4)
         np.testing.assert_allclose(rows, np.asarray(want_rows), atol=1e-5)

@@ -30,12 +30,13 @@ class Backend:
         self.d_model = model["d_model"]
 
     def encode(self, source_ids: np.ndarray):
-        """source_ids (B,S) int32 -> cross_key_values (B,L,2,S,D), memory_mask (B,S) bool."""
+        """source_ids (B,S) int32 -> memory [cross_keys_0, cross_values_0, ...], each
+        (B,H,S,dh), and memory_mask (B,S) bool."""
         raise NotImplementedError
 
     def decode_step(self, tokens, memory, memory_mask, cache, index: int):
-        """tokens (B,) int32, memory (from `memory`), memory_mask, cache (from `init_cache` or
-        `cache_from`), index -> logits (B,V), step_key_values (B,L,2,D); the cache is only
+        """tokens (B,) int32, memory and memory_mask (from `encode`), cache (from `init_cache`
+        or `cache_from`), index -> logits (B,V), step_key_values (B,L,2,D); the cache is only
         read."""
         raise NotImplementedError
 
@@ -45,14 +46,10 @@ class Backend:
         logits, step_key_values = self.decode_step(tokens, memory, memory_mask, cache, index)
         return logits, step_key_values, None
 
-    # memory is encode's cross_key_values (B,L,2,S,D) unless a runtime keeps its own layout
-    # (ONNX: per-layer head-major arrays). The cache is, in every runtime, one (B,H,T,dh)
-    # array per layer and kind, [keys_0, values_0, keys_1, ...]: the layout the step reads
-    # without copying. Every method keeps the batch rows of whatever it is given.
-
-    def memory(self, cross_key_values):
-        """encode's cross_key_values (B,L,2,S,D) -> what decode_step reads."""
-        return cross_key_values
+    # The encoder's keys/values and the cache are, in every runtime, one (B,H,S or T,dh)
+    # array per layer and kind, [keys_0, values_0, keys_1, ...]: the layout a step reads
+    # without slicing, transposing or copying. Every method keeps the batch rows of whatever
+    # it is given.
 
     def cache_from(self, cache: np.ndarray):
         """A (B,L,2,T,D) NumPy cache -> this runtime's cache, [keys_0, values_0, ...]."""
@@ -114,8 +111,7 @@ class Stepper:
     def __init__(self, backend: Backend, source_ids: np.ndarray, *, beam_size: int,
                  max_length: int):
         self.backend = backend
-        cross_key_values, memory_mask = backend.encode(np.asarray(source_ids, np.int32))
-        memory = backend.memory(cross_key_values)
+        memory, memory_mask = backend.encode(np.asarray(source_ids, np.int32))
         if beam_size > 1:
             memory = backend.repeat(memory, beam_size)
             memory_mask = backend.repeat(memory_mask, beam_size)

@@ -1,17 +1,17 @@
 """encoder.onnx and decoder_step.onnx in onnxruntime.
 
 decoder_step.onnx (export/onnx_graph.py) reads the cross-attention keys/values and the cache
-as one head-major (B,H,T,dh) array per layer and kind. This backend keeps them as lists of
-such contiguous NumPy arrays, which onnxruntime reads without a copy; the base class writes
-the cache slot of each step in place.
+as one head-major (B,H,S or T,dh) array per layer and kind: lists of contiguous NumPy arrays,
+which onnxruntime reads without a copy. The base class writes the cache slot of each step in
+place.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from export.common import ExportError, Manifest, cache_names, onnx_memory_names
-from export.runtime.base import Backend, per_layer_heads
+from export.common import ExportError, Manifest, cache_names, memory_names
+from export.runtime.base import Backend
 
 
 class OnnxBackend(Backend):
@@ -50,16 +50,13 @@ class OnnxBackend(Backend):
                 f"{manifest.file(files['decoder_step'])} has the inputs {sorted(names)}, not "
                 f"the per-layer cache_keys_l/cache_values_l (and the log_normalizer output) of "
                 f"this version; export it again")
-        self._memory_names = onnx_memory_names(self.num_layers)
+        self._memory_names = memory_names(self.num_layers)
         self._cache_names = cache_names(self.num_layers)
 
     def encode(self, source_ids):
-        cross_key_values, memory_mask = self.sessions["encoder"].run(
-            ["cross_key_values", "memory_mask"], {"source_ids": source_ids})
-        return cross_key_values, memory_mask
-
-    def memory(self, cross_key_values):
-        return per_layer_heads(np.asarray(cross_key_values), self.num_heads)
+        *memory, memory_mask = self.sessions["encoder"].run(
+            [*self._memory_names, "memory_mask"], {"source_ids": source_ids})
+        return memory, memory_mask
 
     def _run_step(self, outputs, tokens, memory, memory_mask, cache, index):
         feeds = {"tokens": tokens, "memory_mask": memory_mask,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.common import ExportError, Manifest, cache_names
+from export.common import ExportError, Manifest, cache_names, memory_names
 from export.runtime.base import Backend
 
 
@@ -28,6 +28,8 @@ class _TFBackend(Backend):
         self._variable_cache = VariableCache
 
     def repeat(self, x, times):
+        if isinstance(x, list):
+            return [self.tf.repeat(t, times, axis=0) for t in x]
         return self.tf.repeat(x, times, axis=0)
 
     def init_cache(self, batch, length):
@@ -63,15 +65,17 @@ class SavedModelBackend(_TFBackend):
         self._encode = self.loaded.signatures["encode"]
         self._step = self.loaded.signatures["decode_step"]
         self._cache_names = cache_names(self.num_layers)
+        self._memory_names = memory_names(self.num_layers)
 
     def encode(self, source_ids):
         out = self._encode(source_ids=self.tf.constant(source_ids, self.tf.int32))
-        return out["cross_key_values"], out["memory_mask"]
+        return [out[name] for name in self._memory_names], out["memory_mask"]
 
-    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+    def decode_step(self, tokens, memory, memory_mask, cache, index):
         tf = self.tf
-        out = self._step(tokens=tf.constant(tokens, tf.int32), cross_key_values=cross_key_values,
-                         memory_mask=memory_mask, index=tf.constant(index, tf.int32),
+        out = self._step(tokens=tf.constant(tokens, tf.int32), memory_mask=memory_mask,
+                         index=tf.constant(index, tf.int32),
+                         **dict(zip(self._memory_names, memory, strict=True)),
                          **dict(zip(self._cache_names, cache.variables, strict=True)))
         return out["logits"], out["step_key_values"]
 
@@ -98,7 +102,7 @@ class KerasBackend(_TFBackend):
     def encode(self, source_ids):
         return self._encode(self.tf.constant(source_ids, self.tf.int32))
 
-    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+    def decode_step(self, tokens, memory, memory_mask, cache, index):
         tf = self.tf
-        return self._step(tf.constant(tokens, tf.int32), cross_key_values, memory_mask,
+        return self._step(tf.constant(tokens, tf.int32), memory, memory_mask,
                           cache.variables, tf.constant(np.int32(index)))

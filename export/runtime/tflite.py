@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from export.common import ExportError, Manifest, cache_names
+from export.common import ExportError, Manifest, cache_names, memory_names
 from export.runtime.base import Backend
 
 
@@ -30,16 +30,18 @@ class TFLiteBackend(Backend):
             self.encode_runner = self.interpreter.get_signature_runner("encode")
             self.step_runner = self.interpreter.get_signature_runner("decode_step")
             self._cache_names = cache_names(self.num_layers)
+            self._memory_names = memory_names(self.num_layers)
         except (ValueError, RuntimeError) as err:
             raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
 
     def encode(self, source_ids):
         out = self.encode_runner(source_ids=source_ids)
-        return out["cross_key_values"], out["memory_mask"]
+        return [out[name] for name in self._memory_names], out["memory_mask"]
 
-    def decode_step(self, tokens, cross_key_values, memory_mask, cache, index):
+    def decode_step(self, tokens, memory, memory_mask, cache, index):
         # The runner copies every input into the interpreter: one copy of the cache per step.
-        out = self.step_runner(tokens=tokens, cross_key_values=cross_key_values,
-                               memory_mask=memory_mask, index=np.asarray(index, np.int32),
+        out = self.step_runner(tokens=tokens, memory_mask=memory_mask,
+                               index=np.asarray(index, np.int32),
+                               **dict(zip(self._memory_names, memory, strict=True)),
                                **dict(zip(self._cache_names, cache, strict=True)))
         return out["logits"], out["step_key_values"]

@@ -115,12 +115,18 @@ class MultiHeadAttention(keras.layers.Layer):
         """(B, Tk, d_model) -> keys, values, each (B, Tk, d_model) before the head split."""
         return self.key_dense(value), self.value_dense(value)
 
+    def key_value_heads(self, value):
+        """(B, Tk, d_model) -> keys, values, each split into heads (B, H, Tk, head_dim)."""
+        keys, values = self.project_key_value(value)
+        return self.split_heads(keys), self.split_heads(values)
+
     def attend(self, query, keys, values, attention_mask=None, training=None,
                return_attention_scores=False):
-        """Attention of query (B,Tq,d_model) over already projected keys/values (B,Tk,d_model)."""
+        """Attention of query (B,Tq,d_model) over projected keys/values split into heads
+        (B,H,Tk,head_dim)."""
         q = self.split_heads(self.query_dense(query))
         out, weights = scaled_dot_product_attention(
-            q, self.split_heads(keys), self.split_heads(values), attention_mask,
+            q, keys, values, attention_mask,
             dropout=self.dropout_layer if self.dropout else None, training=training,
         )
         out = self.output_dense(self.merge_heads(out))
@@ -130,7 +136,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query, value=None, attention_mask=None, training=None,
              return_attention_scores=False):
-        keys, values = self.project_key_value(query if value is None else value)
+        keys, values = self.key_value_heads(query if value is None else value)
         return self.attend(query, keys, values, attention_mask, training, return_attention_scores)
 
     def call_cached(self, query, cache_keys, cache_values, index):

@@ -80,15 +80,16 @@ class DecoderLayer(keras.layers.Layer):
         if self.cross_attention:
             if memory is None:
                 raise ValueError("this DecoderLayer has cross-attention and needs `memory`")
-            cross_keys, cross_values = self.cross_attention_layer.project_key_value(memory)
+            cross_keys, cross_values = self.cross_attention_layer.key_value_heads(memory)
         x, weights = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask,
                                                   training)
         return (x, weights) if return_attention_scores else x
 
     def step(self, x, cache_keys, cache_values, index, cross_keys=None, cross_values=None,
              memory_mask=None):
-        """One new position x (B,1,d_model) at `index`, this layer's cache (B,H,T,d_model/H) each
-        -> (B,1,d_model), and the position's self-attention key and value (B,1,d_model)."""
+        """One new position x (B,1,d_model) at `index`, this layer's cache and cross keys/values
+        (B,H,T or S,d_model/H) -> (B,1,d_model), and the position's self-attention key and
+        value (B,1,d_model)."""
         h = self.self_attention_norm.normalize_input(x)
         attended, key, value = self.self_attention.call_cached(h, cache_keys, cache_values,
                                                                index)
@@ -164,12 +165,10 @@ class Decoder(keras.layers.Layer):
         return [ops.zeros(shape, dtype) for _ in range(2 * self.num_layers)]
 
     def compute_cross_key_values(self, memory):
-        """memory (B,S,d_model) -> (B, layers, 2, S, d_model), computed once per source."""
-        per_layer = [
-            ops.stack(layer.cross_attention_layer.project_key_value(memory), axis=1)
-            for layer in self.decoder_layers
-        ]
-        return ops.stack(per_layer, axis=1)
+        """memory (B,S,d_model) -> [keys_0, values_0, keys_1, ...], each (B,H,S,d_model/H),
+        computed once per source and read by every step as it lies."""
+        return [t for layer in self.decoder_layers
+                for t in layer.cross_attention_layer.key_value_heads(memory)]
 
     def step_key_values(self, x, cache, index, cross_key_values=None, memory_mask=None):
         """x (B,1,d_model) at position `index`, cache read only -> (B,1,d_model) and the
@@ -178,8 +177,8 @@ class Decoder(keras.layers.Layer):
         for i, layer in enumerate(self.decoder_layers):
             cross_keys = cross_values = None
             if cross_key_values is not None:
-                cross_keys = ops.cast(cross_key_values[:, i, 0], self.compute_dtype)
-                cross_values = ops.cast(cross_key_values[:, i, 1], self.compute_dtype)
+                cross_keys = ops.cast(cross_key_values[2 * i], self.compute_dtype)
+                cross_values = ops.cast(cross_key_values[2 * i + 1], self.compute_dtype)
             x, key, value = layer.step(x, cache[2 * i], cache[2 * i + 1], index, cross_keys,
                                        cross_values, memory_mask)
             rows.append(ops.stack([key[:, 0], value[:, 0]], axis=1))

@@ -128,7 +128,8 @@ class Transformer(keras.Model):
     # -- incremental decoding ---------------------------------------------------------------
 
     def encode_for_decoding(self, source_ids):
-        """source_ids (B,S) -> cross-attention keys/values (B,layers,2,S,d_model), mask (B,S)."""
+        """source_ids (B,S) -> cross-attention [keys_0, values_0, keys_1, ...], each
+        (B,H,S,d_model/H), and the memory mask (B,S)."""
         memory, mask = self.encode(source_ids, training=False)
         return self.decoder.compute_cross_key_values(memory), mask
 
