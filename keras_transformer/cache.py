@@ -46,6 +46,19 @@ def _reorder(variables, indices):
     return indices
 
 
+def concrete(function, *specs):
+    """The trace of a tf.function for `specs` (TensorSpecs with open dimensions, variables),
+    to call directly at every step: a tf.function call matches its arguments against its
+    traces first, which cost 3 ms a step here with two dozen tensor and variable arguments,
+    more than a `small` step's attention."""
+    return function.get_concrete_function(*specs)
+
+
+def open_spec(x) -> tf.TensorSpec:
+    """A (B,H,T,dh) tensor -> a TensorSpec with batch and length left open."""
+    return tf.TensorSpec([None, x.shape[1], None, x.shape[3]], x.dtype)
+
+
 class VariableCache:
     """[keys_0, values_0, keys_1, ...], each (B,H,T,D/H), as non-trainable tf.Variables.
 
@@ -66,7 +79,12 @@ class VariableCache:
                                                                   a.shape[3]]))
             for a in arrays]
         self.rows = int(arrays[0].shape[0])
-        self._write = _update_slice if jit_compile else _scatter
+        heads, head_dim = int(arrays[0].shape[1]), int(arrays[0].shape[3])
+        rows = tf.TensorSpec([None, len(arrays) // 2, 2, heads * head_dim],
+                             self.variables[0].dtype)
+        self._write = concrete(_update_slice if jit_compile else _scatter, self.variables, rows,
+                               tf.TensorSpec([], tf.int32))
+        self._reorder = concrete(_reorder, self.variables, tf.TensorSpec([None], tf.int32))
 
     def write(self, step_key_values, index: int) -> None:
         """Slot `index` of every layer's keys and values <- step_key_values (B,L,2,D)."""
@@ -77,7 +95,7 @@ class VariableCache:
         indices = np.asarray(indices, np.int32)
         if len(indices) and not 0 <= indices.min() <= indices.max() < self.rows:
             raise IndexError(f"cache rows {indices} are outside [0, {self.rows})")
-        _reorder(self.variables, tf.constant(indices))
+        self._reorder(self.variables, tf.constant(indices))
         self.rows = len(indices)
 
     def numpy(self) -> list[np.ndarray]:

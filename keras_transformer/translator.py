@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.cache import VariableCache
+from keras_transformer.cache import VariableCache, concrete, open_spec
 from keras_transformer.decoding import SearchResult, beam_search, greedy_search
 from keras_transformer.text.sources import (
     batches_by_length,
@@ -31,7 +31,7 @@ class KerasStepper:
     def __init__(self, model, source_ids: np.ndarray, *, beam_size: int = 1, max_length: int,
                  jit_compile: bool = False):
         self.model = model
-        encode, self._step = self.compiled(model, jit_compile)
+        encode, step = self.compiled(model, jit_compile)
         cross_kv, mask = encode(tf.constant(source_ids, tf.int32))
         if beam_size > 1:
             cross_kv = [tf.repeat(t, beam_size, axis=0) for t in cross_kv]
@@ -39,6 +39,9 @@ class KerasStepper:
         self.cross_kv, self.mask = cross_kv, mask
         self.cache = VariableCache(model.init_cache(source_ids.shape[0] * beam_size, max_length),
                                    jit_compile=jit_compile)
+        self._step = concrete(step, tf.TensorSpec([None], tf.int32),
+                              [open_spec(t) for t in cross_kv], tf.TensorSpec([None, None], tf.bool),
+                              self.cache.variables, tf.TensorSpec([], tf.int32))
 
     @classmethod
     def compiled(cls, model, jit_compile: bool):

@@ -48,3 +48,17 @@ def test_reorder_outside_the_rows_is_refused():
     cache = VariableCache([np.zeros((2, 1, 3, 2), np.float32)] * 2)
     with pytest.raises(IndexError, match=r"outside \[0, 2\)"):
         cache.reorder(np.array([0, 2]))
+
+
+def test_numpy_conversion_splits_heads_as_the_model_does():
+    """export.runtime's (B,L,2,T,D) -> per-layer (B,H,T,D/H) conversion (used for parity
+    inputs) against MultiHeadAttention.split_heads."""
+    from export.runtime.base import per_layer_heads
+    from keras_transformer.layers.attention import MultiHeadAttention
+
+    x = np.random.default_rng(2).normal(size=(3, 2, 2, 5, 8)).astype(np.float32)
+    split = MultiHeadAttention(num_heads=4, d_model=8).split_heads
+    got = per_layer_heads(x, heads=4)
+    assert len(got) == 4 and all(a.flags["C_CONTIGUOUS"] for a in got)
+    for i, array in enumerate(got):
+        np.testing.assert_array_equal(array, np.asarray(split(x[:, i // 2, i % 2])))

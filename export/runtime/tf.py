@@ -97,12 +97,21 @@ class KerasBackend(_TFBackend):
         self.model = load_float32_model(run_dir)
         tf = self.tf
         self._encode = tf.function(self.model.encode_for_decoding, reduce_retracing=True)
-        self._step = tf.function(self.model.decode_step_key_values, reduce_retracing=True)
+        self._step_function = tf.function(self.model.decode_step_key_values,
+                                          reduce_retracing=True)
+        self._step = None
 
     def encode(self, source_ids):
         return self._encode(self.tf.constant(source_ids, self.tf.int32))
 
     def decode_step(self, tokens, memory, memory_mask, cache, index):
         tf = self.tf
+        if self._step is None:
+            from keras_transformer.cache import concrete, open_spec
+
+            self._step = concrete(
+                self._step_function, tf.TensorSpec([None], tf.int32),
+                [open_spec(t) for t in memory], tf.TensorSpec([None, None], tf.bool),
+                cache.variables, tf.TensorSpec([], tf.int32))
         return self._step(tf.constant(tokens, tf.int32), memory, memory_mask,
                           cache.variables, tf.constant(np.int32(index)))
