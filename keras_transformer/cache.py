@@ -8,15 +8,16 @@ step at the 128th token cost up to 2.3x one at the 32nd.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
 
-@tf.function(reduce_retracing=True)
 def _scatter(variables, step_key_values, index):
     """step_key_values (B,L,2,D) -> slot `index` of every (B,H,T,D/H) variable, in place."""
-    batch, heads = tf.shape(step_key_values)[0], variables[0].shape[1]
+    batch, heads = tf.shape(step_key_values)[0], tf.shape(variables[0])[1]
     b, h = tf.meshgrid(tf.range(batch), tf.range(heads), indexing="ij")
     slots = tf.stack([b, h, tf.fill(tf.shape(b), index)], axis=-1)
     for i, variable in enumerate(variables):
@@ -25,18 +26,17 @@ def _scatter(variables, step_key_values, index):
     return index
 
 
-@tf.function(jit_compile=True, reduce_retracing=True)
 def _update_slice(variables, step_key_values, index):
-    """_scatter compiled by XLA as a dynamic-update-slice of each variable's buffer."""
+    """_scatter as a dynamic-update-slice of each variable's buffer (compiled by XLA)."""
     batch = tf.shape(step_key_values)[0]
     for i, variable in enumerate(variables):
         row = tf.cast(step_key_values[:, i // 2, i % 2], variable.dtype)
-        row = tf.reshape(row, (batch, variable.shape[1], 1, variable.shape[3]))
+        shape = tf.shape(variable)
+        row = tf.reshape(row, (batch, shape[1], 1, shape[3]))
         variable.assign(ops.slice_update(variable.value(), [0, 0, index, 0], row))
     return index
 
 
-@tf.function(reduce_retracing=True)
 def _reorder(variables, indices):
     for variable in variables:
         # Gather from a read, not from the variable: a ResourceGather would put it in
@@ -44,6 +44,16 @@ def _reorder(variables, indices):
         # was 3-10x slower.
         variable.assign(tf.gather(variable.value(), indices))
     return indices
+
+
+@functools.cache
+def _functions(layers: int, heads: int, head_dim: int, dtype: str, jit_compile: bool):
+    """(write, reorder) tf.functions for one cache geometry. Shared across geometries, a trace
+    made for variables of one head count was reused for another's (TF matched the variable
+    arguments) and split the rows wrongly; batch and length stay open within one."""
+    write = (tf.function(_update_slice, jit_compile=True, reduce_retracing=True) if jit_compile
+             else tf.function(_scatter, reduce_retracing=True))
+    return write, tf.function(_reorder, reduce_retracing=True)
 
 
 def concrete(function, *specs):
@@ -82,9 +92,10 @@ class VariableCache:
         heads, head_dim = int(arrays[0].shape[1]), int(arrays[0].shape[3])
         rows = tf.TensorSpec([None, len(arrays) // 2, 2, heads * head_dim],
                              self.variables[0].dtype)
-        self._write = concrete(_update_slice if jit_compile else _scatter, self.variables, rows,
-                               tf.TensorSpec([], tf.int32))
-        self._reorder = concrete(_reorder, self.variables, tf.TensorSpec([None], tf.int32))
+        write, reorder = _functions(len(arrays) // 2, heads, head_dim,
+                                    self.variables[0].dtype.name, bool(jit_compile))
+        self._write = concrete(write, self.variables, rows, tf.TensorSpec([], tf.int32))
+        self._reorder = concrete(reorder, self.variables, tf.TensorSpec([None], tf.int32))
 
     def write(self, step_key_values, index: int) -> None:
         """Slot `index` of every layer's keys and values <- step_key_values (B,L,2,D)."""

@@ -34,10 +34,12 @@ def test_other_shapes_reuse_the_functions_correctly(jit_compile):
     """A second cache of another batch and length goes through the same tf.functions: its
     own shape must be used, not the first one's."""
     rng = np.random.default_rng(1)
-    for batch, length in ((2, 4), (5, 9)):
-        reference = [np.zeros((batch, 2, length, 3), np.float32) for _ in range(2)]
+    # Models differ in heads and head size too: (batch, heads, length, head_dim).
+    for batch, heads, length, head_dim in ((2, 2, 4, 3), (5, 2, 9, 3), (2, 1, 3, 2),
+                                           (4, 2, 38, 16), (3, 4, 7, 8)):
+        reference = [np.zeros((batch, heads, length, head_dim), np.float32) for _ in range(2)]
         cache = VariableCache([a.copy() for a in reference], jit_compile=jit_compile)
-        rows = rng.normal(size=(batch, 1, 2, 6)).astype(np.float32)
+        rows = rng.normal(size=(batch, 1, 2, heads * head_dim)).astype(np.float32)
         cache.write(rows, length - 1)
         _write_reference(reference, rows, length - 1)
         for got, want in zip(cache.numpy(), reference, strict=True):
