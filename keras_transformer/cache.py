@@ -69,6 +69,13 @@ def open_spec(x) -> tf.TensorSpec:
     return tf.TensorSpec([None, x.shape[1], None, x.shape[3]], x.dtype)
 
 
+def step_specs(memory, cache: VariableCache) -> tuple:
+    """The arguments of a decode step (tokens, memory, memory_mask, cache, index), batch and
+    lengths left open, for `concrete`."""
+    return (tf.TensorSpec([None], tf.int32), [open_spec(t) for t in memory],
+            tf.TensorSpec([None, None], tf.bool), cache.variables, tf.TensorSpec([], tf.int32))
+
+
 class VariableCache:
     """[keys_0, values_0, keys_1, ...], each (B,H,T,D/H), as non-trainable tf.Variables.
 

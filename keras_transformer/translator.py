@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.cache import VariableCache, concrete, open_spec
+from keras_transformer.cache import VariableCache, concrete, step_specs
 from keras_transformer.decoding import SearchResult, beam_search, greedy_search
 from keras_transformer.text.sources import (
     batches_by_length,
@@ -39,9 +39,7 @@ class KerasStepper:
         self.cross_kv, self.mask = cross_kv, mask
         self.cache = VariableCache(model.init_cache(source_ids.shape[0] * beam_size, max_length),
                                    jit_compile=jit_compile)
-        self._step = concrete(step, tf.TensorSpec([None], tf.int32),
-                              [open_spec(t) for t in cross_kv], tf.TensorSpec([None, None], tf.bool),
-                              self.cache.variables, tf.TensorSpec([], tf.int32))
+        self._step = concrete(step, *step_specs(cross_kv, self.cache))
 
     @classmethod
     def compiled(cls, model, jit_compile: bool):

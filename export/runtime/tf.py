@@ -107,11 +107,8 @@ class KerasBackend(_TFBackend):
     def decode_step(self, tokens, memory, memory_mask, cache, index):
         tf = self.tf
         if self._step is None:
-            from keras_transformer.cache import concrete, open_spec
+            from keras_transformer.cache import concrete, step_specs
 
-            self._step = concrete(
-                self._step_function, tf.TensorSpec([None], tf.int32),
-                [open_spec(t) for t in memory], tf.TensorSpec([None, None], tf.bool),
-                cache.variables, tf.TensorSpec([], tf.int32))
+            self._step = concrete(self._step_function, *step_specs(memory, cache))
         return self._step(tf.constant(tokens, tf.int32), memory, memory_mask,
                           cache.variables, tf.constant(np.int32(index)))
