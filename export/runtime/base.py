@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import sentencepiece as spm
 
-from export.common import ExportError, Manifest
+from export.common import ExportError, Manifest, cache_names, memory_names
 from keras_transformer.decoding import SearchResult, beam_search, greedy_search
 from keras_transformer.text.sources import (
     batches_by_length,
@@ -28,6 +28,9 @@ class Backend:
         self.num_layers = model["num_decoder_layers"]
         self.num_heads = model["num_heads"]
         self.d_model = model["d_model"]
+        # The names of the per-layer arrays in every format's encode outputs and step inputs.
+        self._memory_names = memory_names(self.num_layers)
+        self._cache_names = cache_names(self.num_layers)
 
     def encode(self, source_ids: np.ndarray):
         """source_ids (B,S) int32 -> memory [cross_keys_0, cross_values_0, ...], each

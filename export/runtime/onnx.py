@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from export.common import ExportError, Manifest, cache_names, memory_names
+from export.common import ExportError, Manifest
 from export.runtime.base import Backend
 
 
@@ -50,8 +50,6 @@ class OnnxBackend(Backend):
                 f"{manifest.file(files['decoder_step'])} has the inputs {sorted(names)}, not "
                 f"the per-layer cache_keys_l/cache_values_l (and the log_normalizer output) of "
                 f"this version; export it again")
-        self._memory_names = memory_names(self.num_layers)
-        self._cache_names = cache_names(self.num_layers)
 
     def encode(self, source_ids):
         *memory, memory_mask = self.sessions["encoder"].run(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.common import ExportError, Manifest, cache_names, memory_names
+from export.common import ExportError, Manifest
 from export.runtime.base import Backend
 
 
@@ -64,8 +64,6 @@ class SavedModelBackend(_TFBackend):
             raise ExportError(f"{path} could not be loaded as a SavedModel: {err}") from err
         self._encode = self.loaded.signatures["encode"]
         self._step = self.loaded.signatures["decode_step"]
-        self._cache_names = cache_names(self.num_layers)
-        self._memory_names = memory_names(self.num_layers)
 
     def encode(self, source_ids):
         out = self._encode(source_ids=self.tf.constant(source_ids, self.tf.int32))

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from export.common import ExportError, Manifest, cache_names, memory_names
+from export.common import ExportError, Manifest
 from export.runtime.base import Backend
 
 
@@ -29,8 +29,6 @@ class TFLiteBackend(Backend):
                                            num_threads=threads or os.cpu_count())
             self.encode_runner = self.interpreter.get_signature_runner("encode")
             self.step_runner = self.interpreter.get_signature_runner("decode_step")
-            self._cache_names = cache_names(self.num_layers)
-            self._memory_names = memory_names(self.num_layers)
         except (ValueError, RuntimeError) as err:
             raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
 
