@@ -221,21 +221,21 @@ def _call_step(
             raise ValueError(f"step(tokens, {index}) returned a log-normalizer of shape "
                              f"{log_normalizer.shape}; expected ({n},)")
     logits = np.asarray(out)
-    expected = f"({n}, {vocab if vocab is not None else 'vocab'})"
     if logits.ndim != 2 or logits.shape[0] != n or (vocab is not None and logits.shape[1] != vocab):
+        expected = f"({n}, {vocab if vocab is not None else 'vocab'})"
         raise ValueError(
             f"step(tokens, {index}) returned logits of shape {logits.shape}; expected {expected}"
         )
-    if not (np.issubdtype(logits.dtype, np.floating) or np.issubdtype(logits.dtype, np.integer)):
-        raise ValueError(f"step(tokens, {index}) returned logits of dtype {logits.dtype}")
     if vocab is None:
         if logits.shape[1] < 2:
             raise ValueError(f"the vocabulary must have at least 2 ids, got {logits.shape[1]}")
         if not 0 <= eos_id < logits.shape[1]:
             raise ValueError(f"eos_id={eos_id} is outside the vocabulary [0, {logits.shape[1]})")
-    if logits.dtype not in (np.float32, np.float64):
-        logits = logits.astype(np.float64)
-    return logits, log_normalizer
+    if logits.dtype in (np.float32, np.float64):
+        return logits, log_normalizer
+    if not (np.issubdtype(logits.dtype, np.floating) or np.issubdtype(logits.dtype, np.integer)):
+        raise ValueError(f"step(tokens, {index}) returned logits of dtype {logits.dtype}")
+    return logits.astype(np.float64), log_normalizer
 
 
 def _checked_logsumexp(logits: np.ndarray, row_max: np.ndarray, active_rows: np.ndarray,
@@ -407,10 +407,16 @@ def beam_search(
     alive_scores = np.full((batch_size, k_beams), -np.inf, dtype=np.float64)
     alive_scores[:, 0] = 0.0
     history = np.zeros((batch_size, k_beams, max_length), dtype=np.int32)
-    # Per source: finished hypotheses as (normalised score, tokens), best first, at most K.
+    # Per source: finished hypotheses as (normalised score, tokens), best first, at most K;
+    # their count and worst score as arrays, so the stopping rule is one vectorised test.
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch_size)]
+    n_finished = np.zeros((batch_size,), dtype=np.int64)
+    worst_finished = np.full((batch_size,), -np.inf, dtype=np.float64)
     done = np.zeros((batch_size,), dtype=bool)
-    row_base = (np.arange(batch_size) * k_beams)[:, None]
+    active_rows = np.ones((n,), dtype=bool)
+    sources = np.arange(batch_size)[:, None]  # fancy indexing: cheaper than take_along_axis
+    row_base = sources * k_beams
+    all_rows = np.arange(n)[:, None]
 
     tokens = np.full((n,), bos_id, dtype=np.int32)
     vocab = None
@@ -422,12 +428,12 @@ def beam_search(
         # within a beam the order of score + log_prob is the order of the raw logits.
         m = min(n_cand, vocab)
         maxima = _chunk_maxima(logits, m)
-        logits, lse, replaced = _checked_logsumexp(logits, maxima.max(axis=1),
-                                                   np.repeat(~done, k_beams), t, log_normalizer)
+        logits, lse, replaced = _checked_logsumexp(logits, maxima.max(axis=1), active_rows, t,
+                                                   log_normalizer)
         gen_len = t + 1
         penalty = length_penalty(gen_len, alpha)
         row_top = _top_per_row(logits, m, None if replaced else maxima)  # (n, m) token ids
-        row_logits = np.take_along_axis(logits, row_top, axis=1).astype(np.float64)
+        row_logits = logits[all_rows, row_top].astype(np.float64)
         cand = (alive_scores[:, :, None]
                 + (row_logits - lse[:, None]).reshape(batch_size, k_beams, m))
         flat_key = np.arange(k_beams)[:, None] * vocab + row_top.reshape(batch_size, k_beams, m)
@@ -437,42 +443,37 @@ def beam_search(
         # tie, the higher raw logit (so beam_size=1 picks np.argmax's token), then lower id.
         raw = row_logits.reshape(batch_size, k_beams * m)
         order = np.lexsort((flat_key, -raw, flat_key // vocab, -cand), axis=1)[:, :n_cand]
-        top_scores = np.take_along_axis(cand, order, axis=1)
-        top_flat = np.take_along_axis(flat_key, order, axis=1)
-        top_beam = top_flat // vocab
-        top_token = top_flat % vocab
+        top_scores = cand[sources, order]
+        top_beam, top_token = np.divmod(flat_key[sources, order], vocab)
         is_eos = top_token == eos_id
 
         # Finished hypotheses: EOS candidates ranked below K, for sources still running.
-        for b in np.flatnonzero(~done):
+        new_eos = is_eos[:, :k_beams] & np.isfinite(top_scores[:, :k_beams])
+        new_eos[done] = False
+        for b in np.flatnonzero(new_eos.any(axis=1)):
             hyps = finished[b]
-            changed = False
-            for r in np.flatnonzero(is_eos[b, :k_beams]):
-                score = top_scores[b, r]
-                if not np.isfinite(score):
-                    continue
+            for r in np.flatnonzero(new_eos[b]):
                 seq = history[b, top_beam[b, r], :t].tolist() + [eos_id]
-                hyps.append((float(score / penalty), seq))
-                changed = True
-            if changed:
-                hyps.sort(key=lambda h: -h[0])  # stable: earlier hypotheses win ties
-                del hyps[k_beams:]
+                hyps.append((float(top_scores[b, r] / penalty), seq))
+            hyps.sort(key=lambda h: -h[0])  # stable: earlier hypotheses win ties
+            del hyps[k_beams:]
+            n_finished[b], worst_finished[b] = len(hyps), hyps[-1][0]
 
         # New alive beams: the first K non-EOS candidates (there are always at least K, since
         # each beam contributes exactly one EOS candidate).
         pick = np.argsort(is_eos, axis=1, kind="stable")[:, :k_beams]
-        parent_beam = np.take_along_axis(top_beam, pick, axis=1)
-        new_tokens = np.take_along_axis(top_token, pick, axis=1).astype(np.int32)
-        alive_scores = np.take_along_axis(top_scores, pick, axis=1)
-        history = np.take_along_axis(history, parent_beam[:, :, None], axis=1)
+        parent_beam = top_beam[sources, pick]
+        new_tokens = top_token[sources, pick].astype(np.int32)
+        alive_scores = top_scores[sources, pick]
+        history = history[sources, parent_beam]
         history[:, :, t] = new_tokens
 
         # Stopping heuristic (Hugging Face's default): compare against the best alive beam
         # normalised at the current length.
-        for b in np.flatnonzero(~done):
-            hyps = finished[b]
-            if len(hyps) >= k_beams and hyps[-1][0] >= alive_scores[b].max() / penalty:
-                done[b] = True
+        full = ~done & (n_finished >= k_beams)
+        if full.any():
+            done |= full & (worst_finished >= alive_scores.max(axis=1) / penalty)
+            active_rows = np.repeat(~done, k_beams)
 
         if done.all() or t == max_length - 1:
             break
