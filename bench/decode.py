@@ -129,7 +129,9 @@ def decode_once(factory, config, source: np.ndarray, beam: int, new_tokens: int,
     def step(tokens, index):
         out = stepper.step(tokens, index)
         logits, normalizer = out if isinstance(out, tuple) else (out, None)
-        logits = np.array(logits, np.float32)
+        logits = np.asarray(logits, np.float32)
+        if not logits.flags.writeable:  # a TF tensor's buffer; the other runtimes' are ours
+            logits = logits.copy()
         logits[:, config.eos_id] = -np.inf  # exactly new_tokens per row, as the peers measure
         # The runtime's normaliser still counts EOS: scores shift, the work does not.
         return logits if normalizer is None else (logits, normalizer)

@@ -64,3 +64,49 @@ def test_numpy_conversion_splits_heads_as_the_model_does():
     assert len(got) == 4 and all(a.flags["C_CONTIGUOUS"] for a in got)
     for i, array in enumerate(got):
         np.testing.assert_array_equal(array, np.asarray(split(x[:, i // 2, i % 2])))
+
+
+def _numpy_backend(layers, heads, d_model):
+    from export.runtime.base import Backend
+
+    class _Manifest:
+        model = {"num_decoder_layers": layers, "num_heads": heads, "d_model": d_model}
+
+    return Backend(_Manifest())
+
+
+def test_numpy_runtimes_cache_writes_and_reorders_like_numpy():
+    """The ONNX/TFLite cache (views of one buffer, one write and one gather for all layers)
+    against the per-array reference, including the spare buffer a beam step reuses."""
+    from export.runtime.base import ArrayCache
+
+    rng = np.random.default_rng(3)
+    backend = _numpy_backend(layers=2, heads=2, d_model=8)
+    cache = backend.init_cache(batch=3, length=5)
+    assert isinstance(cache, ArrayCache) and len(cache) == 4
+    assert all(a.shape == (3, 2, 5, 4) and a.flags["C_CONTIGUOUS"] for a in cache)
+    reference = [np.zeros((3, 2, 5, 4), np.float32) for _ in range(4)]
+    spare = None
+    for index, parents in ((0, [2, 2, 0]), (1, [1, 0, 1]), (3, [0, 0, 0]), (4, None)):
+        rows = rng.normal(size=(3, 2, 2, 8)).astype(np.float32)
+        cache = backend.write(cache, rows, index)
+        _write_reference(reference, rows, index)
+        if parents is not None:
+            cache, spare = backend.gather(cache, np.array(parents, np.int32), spare), cache
+            reference = [a[parents] for a in reference]
+        for got, want in zip(cache, reference, strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert spare is not None and spare.buffer is not cache.buffer  # double-buffered
+    with pytest.raises(IndexError, match=r"outside \[0, 3\)"):
+        backend.gather(cache, np.array([0, 3], np.int32))
+
+
+def test_numpy_runtimes_cache_from_the_model_layout():
+    from export.runtime.base import per_layer_heads
+
+    x = np.random.default_rng(4).normal(size=(2, 3, 2, 4, 6)).astype(np.float32)
+    backend = _numpy_backend(layers=3, heads=3, d_model=6)
+    cache = backend.cache_from(x)
+    for got, want in zip(cache, per_layer_heads(x, 3), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert cache.buffer.shape == (6, 2, 3, 4, 2)
