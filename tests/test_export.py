@@ -236,6 +236,46 @@ def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
     assert np.asarray(encoded[0]).dtype.kind == "i"
 
 
+def test_tflite_cache_in_the_interpreter_matches_the_signature_runner(manifest):
+    """The TFLite backend keeps the cache (and the encoder's output) in the interpreter's input
+    tensors between steps. Two searches interleaved on one backend, one with beam reorders,
+    against the signature runner of another interpreter fed a NumPy cache kept beside them."""
+    from export.runtime.base import Backend, Stepper
+
+    backend = load_backend(manifest, "tflite")
+    runner = load_backend(manifest, "tflite").interpreter.get_signature_runner("decode_step")
+    numpy_cache = Backend(manifest)
+    eos = manifest.special_ids["eos"]
+    rng = np.random.default_rng(7)
+    searches = []
+    for batch, source_length, beam in ((2, 6, 2), (3, 9, 1)):
+        source = rng.integers(4, 30, (batch, source_length)).astype(np.int32)
+        source[:, -1] = eos
+        stepper = Stepper(backend, source, beam_size=beam, max_length=5)
+        reference = numpy_cache.init_cache(batch * beam, 5)
+        searches.append((stepper, reference, beam))
+    for index in range(4):
+        for i, (stepper, reference, beam) in enumerate(searches):
+            rows = len(stepper.memory_mask)
+            tokens = rng.integers(4, 30, rows).astype(np.int32)
+            got = stepper.step(tokens, index)
+            want = runner(tokens=tokens, memory_mask=stepper.memory_mask,
+                          index=np.asarray(index, np.int32),
+                          **dict(zip(memory_names(manifest.model["num_decoder_layers"]),
+                                     stepper.memory, strict=True)),
+                          **dict(zip(cache_names(manifest.model["num_decoder_layers"]),
+                                     reference, strict=True)))
+            np.testing.assert_allclose(got, want["logits"], atol=1e-5)
+            reference = numpy_cache.write(reference, want["step_key_values"], index)
+            if beam > 1:
+                parents = rng.integers(0, rows, rows).astype(np.int32)
+                stepper.reorder(parents)
+                reference = numpy_cache.gather(reference, parents)
+            searches[i] = (stepper, reference, beam)
+            for resident, array in zip(stepper.cache, reference, strict=True):
+                np.testing.assert_allclose(resident, array, atol=1e-5)
+
+
 def test_onnx_step_graph_reads_the_cache_in_place(manifest):
     """The cache is only read, and only by MatMul: no copy, slice, transpose or write of it
     in the graph (the runtime writes one slot per step in NumPy)."""

@@ -1,13 +1,44 @@
-"""The `encode` and `decode_step` signatures of a .tflite model in the ai_edge_litert interpreter."""
+"""The `encode` and `decode_step` signatures of a .tflite model in the ai_edge_litert interpreter.
+
+The step's cache lives in the interpreter's own input tensors (`ResidentCache`): a step writes
+its slot there in place and a beam reorder gathers there, so no step copies the cache into the
+interpreter. The signature runner would resize, re-plan and copy every input at each call: the
+cache, which grows with the output, and the encoder's keys/values, which never change.
+"""
 
 from __future__ import annotations
 
 import os
+import weakref
 
 import numpy as np
 
 from export.common import ExportError, Manifest
-from export.runtime.base import Backend
+from export.runtime.base import Backend, gather_rows
+
+
+class ResidentCache:
+    """[keys_0, values_0, ...] (B,H,T,dh) float32, held in the decode_step inputs of one
+    interpreter while its search steps. Before its first step, and after another search on
+    the same interpreter has taken the inputs, the arrays are held here instead."""
+
+    def __init__(self, backend: TFLiteBackend, arrays: list[np.ndarray]):
+        self.backend = backend
+        self.pending: list[np.ndarray] | None = arrays
+        self.epoch = None  # the backend's allocation whose input tensors hold this cache
+
+    def arrays(self) -> list[np.ndarray]:
+        """The cache's arrays: views of the interpreter's tensors while it is installed (not
+        to be kept across a step)."""
+        if self.pending is not None:
+            return self.pending
+        return self.backend._cache_views(self)
+
+    def __iter__(self):
+        return iter(self.arrays())
+
+    def __len__(self):
+        return len(self.backend._cache_names)
 
 
 class TFLiteBackend(Backend):
@@ -28,18 +59,97 @@ class TFLiteBackend(Backend):
             self.interpreter = Interpreter(model_path=str(path),
                                            num_threads=threads or os.cpu_count())
             self.encode_runner = self.interpreter.get_signature_runner("encode")
-            self.step_runner = self.interpreter.get_signature_runner("decode_step")
+            step = self.interpreter.get_signature_runner("decode_step")
         except (ValueError, RuntimeError) as err:
             raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
+        # decode_step through the interpreter's own wrapper: sized once per search, not per call.
+        self._wrapper = self.interpreter._interpreter
+        self._subgraph = step._subgraph_index
+        self._inputs = dict(step._inputs)
+        self._outputs = dict(step._outputs)
+        self._epoch = 0
+        self._installed = None  # weakref to the ResidentCache held in the step's inputs
+        self._memory_set = None  # (memory list, mask) last written into the interpreter
+        self._source_shape = None  # memory_mask's shape the inputs are sized for
 
     def encode(self, source_ids):
         out = self.encode_runner(source_ids=source_ids)
         return [out[name] for name in self._memory_names], out["memory_mask"]
 
+    def init_cache(self, batch, length):
+        return ResidentCache(self, list(super().init_cache(batch, length)))
+
+    def cache_from(self, cache):
+        return ResidentCache(self, list(super().cache_from(cache)))
+
+    def _cache_views(self, cache: ResidentCache) -> list[np.ndarray]:
+        if cache.epoch != self._epoch:
+            raise RuntimeError("internal error: a TFLite cache read after it was moved out of "
+                               "the interpreter")
+        return [self._wrapper.tensor(self._wrapper, self._inputs[name], self._subgraph)
+                for name in self._cache_names]
+
+    def _install(self, cache: ResidentCache, tokens, memory, memory_mask) -> None:
+        """Size every decode_step input for this search and move the cache into them."""
+        current = self._installed() if self._installed is not None else None
+        if current is not None and current is not cache and current.pending is None:
+            # Another search still holds the inputs: keep its cache outside, so that both
+            # searches can go on (interleaved, each re-installs its own).
+            current.pending = [view.copy() for view in self._cache_views(current)]
+            current.epoch = None
+        arrays = cache.pending
+        if arrays is None:  # this cache, installed, resized for another source shape
+            arrays = [view.copy() for view in self._cache_views(cache)]
+        shapes = {"tokens": tokens.shape, "memory_mask": memory_mask.shape, "index": ()}
+        shapes.update((n, m.shape) for n, m in zip(self._memory_names, memory, strict=True))
+        shapes.update((n, a.shape) for n, a in zip(self._cache_names, arrays, strict=True))
+        for name, shape in shapes.items():
+            self._wrapper.ResizeInputTensor(self._inputs[name], np.array(shape, np.int32), False,
+                                            self._subgraph)
+        self._wrapper.AllocateTensors(self._subgraph)
+        self._source_shape = memory_mask.shape
+        self._epoch += 1
+        cache.epoch, cache.pending = self._epoch, None
+        self._installed = weakref.ref(cache)
+        self._memory_set = None
+        for view, array in zip(self._cache_views(cache), arrays, strict=True):
+            view[...] = array
+
+    def _set(self, name, value) -> None:
+        self._wrapper.SetTensor(self._inputs[name], value, self._subgraph)
+
     def decode_step(self, tokens, memory, memory_mask, cache, index):
-        # The runner copies every input into the interpreter: one copy of the cache per step.
-        out = self.step_runner(tokens=tokens, memory_mask=memory_mask,
-                               index=np.asarray(index, np.int32),
-                               **dict(zip(self._memory_names, memory, strict=True)),
-                               **dict(zip(self._cache_names, cache, strict=True)))
-        return out["logits"], out["step_key_values"]
+        if not isinstance(cache, ResidentCache):
+            cache = ResidentCache(self, [np.asarray(a, np.float32) for a in cache])
+        tokens = np.asarray(tokens, np.int32)
+        if cache.epoch != self._epoch or memory_mask.shape != self._source_shape:
+            self._install(cache, tokens, memory, memory_mask)
+        if (self._memory_set is None or self._memory_set[0] is not memory
+                or self._memory_set[1] is not memory_mask):
+            # The interpreter keeps its inputs between calls: the encoder's output is
+            # written once per search, not once per step.
+            for name, array in zip(self._memory_names, memory, strict=True):
+                self._set(name, array)
+            self._set("memory_mask", memory_mask)
+            self._memory_set = (memory, memory_mask)
+        self._set("tokens", tokens)
+        self._set("index", np.asarray(index, np.int32))
+        self._wrapper.Invoke(self._subgraph)
+        return (self._wrapper.GetTensor(self._outputs["logits"], self._subgraph),
+                self._wrapper.GetTensor(self._outputs["step_key_values"], self._subgraph))
+
+    def write(self, cache, step_key_values, index):
+        if not isinstance(cache, ResidentCache):
+            return super().write(cache, step_key_values, index)
+        rows = np.asarray(step_key_values)
+        batch = rows.shape[0]
+        for i, array in enumerate(cache):
+            array[:, :, index, :] = rows[:, i // 2, i % 2].reshape(batch, self.num_heads, -1)
+        return cache
+
+    def gather(self, cache, indices, out=None):
+        if not isinstance(cache, ResidentCache):
+            return super().gather(cache, indices, out)
+        for array in cache:
+            array[...] = gather_rows(array, indices)
+        return cache
