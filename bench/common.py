@@ -110,6 +110,38 @@ def time_calls(fn, *, warmup: int = 2, repeats: int = 5, min_seconds: float = 2.
             "loadavg_before": load_before, "loadavg_after": loadavg()}
 
 
+def time_interleaved(fns, *, warmup: int = 1, repeats: int = 3,
+                     min_seconds: float = 1.5) -> list[dict]:
+    """time_calls for several functions at once, in `repeats` rounds: each round times every
+    function for at least min_seconds / repeats (one call at least). Their samples then come
+    from the same stretches of time, so ratios between them (the cost per token at 32 and at
+    128 new tokens) do not take the host's drift between one cell and the next."""
+    warm = [[] for _ in fns]
+    for i, fn in enumerate(fns):
+        for _ in range(warmup):
+            t0 = time.perf_counter()
+            fn()
+            warm[i].append(time.perf_counter() - t0)
+    samples: list[list[float]] = [[] for _ in fns]
+    cpu = [0.0 for _ in fns]
+    load_before = loadavg()
+    share = min_seconds / max(repeats, 1)
+    for _ in range(max(repeats, 1)):
+        for i, fn in enumerate(fns):
+            start, cpu0 = time.perf_counter(), time.process_time()
+            while True:
+                t0 = time.perf_counter()
+                fn()
+                samples[i].append(time.perf_counter() - t0)
+                if time.perf_counter() - start >= share:
+                    break
+            cpu[i] += time.process_time() - cpu0
+    load_after = loadavg()
+    return [{**stats(s), "warmup_s": w, "cpu_ratio": round(c / max(sum(s), 1e-9), 3),
+             "loadavg_before": load_before, "loadavg_after": load_after}
+            for s, w, c in zip(samples, warm, cpu, strict=True)]
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -7,7 +7,9 @@
 Source = 32 random ids, exactly --new-tokens generated per row (EOS is masked out so no row
 stops early), greedy and beam 4 at the shortest --new-tokens, greedy at the longer ones,
 random weights (bench.export_models makes the exports).
-One runtime per process, so the peak RSS in the JSON is that runtime's. No-cache cells (keras
+The cells of a config are timed in interleaved rounds (bench.common.time_interleaved), so
+the 32- and 128-token cells share the host's drift. One runtime per process, so the peak
+RSS in the JSON is that runtime's. No-cache cells (keras
 runtimes, --no-cache) re-run the decoder over the whole prefix at every step; they are measured
 at the smallest --new-tokens for every batch and beam, and batch-1 greedy at the others
 (with keras-xla every prefix length is a compile, paid in the warm-up calls).
@@ -37,7 +39,7 @@ from bench.common import (  # noqa: E402
     peak_rss_mb,
     print_table,
     results_dir,
-    time_calls,
+    time_interleaved,
     write_json,
 )
 from bench.export_models import CACHE_DIR, code_fingerprint, ensure_in_child  # noqa: E402
@@ -159,36 +161,59 @@ def cells(new_tokens: list[int], batches: list[int], beams: list[int], no_cache:
     return out
 
 
-def measure(factory, name: str, runtime: str, batch: int, beam: int, new_tokens: int,
-            cache: bool, timing: dict) -> dict:
-    config = CONFIGS[name]
-    rng = np.random.default_rng(SEED)
-    source = rng.integers(4, config.source_vocab_size, (batch, SOURCE_LENGTH)).astype("int32")
-    row = {"runtime": runtime, "config": name, "batch": batch, "beam": beam,
-           "new_tokens": new_tokens, "cache": cache, "source_length": SOURCE_LENGTH}
-    outputs = []
+class Cell:
+    """One cell (config, batch, beam, new tokens, cache) as a callable for time_interleaved:
+    each call decodes one batch; a failure is recorded and makes later calls no-ops, so the
+    other cells go on (as the peers do)."""
 
-    def run():
-        outputs.append(decode_once(factory, config, source, beam, new_tokens, cache))
+    def __init__(self, factory, name: str, runtime: str, batch: int, beam: int,
+                 new_tokens: int, cache: bool):
+        self.factory, self.config = factory, CONFIGS[name]
+        self.batch, self.beam, self.new_tokens, self.cache = batch, beam, new_tokens, cache
+        rng = np.random.default_rng(SEED)
+        self.source = rng.integers(4, self.config.source_vocab_size,
+                                   (batch, SOURCE_LENGTH)).astype("int32")
+        self.row = {"runtime": runtime, "config": name, "batch": batch, "beam": beam,
+                    "new_tokens": new_tokens, "cache": cache, "source_length": SOURCE_LENGTH}
+        self.error: str | None = None
+        self.generated = 0
 
-    try:
-        t = time_calls(run, **timing)
-    except Exception as err:  # record and go on to the next cell, as the peers do
-        return {**row, "error": f"{type(err).__name__}: {str(err)[:2000]}"}
-    for tokens in outputs:
-        if tokens.shape != (batch, new_tokens) or (tokens == config.eos_id).any():
-            return {**row, "error": f"expected {new_tokens} tokens per row without EOS, "
-                                    f"got shape {tokens.shape}"}
-    work = batch * new_tokens
-    flops = generate_flops(config, batch, beam, SOURCE_LENGTH, new_tokens) if cache else None
-    return {**row, "generated_tokens_per_row": int(outputs[-1].shape[1]),
-            "tokens_per_s": work / t["median_s"], "tokens_per_s_p25": work / t["p75_s"],
-            "tokens_per_s_p75": work / t["p25_s"],
-            "ms_per_batch": {"median": t["median_s"] * 1e3, "p25": t["p25_s"] * 1e3,
-                             "p75": t["p75_s"] * 1e3, "runs": t["runs"]},
-            "per_token_ms": t["median_s"] * 1e3 / new_tokens,
-            "gflops": flops / t["median_s"] / 1e9 if flops else None,
-            "rss_peak_mb_so_far": peak_rss_mb(), **t}
+    def __call__(self) -> None:
+        if self.error is not None:
+            return
+        try:
+            tokens = decode_once(self.factory, self.config, self.source, self.beam,
+                                 self.new_tokens, self.cache)
+        except Exception as err:  # record and go on to the next cell, as the peers do
+            self.error = f"{type(err).__name__}: {str(err)[:2000]}"
+            return
+        if tokens.shape != (self.batch, self.new_tokens) or (tokens == self.config.eos_id).any():
+            self.error = (f"expected {self.new_tokens} tokens per row without EOS, got shape "
+                          f"{tokens.shape}")
+        self.generated = int(tokens.shape[1])
+
+    def result(self, t: dict) -> dict:
+        """The JSON row from time_interleaved's timing of this cell."""
+        if self.error is not None:
+            return {**self.row, "error": self.error}
+        work = self.batch * self.new_tokens
+        flops = (generate_flops(self.config, self.batch, self.beam, SOURCE_LENGTH,
+                                self.new_tokens) if self.cache else None)
+        return {**self.row, "generated_tokens_per_row": self.generated,
+                "tokens_per_s": work / t["median_s"], "tokens_per_s_p25": work / t["p75_s"],
+                "tokens_per_s_p75": work / t["p25_s"],
+                "ms_per_batch": {"median": t["median_s"] * 1e3, "p25": t["p25_s"] * 1e3,
+                                 "p75": t["p75_s"] * 1e3, "runs": t["runs"]},
+                "per_token_ms": t["median_s"] * 1e3 / self.new_tokens,
+                "gflops": flops / t["median_s"] / 1e9 if flops else None,
+                "rss_peak_mb_so_far": peak_rss_mb(), **t}
+
+
+def measure(factory, name: str, runtime: str, cell_list, timing: dict) -> list[dict]:
+    """Every cell of one config, timed in interleaved rounds (bench.common.time_interleaved)."""
+    cells = [Cell(factory, name, runtime, *cell) for cell in cell_list]
+    return [cell.result(t) for cell, t in zip(cells, time_interleaved(cells, **timing),
+                                              strict=True)]
 
 
 def fmt_row(r: dict) -> list:
@@ -234,14 +259,16 @@ def main(argv=None) -> None:
             factory = make_stepper_factory(args.runtime, name, args.cache_dir)
         except Exception as err:  # e.g. a failed export: every cell of this config fails
             factory, error = None, f"{type(err).__name__}: {str(err)[:2000]}"
-        for batch, beam, n, cache in cells(new_tokens, args.batches, args.beams, args.no_cache):
-            if factory is None:
-                results.append({"runtime": args.runtime, "config": name, "batch": batch,
-                                "beam": beam, "new_tokens": n, "cache": cache, "error": error})
-            else:
-                results.append(measure(factory, name, args.runtime, batch, beam, n, cache,
-                                       timing))
-            print(" ".join(str(c) for c in fmt_row(results[-1])), flush=True)
+        cell_list = cells(new_tokens, args.batches, args.beams, args.no_cache)
+        if factory is None:
+            rows = [{"runtime": args.runtime, "config": name, "batch": batch, "beam": beam,
+                     "new_tokens": n, "cache": cache, "error": error}
+                    for batch, beam, n, cache in cell_list]
+        else:
+            rows = measure(factory, name, args.runtime, cell_list, timing)
+        for row in rows:
+            print(" ".join(str(c) for c in fmt_row(row)), flush=True)
+        results += rows
         del factory
     peak = peak_rss_mb()
     for r in results:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 
 import numpy as np
 import pytest
@@ -51,6 +52,19 @@ def test_stats_median_and_quartiles():
     assert (s["median_s"], s["p25_s"], s["p75_s"], s["runs"]) == (3.0, 2.0, 4.0, 5)
     one = common.stats([0.5])
     assert one["median_s"] == one["p25_s"] == one["p75_s"] == 0.5
+
+
+def test_interleaved_timing_spreads_every_cell_over_every_round():
+    """Each round calls every function (a slow one once, a fast one until its share of the
+    time is used), in order; every function ends with at least `repeats` samples."""
+    calls = []
+    fns = [lambda: calls.append("a"), lambda: (calls.append("b"), time.sleep(0.02))]
+    timings = common.time_interleaved(fns, warmup=1, repeats=3, min_seconds=0.03)
+    assert calls[:2] == ["a", "b"]  # warm-up
+    rounds = "".join(calls[2:]).split("b")[:-1]  # each round: some a's, then one b
+    assert len(rounds) == 3 and all(r and set(r) == {"a"} for r in rounds)
+    assert [t["runs"] for t in timings] == [len("".join(rounds)), 3]
+    assert all(len(t["warmup_s"]) == 1 and t["samples_s"] for t in timings)
 
 
 def test_write_json_merge_keeps_unmeasured_rows(tmp_path):

@@ -56,12 +56,12 @@ class Backend:
 
     def cache_from(self, cache: np.ndarray):
         """A (B,L,2,T,D) NumPy cache -> this runtime's cache, [keys_0, values_0, ...]."""
-        return ArrayCache.of(per_layer_heads(np.asarray(cache, np.float32), self.num_heads))
+        return per_layer_heads(np.asarray(cache, np.float32), self.num_heads)
 
     def init_cache(self, batch: int, length: int):
         """-> an all-zero cache of `length` slots, 2L arrays (B, H, length, dh) float32."""
-        return ArrayCache(np.zeros((2 * self.num_layers, batch, self.num_heads, length,
-                                    self.d_model // self.num_heads), np.float32))
+        shape = (batch, self.num_heads, length, self.d_model // self.num_heads)
+        return [np.zeros(shape, np.float32) for _ in range(2 * self.num_layers)]
 
     def repeat(self, x, times: int):
         """(B, ...) -> (B * times, ...), each row repeated `times` times in place (each array
@@ -74,20 +74,15 @@ class Backend:
         """Rows `indices` of the cache, written into `out` (an earlier cache of the same
         shape, no longer used) when given: a fresh array per beam step costs a page fault per
         page, which made the copy 2-4x slower than the copy itself (bench.decode, base)."""
-        if not isinstance(cache, ArrayCache):
-            cache = ArrayCache.of(cache)
-        spare = out.buffer if isinstance(out, ArrayCache) else None
-        return ArrayCache(gather_rows(cache.buffer, indices, spare, axis=1))
+        out = out if out is not None else [None] * len(cache)
+        return [gather_rows(a, indices, spare) for a, spare in zip(cache, out, strict=True)]
 
     def write(self, cache, step_key_values, index: int):
         """Slot `index` of the cache <- step_key_values (B,L,2,D), in place."""
-        if not isinstance(cache, ArrayCache):
-            cache = ArrayCache.of(cache)
-        buffer = cache.buffer
         rows = self.to_numpy(step_key_values)
-        # (B,L,2,D) -> (2L,B,H,dh): layer-major like the buffer, one assignment for all.
-        layers2, batch, heads, _, head_dim = buffer.shape
-        buffer[:, :, :, index, :] = rows.reshape(batch, layers2, heads, head_dim).swapaxes(0, 1)
+        batch = rows.shape[0]
+        for i, array in enumerate(cache):
+            array[:, :, index, :] = rows[:, i // 2, i % 2].reshape(batch, self.num_heads, -1)
         return cache
 
     def to_numpy(self, x) -> np.ndarray:
@@ -103,34 +98,14 @@ def per_layer_heads(x: np.ndarray, heads: int) -> list[np.ndarray]:
             for i in range(layers) for kind in (0, 1)]
 
 
-def gather_rows(x: np.ndarray, indices: np.ndarray, out: np.ndarray | None = None,
-                axis: int = 0):
-    """x[indices] along `axis`, into `out` when it has the right shape."""
-    rows = x.shape[axis]
-    if len(indices) and not 0 <= indices.min() <= indices.max() < rows:
-        raise IndexError(f"cache rows {indices} are outside [0, {rows})")
-    shape = list(x.shape)
-    shape[axis] = len(indices)
-    if out is not None and out.shape != tuple(shape):
+def gather_rows(x: np.ndarray, indices: np.ndarray, out: np.ndarray | None = None):
+    """x[indices] along the first axis, into `out` when it has the right shape."""
+    if len(indices) and not 0 <= indices.min() <= indices.max() < len(x):
+        raise IndexError(f"cache rows {indices} are outside [0, {len(x)})")
+    if out is not None and out.shape != (len(indices), *x.shape[1:]):
         out = None
     # mode="clip" (the range is checked above) lets np.take write `out` unbuffered.
-    return np.take(x, indices, axis=axis, out=out, mode="clip")
-
-
-class ArrayCache(list):
-    """The NumPy runtimes' cache: the list [keys_0, values_0, keys_1, ...] of (B,H,T,dh)
-    arrays, each a contiguous view of one (2L,B,H,T,dh) buffer, so that a step's write and a
-    beam step's reorder are one NumPy call each rather than one per array (at batch 1, beam
-    4, the six calls of the small model cost 4x the one)."""
-
-    def __init__(self, buffer: np.ndarray):
-        super().__init__(buffer)  # views of buffer[i]: contiguous, read in place by the runtimes
-        self.buffer = buffer
-
-    @classmethod
-    def of(cls, arrays) -> ArrayCache:
-        """A copy of 2L equal-shaped (B,H,T,dh) arrays as one buffer."""
-        return cls(np.stack([np.asarray(a, np.float32) for a in arrays]))
+    return np.take(x, indices, axis=0, out=out, mode="clip")
 
 
 class Stepper:
