@@ -1,7 +1,7 @@
 """Decoding ratios over repeated runs: ours / each peer within every run, then their median
 and range across runs.
 
-    python -m bench.repeats RUN_DIR [RUN_DIR ...] [--runtime onnx] [--out FILE.md]
+    python -m bench.repeats RUN_DIR [RUN_DIR ...] [--runtime onnx|tflite|...|best] [--out FILE.md]
 
 A RUN_DIR holds our decode_<runtime>.json and, in RUN_DIR/peers, the peers' JSONs: what
 `python -m bench.decode --results RUN_DIR` and `PEER_BENCH_RESULTS=RUN_DIR/peers bash
@@ -22,16 +22,20 @@ from bench.report import NEW_TOKENS, load, ours_decode, peer_decode, table
 
 
 def run_ratios(run_dir: Path, runtime: str) -> dict:
-    """(config, batch, beam) -> {"ours": tok/s, peer name: ours/peer} for one run."""
+    """(config, batch, beam) -> {"ours": tok/s, peer name: ours/peer} for one run; runtime
+    "best" takes, per cell, the fastest of our runtimes in that run."""
     data = load(run_dir, run_dir / "peers")
-    ours = ours_decode(data)
-    out: dict = {}
-    for (rt, config, batch, beam, n, cache), row in ours.items():
-        if rt != runtime or n != NEW_TOKENS or not cache:
+    best: dict = {}
+    for (rt, config, batch, beam, n, cache), row in ours_decode(data).items():
+        if (runtime not in ("best", rt)) or n != NEW_TOKENS or not cache:
             continue
-        cell = out.setdefault((config, batch, beam), {"ours": row["tokens_per_s"]})
-        for name, peer_rate, _ in peer_decode(data).get((config, batch, beam), []):
-            cell[name] = row["tokens_per_s"] / peer_rate
+        key = (config, batch, beam)
+        best[key] = max(best.get(key, 0.0), row["tokens_per_s"])
+    out: dict = {}
+    for key, rate in best.items():
+        cell = out[key] = {"ours": rate}
+        for name, peer_rate, _ in peer_decode(data).get(key, []):
+            cell[name] = rate / peer_rate
     return out
 
 
@@ -67,7 +71,8 @@ def build(run_dirs: list[Path], runtime: str = "onnx") -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="result directories, one per run")
-    parser.add_argument("--runtime", default="onnx")
+    parser.add_argument("--runtime", default="onnx",
+                        help="one of our runtimes, or best: the fastest per cell in each run")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = parser.parse_args(argv)
     text = build(args.runs, args.runtime)

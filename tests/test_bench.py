@@ -180,3 +180,8 @@ def test_repeats_take_each_ratio_within_its_run(tmp_path):
     assert row == "| small | 1 | 1 | 3 | 200 [100-300] | 0.50x [0.25x-1.00x] |"
     single = repeats.build(runs[1:2])
     assert "| small | 1 | 1 | 1 | 300 | 1.00x |" in single
+    # "best": per run, the faster of our runtimes (TFLite at 600 in run 1 only).
+    common.write_json(runs[1] / "decode_tflite.json", {"results": [
+        _decode_row("tflite", 1, 1, 32, True, 600.0)]})
+    best = repeats.build(runs, "best")
+    assert "| small | 1 | 1 | 3 | 200 [100-600] | 0.50x [0.25x-2.00x] |" in best
