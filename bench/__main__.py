@@ -3,7 +3,8 @@
     python -m bench [--configs small base] [--only STEP ...] [--quick] [--no-peers]
 
 Steps: roofline, train_step, export_models, decode-<runtime> for each runtime (keras,
-keras-xla, savedmodel, onnx, tflite; `decode` selects all five), peers (bash
+keras-xla, savedmodel, onnx, tflite; `decode` selects all five), breakdown (where an ONNX
+and a TFLite call's time goes), peers (bash
 ../shared/peers/run_all.sh, results in bench/results/peers), report. A failed step is reported
 and the others still run. --quick is a smoke test (demo config, 4 new tokens, one timed call,
 results in bench/results/quick, no peers).
@@ -21,7 +22,8 @@ from bench.common import CONFIGS, PEER_RESULTS, PEERS_DIR, ROOT, results_dir
 from bench.decode import RUNTIMES
 
 DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
-STEPS = ("roofline", "train_step", "export_models", *DECODE_STEPS, "peers", "report")
+STEPS = ("roofline", "train_step", "export_models", *DECODE_STEPS, "breakdown", "peers",
+         "report")
 PEER_CONFIGS = ("small", "base")
 
 
@@ -47,6 +49,8 @@ def commands(step: str, args) -> list[list[str]]:
         return [py + ["bench.decode", "--runtime", runtime, "--configs", name, *common,
                       *results, *extra, *(["--merge"] if i else [])]
                 for i, name in enumerate(names)]
+    if step == "breakdown":
+        return [py + ["bench.breakdown", *common, *configs, *results]]
     if step == "peers":
         return [["bash", str(PEERS_DIR / "run_all.sh")]]
     if step == "report":

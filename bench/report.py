@@ -2,9 +2,9 @@
 
     python -m bench.report [--results bench/results] [--peers bench/results/peers] [--quick]
 
-Reads roofline.json, train_step.json and decode_<runtime>.json from --results and the peer
-harness's JSONs (../shared/peers/common.py write_result) from --peers. Whatever is missing
-shows as n/a. Peer rates are their 'best' (median of quiet runs when there were >= 3).
+Reads roofline.json, train_step.json, decode_<runtime>.json and breakdown.json from --results
+and the peer harness's JSONs (../shared/peers/common.py write_result) from --peers. Whatever
+is missing shows as n/a. Peer rates are their 'best' (median of quiet runs when there were >= 3).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def ok_rows(data: dict | None) -> list[dict]:
 def load(results: Path, peers: Path) -> dict:
     """Every JSON the report reads; a missing or unreadable file is an empty entry."""
     ours = {"roofline": read_json(results / "roofline.json"),
-            "train": read_json(results / "train_step.json")}
+            "train": read_json(results / "train_step.json"),
+            "breakdown": read_json(results / "breakdown.json")}
     for runtime in RUNTIMES:
         ours[runtime] = read_json(results / f"decode_{runtime}.json")
     peer = {}
@@ -263,6 +264,18 @@ def rss_section(data: dict) -> list[str]:
             *table(["runtime", *CONFIGS], rows), ""]
 
 
+def breakdown_section(data: dict) -> list[str]:
+    rows = ok_rows(data["ours"]["breakdown"])
+    if not rows:
+        return []
+    pieces = list(rows[0]["ms"])
+    return ["## Where a decoding call's time goes (ms per call, bench.breakdown)", "",
+            *table(["runtime", "config", "batch", "beam", "ms/call", *pieces],
+                   [[r["runtime"], r["config"], r["batch"], r["beam"],
+                     f"{r['ms_per_call']:.1f}", *(f"{r['ms'][p]:.1f}" for p in pieces)]
+                    for r in rows]), ""]
+
+
 def failures_section(data: dict) -> list[str]:
     """Cells of ours that recorded an error, so a missing number has its reason next to it."""
     lines = []
@@ -295,6 +308,7 @@ def build(results: Path, peers: Path, short: int = NEW_TOKENS, long: int = LONG_
     lines = ["# Benchmark summary", "", *safe(machine_lines, data),
              f"Roofline peak: {f'{peak:.1f} GFLOP/s, {source}' if peak else NA}.", "",
              *safe(decoding_section, data, short), *safe(cache_section, data, short, long),
+             *safe(breakdown_section, data),
              *safe(training_section, data, peak, any_train_shape), *safe(rss_section, data),
              *safe(failures_section, data)]
     return "\n".join(lines) + "\n"

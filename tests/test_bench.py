@@ -67,6 +67,27 @@ def test_interleaved_timing_spreads_every_cell_over_every_round():
     assert all(len(t["warmup_s"]) == 1 and t["samples_s"] for t in timings)
 
 
+def test_breakdown_times_each_backend_piece_and_passes_the_rest_through():
+    from collections import Counter
+
+    from bench.breakdown import TimedBackend
+
+    class Fake:
+        name = "fake"
+
+        def write(self, cache, rows, index):
+            time.sleep(0.01)
+            return cache + [index]
+
+        def repeat(self, x, times):
+            return x * times
+
+    spent = Counter()
+    timed = TimedBackend(Fake(), spent)
+    assert timed.write([], None, 3) == [3] and timed.repeat([1], 2) == [1, 1]
+    assert timed.name == "fake" and set(spent) == {"write"} and spent["write"] >= 0.01
+
+
 def test_write_json_merge_keeps_unmeasured_rows(tmp_path):
     path = tmp_path / "x.json"
     common.write_json(path, {"results": [{"config": "a", "v": 1}, {"config": "b", "v": 1}]})

@@ -76,27 +76,35 @@ def _numpy_backend(layers, heads, d_model):
 
 
 def test_numpy_runtimes_cache_writes_and_reorders_like_numpy():
-    """The ONNX cache (one NumPy array per layer and kind, written in place, gathered into
-    the spare buffer a beam step reuses) against the per-array reference."""
+    """The ONNX/TFLite cache (one NumPy array per layer and kind, written and reordered in
+    place, only the rows that change parent and only the slots written so far) against a
+    full gather of every row and slot."""
     rng = np.random.default_rng(3)
     backend = _numpy_backend(layers=2, heads=2, d_model=8)
-    cache = backend.init_cache(batch=3, length=5)
+    cache = backend.init_cache(batch=4, length=6)
     assert len(cache) == 4
-    assert all(a.shape == (3, 2, 5, 4) and a.flags["C_CONTIGUOUS"] for a in cache)
-    reference = [np.zeros((3, 2, 5, 4), np.float32) for _ in range(4)]
-    spare = None
-    for index, parents in ((0, [2, 2, 0]), (1, [1, 0, 1]), (3, [0, 0, 0]), (4, None)):
-        rows = rng.normal(size=(3, 2, 2, 8)).astype(np.float32)
+    assert all(a.shape == (4, 2, 6, 4) and a.flags["C_CONTIGUOUS"] for a in cache)
+    reference = [np.zeros((4, 2, 6, 4), np.float32) for _ in range(4)]
+    arrays = list(cache)
+    # Parents with cycles (0<->1), a row copied twice (3 -> 2, 3), and rows kept.
+    for index, parents in ((0, [1, 0, 3, 3]), (1, [0, 1, 2, 3]), (2, [2, 2, 0, 1]),
+                           (4, [3, 1, 1, 0]), (5, None)):
+        rows = rng.normal(size=(4, 2, 2, 8)).astype(np.float32)
         cache = backend.write(cache, rows, index)
         _write_reference(reference, rows, index)
         if parents is not None:
-            cache, spare = backend.gather(cache, np.array(parents, np.int32), spare), cache
+            cache = backend.gather(cache, np.array(parents), filled=index + 1)
             reference = [a[parents] for a in reference]
         for got, want in zip(cache, reference, strict=True):
-            np.testing.assert_array_equal(got, want)
-    assert spare is not None and all(a is not b for a, b in zip(spare, cache, strict=True))
-    with pytest.raises(IndexError, match=r"outside \[0, 3\)"):
-        backend.gather(cache, np.array([0, 3], np.int32))
+            # Slots after `index` are not read before they are written: only the rest counts.
+            np.testing.assert_array_equal(got[:, :, :index + 1], want[:, :, :index + 1])
+    assert all(a is b for a, b in zip(cache, arrays, strict=True))  # in place
+    before = [a.copy() for a in cache]
+    swapped = backend.gather(cache, np.array([1, 0, 2, 3]))  # filled=None: every slot
+    for got, old in zip(swapped, before, strict=True):
+        np.testing.assert_array_equal(got, old[[1, 0, 2, 3]])
+    with pytest.raises(IndexError, match=r"outside \[0, 4\)"):
+        backend.gather(cache, np.array([0, 4, 1, 2]))
 
 
 def test_numpy_runtimes_cache_from_the_model_layout():

@@ -239,7 +239,8 @@ def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
 def test_tflite_cache_in_the_interpreter_matches_the_signature_runner(manifest):
     """The TFLite backend keeps the cache (and the encoder's output) in the interpreter's input
     tensors between steps. Two searches interleaved on one backend, one with beam reorders,
-    against the signature runner of another interpreter fed a NumPy cache kept beside them."""
+    then an encode between two steps, against the signature runner of another interpreter fed
+    a NumPy cache kept beside them."""
     from export.runtime.base import Backend, Stepper
 
     backend = load_backend(manifest, "tflite")
@@ -251,10 +252,13 @@ def test_tflite_cache_in_the_interpreter_matches_the_signature_runner(manifest):
     for batch, source_length, beam in ((2, 6, 2), (3, 9, 1)):
         source = rng.integers(4, 30, (batch, source_length)).astype(np.int32)
         source[:, -1] = eos
-        stepper = Stepper(backend, source, beam_size=beam, max_length=5)
-        reference = numpy_cache.init_cache(batch * beam, 5)
+        stepper = Stepper(backend, source, beam_size=beam, max_length=6)
+        reference = numpy_cache.init_cache(batch * beam, 6)
         searches.append((stepper, reference, beam))
-    for index in range(4):
+    for index in range(5):
+        if index == 4:  # the other signature sized for a new batch between two steps
+            searches = searches[-1:]
+            backend.encode(np.full((4, 11), eos, np.int32))
         for i, (stepper, reference, beam) in enumerate(searches):
             rows = len(stepper.memory_mask)
             tokens = rng.integers(4, 30, rows).astype(np.int32)

@@ -42,8 +42,8 @@ class _TFBackend(Backend):
         cache.write(step_key_values, index)
         return cache
 
-    def gather(self, cache, indices, out=None):
-        cache.reorder(indices)  # in place: `out` is not needed
+    def gather(self, cache, indices, filled=None):
+        cache.reorder(indices)  # every slot: a TF gather of a prefix would copy as much
         return cache
 
     def to_numpy(self, x):

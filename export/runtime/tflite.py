@@ -1,7 +1,7 @@
 """The `encode` and `decode_step` signatures of a .tflite model in the ai_edge_litert interpreter.
 
-The step's cache lives in the interpreter's own input tensors (`ResidentCache`): a step writes
-its slot there in place and a beam reorder gathers there, so no step copies the cache into the
+The step's cache lives in the interpreter's own input tensors (`ResidentCache`): the base
+class's write and beam reorder work there in place, so no step copies the cache into the
 interpreter. The signature runner would resize, re-plan and copy every input at each call: the
 cache, which grows with the output, and the encoder's keys/values, which never change.
 """
@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 
 from export.common import ExportError, Manifest
-from export.runtime.base import Backend, gather_rows
+from export.runtime.base import Backend
 
 
 class ResidentCache:
@@ -36,6 +36,9 @@ class ResidentCache:
 
     def __iter__(self):
         return iter(self.arrays())
+
+    def __getitem__(self, i):
+        return self.arrays()[i]
 
     def __len__(self):
         return len(self.backend._cache_names)
@@ -137,19 +140,3 @@ class TFLiteBackend(Backend):
         self._wrapper.Invoke(self._subgraph)
         return (self._wrapper.GetTensor(self._outputs["logits"], self._subgraph),
                 self._wrapper.GetTensor(self._outputs["step_key_values"], self._subgraph))
-
-    def write(self, cache, step_key_values, index):
-        if not isinstance(cache, ResidentCache):
-            return super().write(cache, step_key_values, index)
-        rows = np.asarray(step_key_values)
-        batch = rows.shape[0]
-        for i, array in enumerate(cache):
-            array[:, :, index, :] = rows[:, i // 2, i % 2].reshape(batch, self.num_heads, -1)
-        return cache
-
-    def gather(self, cache, indices, out=None):
-        if not isinstance(cache, ResidentCache):
-            return super().gather(cache, indices, out)
-        for array in cache:
-            array[...] = gather_rows(array, indices)
-        return cache
