@@ -75,7 +75,7 @@ class Backend:
         (every slot when None): the later ones are not read before a step writes them.
 
         Only the rows whose parent is another row move. A fresh gathered copy of every row
-        and slot (np.take) took 3-4x as long (bench.breakdown, "beam reorders")."""
+        and slot (np.take) took 2-3x as long (bench.breakdown, "beam reorders")."""
         rows = len(cache[0]) if len(cache) else 0
         if len(indices) and not 0 <= indices.min() <= indices.max() < rows:
             raise IndexError(f"cache rows {indices} are outside [0, {rows})")
