@@ -92,22 +92,7 @@ def stats(samples: list[float]) -> dict:
 
 def time_calls(fn, *, warmup: int = 2, repeats: int = 5, min_seconds: float = 2.0) -> dict:
     """fn() warmup times (timed apart), then at least `repeats` timed calls and `min_seconds`."""
-    warm = []
-    for _ in range(warmup):
-        t0 = time.perf_counter()
-        fn()
-        warm.append(time.perf_counter() - t0)
-    samples: list[float] = []
-    load_before = loadavg()
-    cpu0, start = time.process_time(), time.perf_counter()
-    while len(samples) < repeats or time.perf_counter() - start < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    # CPU seconds per wall second of this process: ~cores when it had the machine to itself.
-    cpu_ratio = (time.process_time() - cpu0) / max(time.perf_counter() - start, 1e-9)
-    return {**stats(samples), "warmup_s": warm, "cpu_ratio": round(cpu_ratio, 3),
-            "loadavg_before": load_before, "loadavg_after": loadavg()}
+    return time_interleaved([fn], warmup=warmup, repeats=repeats, min_seconds=min_seconds)[0]
 
 
 def time_interleaved(fns, *, warmup: int = 1, repeats: int = 3,
@@ -137,6 +122,7 @@ def time_interleaved(fns, *, warmup: int = 1, repeats: int = 3,
                     break
             cpu[i] += time.process_time() - cpu0
     load_after = loadavg()
+    # CPU seconds per timed second: ~cores when the process had the machine to itself.
     return [{**stats(s), "warmup_s": w, "cpu_ratio": round(c / max(sum(s), 1e-9), 3),
              "loadavg_before": load_before, "loadavg_after": load_after}
             for s, w, c in zip(samples, warm, cpu, strict=True)]
