@@ -91,6 +91,14 @@ def measure(runtime: str, name: str, cells, calls: int, new_tokens: int,
     return rows
 
 
+def table_of(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of a breakdown table, for the terminal and for bench.report."""
+    pieces = list(rows[0]["ms"]) if rows else []
+    return (["runtime", "config", "batch", "beam", "ms/call", *pieces],
+            [[r["runtime"], r["config"], r["batch"], r["beam"], f"{r['ms_per_call']:.1f}",
+              *(f"{r['ms'][p]:.1f}" for p in pieces)] for r in rows])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", nargs="+", default=["onnx", "tflite"],
@@ -115,10 +123,7 @@ def main(argv=None) -> None:
     for runtime in args.runtime:
         for name in configs:
             rows += measure(runtime, name, cells, calls, new_tokens, args.cache_dir)
-    pieces = list(rows[0]["ms"]) if rows else []
-    print_table(["runtime", "config", "batch", "beam", "ms/call", *pieces],
-                [[r["runtime"], r["config"], r["batch"], r["beam"], f"{r['ms_per_call']:.1f}",
-                  *(f"{r['ms'][p]:.1f}" for p in pieces)] for r in rows])
+    print_table(*table_of(rows))
     path = write_json(results_dir(args) / "breakdown.json", {
         **payload("breakdown", cache_dir=str(args.cache_dir), code_sha256=code_fingerprint()),
         "results": rows})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.breakdown import table_of
 from bench.common import (
     CONFIGS,
     NEW_TOKENS,
@@ -268,12 +269,8 @@ def breakdown_section(data: dict) -> list[str]:
     rows = ok_rows(data["ours"]["breakdown"])
     if not rows:
         return []
-    pieces = list(rows[0]["ms"])
     return ["## Where a decoding call's time goes (ms per call, bench.breakdown)", "",
-            *table(["runtime", "config", "batch", "beam", "ms/call", *pieces],
-                   [[r["runtime"], r["config"], r["batch"], r["beam"],
-                     f"{r['ms_per_call']:.1f}", *(f"{r['ms'][p]:.1f}" for p in pieces)]
-                    for r in rows]), ""]
+            *table(*table_of(rows)), ""]
 
 
 def failures_section(data: dict) -> list[str]:
