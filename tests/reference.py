@@ -72,3 +72,22 @@ def label_smoothed_loss(labels, logits, epsilon, pad_id=0):
 
 def transformer_lr(step, d_model, warmup):
     return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def _lowbias32(h):
+    h = h.astype(np.uint64)
+    h ^= h >> 16
+    h = (h * 0x7FEB352D) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * 0x846CA68B) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h
+
+
+def dropout_bits(seed, size):
+    """The dropout hash of keras_transformer.layers.dropout, written out in uint64 NumPy with
+    explicit wrap-around: key = mix(mix(s0) + s1 * golden), bits = mix(mix(i ^ key) + key)."""
+    s0, s1 = (np.uint64(int(s) % 2**32) for s in seed)
+    key = _lowbias32((_lowbias32(np.array(s0)) + s1 * 0x9E3779B9) & 0xFFFFFFFF)
+    positions = np.arange(size, dtype=np.uint64)
+    return _lowbias32((_lowbias32(positions ^ key) + key) & 0xFFFFFFFF).astype(np.uint32)

@@ -6,6 +6,8 @@ pre-LN (an option that trains deep stacks without warm-up): x + Dropout(Sublayer
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class AddNorm(keras.layers.Layer):
@@ -20,7 +22,7 @@ class AddNorm(keras.layers.Layer):
         self.epsilon = epsilon
         self.norm = keras.layers.LayerNormalization(epsilon=epsilon, dtype=self.dtype_policy,
                                                     name="norm")
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, x_shape=None, sublayer_output_shape=None):
         self.norm.build((None, None, self.d_model))

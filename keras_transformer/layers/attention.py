@@ -7,6 +7,8 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
+
 # Large enough that exp() underflows to exactly 0 in float32, small enough to stay finite.
 MASKED_LOGIT = -1e9
 
@@ -93,7 +95,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense = dense("key")
         self.value_dense = dense("value")
         self.output_dense = dense("output")
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape=None, value_shape=None):
         for layer in (self.query_dense, self.key_dense, self.value_dense, self.output_dense):

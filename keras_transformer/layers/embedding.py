@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.config import POSITIONAL_KINDS
+from keras_transformer.layers.dropout import Dropout
 
 
 def sinusoidal_position_encoding(length: int, d_model: int) -> np.ndarray:
@@ -53,7 +54,7 @@ class PositionalEmbedding(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="token_embedding",
         )
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
         self.supports_masking = False
 
     def build(self, input_shape=None):

@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FeedForward(keras.layers.Layer):
@@ -14,7 +16,7 @@ class FeedForward(keras.layers.Layer):
         self.dropout = dropout
         self.inner = keras.layers.Dense(d_ff, activation="relu", dtype=self.dtype_policy,
                                         name="inner")
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
         self.outer = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="outer")
 
     def build(self, input_shape=None):

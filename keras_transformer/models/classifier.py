@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import padding_mask
@@ -36,7 +37,7 @@ class TransformerClassifier(keras.Model):
         self.encoder = Encoder(c.num_encoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout,
                                c.attention_dropout, c.pre_norm, c.layer_norm_epsilon,
                                dtype=policy, name="encoder")
-        self.head_dropout = keras.layers.Dropout(c.dropout, dtype=policy)
+        self.head_dropout = Dropout(c.dropout, dtype=policy)
         self.head = keras.layers.Dense(num_classes, dtype=policy, name="classifier")
 
     def build(self, input_shape=None):
