@@ -125,7 +125,8 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset):
 
 
 def resolve_jit(value: bool | str) -> bool:
-    """auto: XLA on GPU/TPU; off on CPU, where bench/train_step.py measured it slower."""
+    """auto: XLA on GPU/TPU; off on CPU, where every batch shape costs a compile and
+    bench/train_step.py measured the demo's shortest bucket slower with it."""
     if value == "auto":
         accelerated = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")
         return bool(accelerated)
