@@ -130,3 +130,32 @@ def test_multiworker_with_two_local_workers_matches_one_device(runs):
     # Only the chief writes the run directory; the other worker keeps to its own folder.
     assert (outs["workers"] / "model.keras").is_file()
     assert not (outs["workers"] / ".worker1" / "model.keras").exists()
+
+
+def test_xla_with_several_cpu_replicas_fails_early(tmp_path):
+    """TensorFlow's XLA cannot run a replicated step on CPUs (Mirrored: each replica's step is
+    compiled for CPU:0 and reads variables on CPU:1; multi-worker: no CPU collectives under
+    XLA): a clear error before any work, where TensorFlow failed at the first step."""
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    processes = {"mirrored": start(tmp_path / "mirrored", tmp_path / "mirrored.log",
+                                   "training.strategy=mirrored", "training.jit_compile=true",
+                                   two_cpus=True)}
+    for i in range(2):
+        processes[f"worker{i}"] = start(
+            tmp_path / "workers", tmp_path / f"worker{i}.log", "training.strategy=multiworker",
+            "training.jit_compile=true", env={"TF_CONFIG": json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": i}})})
+    try:
+        codes = {name: p.wait(timeout=300) for name, p in processes.items()}
+    finally:
+        for p in processes.values():
+            if p.poll() is None:
+                p.kill()
+    for name, kind in (("mirrored", "MirroredStrategy"),
+                       ("worker0", "MultiWorkerMirroredStrategy")):
+        log = (tmp_path / f"{name}.log").read_text()
+        assert codes[name] != 0, log[-2000:]
+        assert f"training.jit_compile=true cannot run on {kind} with 2 CPU replicas" in log
+        assert "Set training.jit_compile=false" in log
+    assert codes["worker1"] != 0
+    assert not (tmp_path / "mirrored" / "config.yaml").exists()

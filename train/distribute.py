@@ -135,6 +135,24 @@ def resolve_jit(value: bool | str) -> bool:
     raise ValueError(f"training.jit_compile must be true, false or auto, got {value!r}")
 
 
+def check_jit_devices(strategy: tf.distribute.Strategy, jit: bool) -> None:
+    """Fail early where TensorFlow cannot run an XLA step: several replicas on CPUs.
+    MirroredStrategy over logical CPUs: XLA compiles every replica's step for the first CPU,
+    which may not read the other replicas' variables ("Trying to access resource ... located
+    in device CPU:1 from device CPU:0"). MultiWorkerMirroredStrategy: "Collectives are not yet
+    implemented for CPU devices when compiling with XLA". GPUs and TPUs have neither limit."""
+    if not jit or strategy.num_replicas_in_sync < 2:
+        return
+    devices = strategy.extended.worker_devices
+    if all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices):
+        raise ValueError(
+            f"training.jit_compile=true cannot run on {strategy_name(strategy)} with "
+            f"{strategy.num_replicas_in_sync} CPU replicas: TensorFlow's XLA has no CPU "
+            f"collectives and compiles every local replica's step for the first CPU. Set "
+            f"training.jit_compile=false (or auto); XLA with several replicas needs GPUs or "
+            f"TPUs.")
+
+
 def check_precision(name: str) -> str:
     if name not in PRECISIONS:
         raise ValueError(f"training.precision must be one of {PRECISIONS}, got {name!r}")

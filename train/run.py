@@ -36,6 +36,7 @@ from train.callbacks import (
 from train.config import RunConfig, save_config
 from train.data import Corpus, load_classification, load_corpus
 from train.distribute import (
+    check_jit_devices,
     check_precision,
     distribute,
     is_chief,
@@ -308,6 +309,8 @@ def _setup(config: RunConfig, out: Path):
     t = config.training
     check_precision(t.precision)
     strategy = make_strategy(t.strategy)
+    jit = resolve_jit(t.jit_compile)
+    check_jit_devices(strategy, jit)
     chief = is_chief(strategy)
     if not chief:
         # Every worker runs the same command; only the chief writes the run directory.
@@ -316,7 +319,6 @@ def _setup(config: RunConfig, out: Path):
     save_config(config, out / "config.yaml")
     keras.utils.set_random_seed(t.seed)
     keras.mixed_precision.set_global_policy(t.precision)
-    jit = resolve_jit(t.jit_compile)
     log.info("strategy %s with %d replica(s); jit_compile %s; precision %s",
              strategy_name(strategy), strategy.num_replicas_in_sync, jit, t.precision)
     return strategy, chief, out, jit
