@@ -54,6 +54,18 @@ def start(out: Path, log: Path, *overrides: str, env=None, two_cpus=False) -> su
                                 stderr=subprocess.STDOUT)
 
 
+def wait_all(processes: dict, timeout: int) -> dict:
+    """Each process's exit code; any still running when a wait times out is killed."""
+    try:
+        for process in processes.values():
+            process.wait(timeout=timeout)
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+    return {name: process.returncode for name, process in processes.items()}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,15 +103,9 @@ def runs(tmp_path_factory):
             "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
            for i in range(2)},
     }
-    try:
-        for process in processes.values():
-            process.wait(timeout=400)
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
+    codes = wait_all(processes, timeout=400)
     outputs = {name: (logs / name).read_text() for name in processes}
-    return outs, outputs, {name: p.returncode for name, p in processes.items()}
+    return outs, outputs, codes
 
 
 def completed(runs, *names):
@@ -145,12 +151,7 @@ def test_xla_with_several_cpu_replicas_fails_early(tmp_path):
             tmp_path / "workers", tmp_path / f"worker{i}.log", "training.strategy=multiworker",
             "training.jit_compile=true", env={"TF_CONFIG": json.dumps(
                 {"cluster": cluster, "task": {"type": "worker", "index": i}})})
-    try:
-        codes = {name: p.wait(timeout=300) for name, p in processes.items()}
-    finally:
-        for p in processes.values():
-            if p.poll() is None:
-                p.kill()
+    codes = wait_all(processes, timeout=300)
     for name, kind in (("mirrored", "MirroredStrategy"),
                        ("worker0", "MultiWorkerMirroredStrategy")):
         log = (tmp_path / f"{name}.log").read_text()
