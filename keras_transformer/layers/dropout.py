@@ -3,7 +3,8 @@ hash of (seed, position).
 
 `keras.layers.Dropout` draws its mask with the backend's stateless RNG, which XLA on CPU runs
 as a slow loop of its own: with it, the forward and backward pass of a `small` training step
-took 737 ms under XLA against 558 ms with no dropout at all; with the hash below, 569 ms. The
+took 710 ms under XLA against 549 ms with no dropout at all; with the hash below, 571 ms
+(`python -m bench.dropout`). The
 hash is a handful of element-wise integer ops that XLA fuses into the multiply that applies
 the mask. Any counter-based generator serves dropout: it needs a keep rate of 1 - rate, masks
 that do not repeat between calls, and independent positions (tests/test_dropout.py).
