@@ -106,6 +106,42 @@ def test_kill_9_mid_run_then_rerun_resumes_and_matches_an_uninterrupted_run(
         result.stderr)
 
 
+KILL_WHEN_SCORING = """
+import os, signal, sys
+import train.run
+from train.cli import main
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+train.run.score_translations = killed
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_after_training_reruns_only_the_scoring(uninterrupted, tmp_path):
+    full_out, full_process = uninterrupted
+    out = tmp_path / "scoring"
+    victim = subprocess.run([sys.executable, "-c", KILL_WHEN_SCORING, *command(out)[3:]],
+                            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=400)
+    assert victim.returncode == -signal.SIGKILL, victim.stderr[-3000:]
+    state = json.loads((out / "backup" / "state.json").read_text())
+    assert state["step"] == 12 and state["finished"]["steps"] == 12
+    assert (out / "model.keras").is_file() and not (out / "metrics.json").exists()
+
+    result = run(out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "training had finished at step 12; saving and scoring again" in result.stderr
+    assert "train steps saw" not in result.stderr  # logged after model.fit: none ran
+    assert not (out / "backup").exists()
+    full_process.wait(timeout=400)
+    full = json.loads((full_out / "metrics.json").read_text())
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["resumed_from_step"] == resumed["steps"] == 12
+    assert resumed["epoch_losses"] == pytest.approx(full["epoch_losses"], rel=1e-4)
+    assert resumed["best_dev_bleu"] == pytest.approx(full["best_dev_bleu"], abs=1e-6)
+    assert (out / "test.hyp").read_text() == (full_out / "test.hyp").read_text()
+
+
 def test_resume_plan_finishes_the_interrupted_epoch_then_runs_whole_epochs():
     from train.run import segments
 

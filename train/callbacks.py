@@ -37,7 +37,8 @@ class ResumableBackup(keras.callbacks.Callback):
     run takes more optimizer steps than an uninterrupted one. This one records the global
     step and the position in the epoch, and the run skips the batches already trained on.
     Each backup is a new weights file, made current by an atomic rename of `state.json`
-    only once written, so a kill during a save leaves the previous backup usable.
+    only once written, so a kill during a save leaves the previous backup usable. The last
+    one is marked finished and lasts until the run's files are written (`train.run.finish`).
     """
 
     def __init__(self, directory: Path, save_every: int, fingerprint: str,
@@ -97,7 +98,12 @@ class ResumableBackup(keras.callbacks.Callback):
         if _finite(logs):  # a diverged run keeps its last good backup
             self.save(epoch + 1, 0)
 
-    def save(self, epoch: int, batch: int) -> None:
+    def save_finished(self, epoch: int, result: dict) -> None:
+        """A backup of the trained model marked finished, with what fit returned: a resumed
+        run then skips training and redoes only what follows it."""
+        self.save(epoch, 0, finished=result)
+
+    def save(self, epoch: int, batch: int, **extra) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         step = int(self.model.optimizer.iterations.numpy())
         name = f"step_{step}.weights.h5"
@@ -107,12 +113,13 @@ class ResumableBackup(keras.callbacks.Callback):
         self.model.save_weights(self.directory / name, overwrite=True)
         _write_json_atomic(self.state_path, {
             "step": step, "epoch": epoch, "batch": batch, "weights": name,
-            "fingerprint": self.fingerprint, **self.extra_state()})
+            "fingerprint": self.fingerprint, **self.extra_state(), **extra})
         if previous and previous != name:
             (self.directory / previous).unlink(missing_ok=True)
 
-    def remove(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+    @staticmethod
+    def remove_directory(directory: Path) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class EpochCheckpoints(keras.callbacks.Callback):

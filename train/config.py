@@ -171,8 +171,44 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     for assignment in overrides:
         _apply_override(values, assignment)
-    return _build(RunConfig, values, "")
+    config = _build(RunConfig, values, "")
+    _check_ranges(config)
+    return config
 
 
-def save_config(config: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+# (section.key, lowest, highest or None, whether the bounds are excluded): checked when the
+# config is loaded, so that a bad value fails before the corpus is read and training starts,
+# not in the evaluation after it.
+_RANGES = [
+    ("data.train_size", 1, None, False), ("data.dev_size", 1, None, False),
+    ("data.test_size", 0, None, False), ("data.max_source_length", 2, None, False),
+    ("data.max_target_length", 2, None, False), ("data.tokens_per_batch", 1, None, False),
+    ("data.num_buckets", 1, None, False), ("tokenizer.vocab_size", 8, None, False),
+    ("training.epochs", 1, None, False), ("training.steps_per_epoch", 0, None, False),
+    ("training.warmup_steps", 1, None, False), ("training.lr_scale", 0, None, True),
+    ("training.label_smoothing", 0, 1, False), ("training.beta_1", 0, 1, False),
+    ("training.beta_2", 0, 1, False), ("training.epsilon", 0, None, True),
+    ("training.save_every_steps", 0, None, False), ("training.keep_checkpoints", 0, None, False),
+    ("training.early_stopping_patience", 0, None, False),
+    ("training.max_minutes", 0, None, False), ("training.verbose", 0, 2, False),
+    ("eval.beam_size", 1, None, False), ("eval.alpha", 0, None, False),
+    ("eval.batch_size", 1, None, False), ("eval.max_sentences", 0, None, False),
+    ("eval.samples", 0, None, False), ("eval.dev_bleu_sentences", 0, None, False),
+    ("eval.dev_bleu_beam", 1, None, False),
+]
+# Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
+_BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2"}
+
+
+def _check_ranges(config: RunConfig) -> None:
+    for key, low, high, exclusive in _RANGES:
+        section, name = key.split(".")
+        value = getattr(getattr(config, section), name)
+        bad = (value <= low if exclusive else value < low) or value != value  # NaN too
+        if high is not None:
+            bad |= value >= high if key in _BELOW_HIGH else value > high
+        if bad:
+            allowed = f"{'>' if exclusive else '>='} {low}"
+            if high is not None:
+                allowed += f" and {'<' if key in _BELOW_HIGH else '<='} {high}"
+            raise ConfigError(f"{key} must be {allowed}, got {value!r}")

@@ -254,6 +254,10 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         if dev_bleu:
             dev_bleu.load_state(state)
         budget.load_state(state)
+        if state.get("finished"):
+            # Killed after training, while saving or scoring: only that part is redone.
+            log.info("training had finished at step %d; saving and scoring again", resumed)
+            return {**state["finished"], "resumed_from_step": resumed}
     nan_guard = NaNGuard()
     callbacks = [nan_guard, budget]
     if dev_bleu:
@@ -292,15 +296,23 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
             f"the training loss became NaN or infinite near step {step}; lower "
             f"training.lr_scale or raise training.warmup_steps (the last backup is kept in "
             f"{backup.directory})")
-    backup.remove()
     if tap is not None:
         log.info("train steps saw %d distinct batch shapes (%s); with jit_compile each is "
                  "one XLA compilation", len(tap.shapes), sorted(tap.shapes))
-    return {"history": history, "resumed_from_step": resumed, "steps": step,
-            "epochs": epochs_done, "train_seconds": seconds,
-            "stopped_by_time_budget": budget.fired,
-            "target_tokens": tap.target_tokens if tap else None,
-            "distinct_batch_shapes": len(tap.shapes) if tap else None}
+    result = {"history": {k: [float(v) for v in values] for k, values in history.items()},
+              "steps": step, "epochs": epochs_done, "train_seconds": seconds,
+              "stopped_by_time_budget": budget.fired,
+              "target_tokens": tap.target_tokens if tap else None,
+              "distinct_batch_shapes": len(tap.shapes) if tap else None}
+    # The backup outlives training until the run's files are written (`finish`): a kill
+    # while saving or scoring resumes here instead of training again from step 0.
+    backup.save_finished(epochs_done, result)
+    return {**result, "resumed_from_step": resumed}
+
+
+def finish(out: Path) -> None:
+    """The run's files are written: its backup is no longer needed."""
+    ResumableBackup.remove_directory(out / "backup")
 
 
 def _setup(config: RunConfig, out: Path):
@@ -400,6 +412,7 @@ def run_translation(config: RunConfig, out: Path) -> dict:
     metrics["too_long_dropped"] = too_long
     metrics["empty_dropped"] = corpus.dropped_empty
     if not chief:
+        finish(out)
         return metrics
     model.save(out / "model.keras")
     if dev_bleu is not None and (out / "best.npz").is_file():
@@ -441,6 +454,7 @@ def run_translation(config: RunConfig, out: Path) -> dict:
                     : e.samples]:
                 print(f"  EN  {src}\n  OUT {hyp}\n  REF {ref}")
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    finish(out)
     return metrics
 
 
@@ -492,6 +506,7 @@ def run_classification(config: RunConfig, out: Path) -> dict:
     result = fit(model, strategy, config, out, make_train, make_dev, chief=chief)
     metrics = _base_metrics(config, strategy, jit, result, model)
     if not chief:
+        finish(out)
         return metrics
     model.save(out / "model.keras")
     scores = model.evaluate(distribute(strategy, make_dev), verbose=0, return_dict=True)
@@ -499,5 +514,6 @@ def run_classification(config: RunConfig, out: Path) -> dict:
     metrics["dev_sentences"] = len(dev)
     print(f"dev: accuracy {metrics['dev_accuracy']:.2f}% ({len(dev)} sentences)")
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    finish(out)
     return metrics
 
