@@ -95,3 +95,13 @@ def test_out_of_range_value_is_reported_by_the_cli_before_any_work(tmp_path):
     assert result.returncode == 2
     assert "eval.batch_size must be >= 1, got 0" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_every_pair_too_long_is_an_error_not_an_endless_wait(tmp_path):
+    result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"),
+                     "--set", "data.train_size=300", "--set", "data.dev_size=20",
+                     "--set", "data.test_size=10", "--set", "tokenizer.vocab_size=200",
+                     "--set", "data.max_source_length=3", "--set", "training.steps_per_epoch=2")
+    assert result.returncode == 1
+    assert ("error: all 300 training pairs are longer than data.max_source_length=3 / "
+            "data.max_target_length=64 tokens (EOS included); raise them") in result.stderr

@@ -212,3 +212,7 @@ def _check_ranges(config: RunConfig) -> None:
             if high is not None:
                 allowed += f" and {'<' if key in _BELOW_HIGH else '<='} {high}"
             raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+
+
+def save_config(config: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")

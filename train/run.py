@@ -381,6 +381,16 @@ def run_translation(config: RunConfig, out: Path) -> dict:
     log.info("%d of %d training pairs are longer than max_source_length=%d / "
              "max_target_length=%d tokens and are left out", too_long, len(corpus.train),
              d.max_source_length, d.max_target_length)
+    dev_too_long = count_too_long(corpus.dev.sources, corpus.dev.targets, source_tok,
+                                  target_tok, max_source_length=d.max_source_length,
+                                  max_target_length=d.max_target_length)
+    for split, count, total in (("training", too_long, len(corpus.train)),
+                                ("dev", dev_too_long, len(corpus.dev))):
+        if count == total:  # an empty stream: training would wait forever for a batch
+            raise ValueError(
+                f"all {total} {split} pairs are longer than data.max_source_length="
+                f"{d.max_source_length} / data.max_target_length={d.max_target_length} "
+                f"tokens (EOS included); raise them")
     model_cfg = model_config(config, source_tok, target_tok)
     (out / "model_config.json").write_text(json.dumps(model_cfg.to_dict(), indent=2))
     make_train, make_dev = translation_datasets(config, corpus, source_tok, target_tok)
