@@ -101,7 +101,8 @@ def test_every_pair_too_long_is_an_error_not_an_endless_wait(tmp_path):
     result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"),
                      "--set", "data.train_size=300", "--set", "data.dev_size=20",
                      "--set", "data.test_size=10", "--set", "tokenizer.vocab_size=200",
-                     "--set", "data.max_source_length=3", "--set", "training.steps_per_epoch=2")
+                     "--set", "data.max_source_length=2", "--set", "data.max_target_length=2",
+                     "--set", "training.steps_per_epoch=2")
     assert result.returncode == 1
-    assert ("error: all 300 training pairs are longer than data.max_source_length=3 / "
-            "data.max_target_length=64 tokens (EOS included); raise them") in result.stderr
+    assert ("error: all 20 dev pairs are longer than data.max_source_length=2 / "
+            "data.max_target_length=2 tokens (EOS included); raise them") in result.stderr
