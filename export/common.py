@@ -14,6 +14,10 @@ logger = logging.getLogger("export")
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
+# The weight variants each format can be exported in (export.exporters): ONNX is quantized
+# dynamically to int8 only; the TF formats stay float32.
+FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "int8"),
+                   "savedmodel": ("float32",)}
 
 
 def memory_names(layers: int) -> list[str]:
@@ -110,9 +114,12 @@ class Manifest:
                 f"`python -m export --run <run dir> --format {fmt} --out {self.root}`")
         variants = formats[fmt]["variants"]
         if variant not in variants:
+            possible = FORMAT_VARIANTS.get(fmt, ("float32",))
+            fix = (f"export with --quantize {variant}" if variant in possible else
+                   f"{fmt} has only the variants {', '.join(possible)}")
             raise ExportError(
                 f"{self.root} has no {variant} variant of {fmt} (it has {sorted(variants)}); "
-                f"export with --quantize {variant}")
+                f"{fix}")
         return variants[variant]
 
     def tokenizer_files(self) -> tuple[Path, Path]:

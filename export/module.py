@@ -23,6 +23,9 @@ def load_float32_model(run_dir: str | Path) -> Transformer:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: is {run_dir} a finished training run?")
     trained = keras.models.load_model(path, compile=False)
+    if not isinstance(trained, Transformer):
+        raise ValueError(f"{path} holds a {type(trained).__name__}; only translation runs "
+                         f"(a seq2seq Transformer) can be exported")
     config = trained.config
     config_path = run_dir / "model_config.json"
     if config_path.is_file():

@@ -46,17 +46,22 @@ class KerasStepper:
         """One pair of tf.functions per (model, XLA) so repeated batches reuse the traces."""
         per_model = cls._compiled.setdefault(model, {})
         if bool(jit_compile) not in per_model:
+            # The functions reach the model through a weak reference: a strong one in a value
+            # would keep its own key, and so every model ever decoded, alive.
+            model_ref = weakref.ref(model)
+
+            def encode(source_ids):
+                return model_ref().encode_for_decoding(source_ids)
 
             def step(tokens, cross_kv, mask, cache, index):
-                logits, step_key_values = model.decode_step_key_values(tokens, cross_kv, mask,
-                                                                       cache, index)
+                logits, step_key_values = model_ref().decode_step_key_values(
+                    tokens, cross_kv, mask, cache, index)
                 # The search's log-probabilities need logsumexp over the vocabulary: TF does
                 # it on every core, several times faster than NumPy would.
                 return logits, tf.reduce_logsumexp(logits, axis=-1), step_key_values
 
             per_model[bool(jit_compile)] = (
-                tf.function(model.encode_for_decoding, jit_compile=jit_compile,
-                            reduce_retracing=True),
+                tf.function(encode, jit_compile=jit_compile, reduce_retracing=True),
                 tf.function(step, jit_compile=jit_compile, reduce_retracing=True),
             )
         return per_model[bool(jit_compile)]
@@ -77,7 +82,17 @@ def search_ids(model, source_ids: np.ndarray, *, beam_size: int = 4, alpha: floa
                max_length: int | None = None, jit_compile: bool = False) -> SearchResult:
     """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if beam 1)."""
     c = model.config
+    source_ids = np.asarray(source_ids)
+    if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
+        raise ValueError(f"source_ids must be integer ids of shape (batch, length), got "
+                         f"{source_ids.dtype} of shape {source_ids.shape}")
+    if source_ids.shape[1] > c.max_source_length:
+        raise ValueError(f"source_ids hold {source_ids.shape[1]} tokens per row, more than "
+                         f"this model's max_source_length={c.max_source_length}; shorten them")
     max_length = max_length or default_max_length(source_ids.shape[1], c.max_target_length)
+    if max_length > c.max_target_length:
+        raise ValueError(f"max_length={max_length} is more than this model's "
+                         f"max_target_length={c.max_target_length}")
     stepper = KerasStepper(model, source_ids, beam_size=beam_size, max_length=max_length,
                            jit_compile=jit_compile)
     batch = source_ids.shape[0]

@@ -227,6 +227,24 @@ def test_missing_or_corrupt_export_file_is_named(exported, tmp_path):
         Manifest(broken)
 
 
+def test_a_variant_a_format_cannot_have_is_named_as_such(exported, manifest, tmp_path):
+    with pytest.raises(ExportError, match=r"has no fp16 variant of onnx \(it has \['float32', "
+                                          r"'int8'\]\); onnx has only the variants float32, int8"):
+        load_backend(manifest, "onnx", "fp16")
+    with pytest.raises(ValueError, match="the savedmodel runtime runs float32 weights only"):
+        load_backend(manifest, "savedmodel", "int8")
+    # An export without --quantize: the fix for a variant the format can have is to add it.
+    plain = tmp_path / "plain"
+    shutil.copytree(exported[1], plain)
+    data = json.loads((plain / "manifest.json").read_text())
+    data["formats"]["tflite"]["variants"] = {"float32": data["formats"]["tflite"]["variants"][
+        "float32"]}
+    (plain / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ExportError, match="has no int8 variant of tflite .*; export with "
+                                          "--quantize int8"):
+        load_backend(Manifest(plain), "tflite", "int8")
+
+
 def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
     translator = Translator(manifest, backends["onnx"])
     assert translator.translate(["", " \t "], beam_size=1) == ["", ""]

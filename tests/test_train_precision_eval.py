@@ -3,6 +3,7 @@ attention-plot and checkpoint-averaging commands on that run."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,8 @@ def test_mixed_bfloat16_xla_run_reloads_and_decodes_the_same(bf16_run):
 
 @pytest.mark.slow
 def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path):
+    import keras_transformer.models.transformer  # noqa: F401  (registers it for load_model)
+
     out, _ = bf16_run
     src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
     src.write_text("she bought a dog\n\nseventy-five\n", encoding="utf-8")
@@ -80,8 +83,11 @@ def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path)
     assert "BLEU" in result.stdout and "nrefs:1|case:mixed" in result.stdout
     assert "chrF" in result.stdout
     assert "skipped 1 empty" in result.stderr
-    assert len((out / "src.txt.hyp").read_text(encoding="utf-8").splitlines()) == 2
-    scores = json.loads((out / "metrics.json").read_text())["evaluations"]["src.txt"]
+    hypotheses = (out / "src.txt.hyp").read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == 3 and hypotheses[1] == ""  # line-aligned with the source
+    assert hypotheses[0] and hypotheses[2]
+    scores = json.loads((out / "metrics.json").read_text())["evaluations"]["model.keras"][
+        "src.txt"]
     assert scores["sentences"] == 2 and 0.0 <= scores["bleu"] <= 100.0
     plots = sorted((out / "attention").glob("*.png"))
     assert len(plots) == 2
@@ -94,9 +100,18 @@ def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path)
     assert len(averaged.get_weights()) == len(last.get_weights())
     result = python("-m", "train.average", "--run", str(out), "--last", "9")
     assert result.returncode == 1 and "fewer than --last 9" in result.stderr
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(out, corrupt)
+    last_checkpoint = sorted((corrupt / "checkpoints").glob("epoch_*.npz"))[-1]
+    last_checkpoint.write_bytes(b"not a zip file")
+    result = python("-m", "train.average", "--run", str(corrupt), "--last", "2")
+    assert result.returncode == 1
+    assert f"checkpoint {last_checkpoint} is unreadable or corrupt" in result.stderr
 
     result = python("-m", "train.evaluate", "--run", str(out), "--src", str(tmp_path / "no"))
     assert result.returncode == 1 and "file not found" in result.stderr
+    result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src), "--beam", "0")
+    assert result.returncode == 2 and "--beam must be at least 1, got 0" in result.stderr
 
 
 def test_mixed_float16_gets_a_loss_scale_optimizer():

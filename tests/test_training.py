@@ -121,3 +121,13 @@ def test_xla_training_and_decoding_match_graph_mode(tiny_config):
     np.testing.assert_array_equal(outputs[True], outputs[False])
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)
     assert losses[True][-1] < losses[True][0]
+
+
+def test_exporting_a_classifier_run_says_only_translation_runs_export(tiny_config, tmp_path):
+    from export.module import load_float32_model
+
+    model = TransformerClassifier(tiny_config, num_classes=2)
+    model(np.ones((1, 4), np.int32))
+    model.save(tmp_path / "model.keras")
+    with pytest.raises(ValueError, match="holds a TransformerClassifier; only translation runs"):
+        load_float32_model(tmp_path)

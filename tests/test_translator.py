@@ -52,3 +52,37 @@ def test_sources_end_with_eos_and_pad_with_zero(tokenizer):
     batch = pad_batch(rows)
     assert batch.shape == (2, max(len(r) for r in rows))
     assert (batch[0, len(rows[0]):] == 0).all()
+
+
+def test_search_ids_rejects_ids_the_model_cannot_take(model):
+    from keras_transformer.translator import search_ids
+
+    with pytest.raises(ValueError, match="17 tokens per row, more than this model's "
+                                         "max_source_length=16"):
+        search_ids(model, np.full((1, 17), 5, np.int32))
+    with pytest.raises(ValueError, match=r"shape \(batch, length\), got int32 of shape \(4,\)"):
+        search_ids(model, np.full((4,), 5, np.int32))
+    with pytest.raises(ValueError, match="max_length=20 is more than this model's "
+                                         "max_target_length=16"):
+        search_ids(model, np.full((1, 4), 5, np.int32), max_length=20)
+
+
+def test_decoding_does_not_keep_a_model_alive(tokenizer):
+    import gc
+    import weakref
+
+    from keras_transformer.translator import KerasStepper
+
+    config = TransformerConfig.preset(
+        "tiny", source_vocab_size=tokenizer.vocab_size, target_vocab_size=tokenizer.vocab_size,
+        d_model=16, num_heads=2, d_ff=32, max_source_length=16, max_target_length=16)
+    model = Transformer(config)
+    model.build()
+    first = translate(model, tokenizer, tokenizer, ["red cat"], beam_size=1, max_length=6)
+    assert translate(model, tokenizer, tokenizer, ["red cat"], beam_size=1,
+                     max_length=6) == first  # the cached functions serve the second call
+    assert model in KerasStepper._compiled
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None

@@ -56,14 +56,17 @@ def main(argv=None) -> int:
     import numpy as np
 
     import train.run  # noqa: F401  (registers the model classes for load_model)
+    from train.callbacks import CheckpointError
 
     chosen = checkpoints[-args.last:]
     try:
         averaged = average_weights(chosen)
-    except ValueError as err:
+        model = keras.models.load_model(model_path, compile=False)
+        if [a.shape for a in averaged] != [w.shape for w in model.get_weights()]:
+            raise ValueError(f"{chosen[0]} holds weights of another model than {model_path}")
+    except (ValueError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    model = keras.models.load_model(model_path, compile=False)
     model.set_weights([np.asarray(a, w.dtype) for a, w in
                        zip(averaged, model.get_weights(), strict=True)])
     model.save(run / args.out)

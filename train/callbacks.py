@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import time
+import zipfile
 from pathlib import Path
 
 import keras
@@ -146,8 +147,12 @@ def save_weights_npz(model, path: Path) -> None:
 
 
 def load_weights_npz(path: Path) -> list[np.ndarray]:
-    with np.load(path) as data:
-        return [data[f"arr_{i}"] for i in range(len(data.files))]
+    try:
+        with np.load(path) as data:
+            return [data[f"arr_{i}"] for i in range(len(data.files))]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        raise CheckpointError(f"checkpoint {path} is unreadable or corrupt "
+                              f"({type(err).__name__}: {err}); delete it") from err
 
 
 class DevBleu(keras.callbacks.Callback):

@@ -135,12 +135,19 @@ def main(argv=None) -> int:
     parser.add_argument("--plot-attention", type=int, default=0, metavar="K",
                         help="write cross-attention heatmaps of the first K sentences")
     args = parser.parse_args(argv)
+    for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
+    if not args.alpha >= 0:
+        parser.error(f"--alpha must be >= 0, got {args.alpha}")
+    if args.plot_attention < 0:
+        parser.error(f"--plot-attention must be >= 0, got {args.plot_attention}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     import keras
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
-    from train.run import fitting_pairs, load_run_tokenizers
+    from train.run import load_run_tokenizers
 
     run = Path(args.run)
     try:
@@ -157,23 +164,27 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    kept = [i for i, s in enumerate(sources) if s.strip()]
-    dropped = len(sources) - len(kept)
-    sources = [sources[i] for i in kept]
+    lines = sources
+    nonempty = [i for i, s in enumerate(lines) if s.strip()]
+    pieces = source_tok.encode([lines[i] for i in nonempty])
+    scored = [i for i, ids in zip(nonempty, pieces, strict=True)
+              if len(ids) + 1 <= model.config.max_source_length]  # + EOS
+    dropped, too_long = len(lines) - len(nonempty), len(nonempty) - len(scored)
+    sources = [lines[i] for i in scored]
     if references is not None:
-        references = [references[i] for i in kept]
-        sources, references, too_long = fitting_pairs(sources, references, source_tok,
-                                                      model.config.max_source_length)
-    else:
-        sources, _, too_long = fitting_pairs(sources, sources, source_tok,
-                                             model.config.max_source_length)
+        references = [references[i] for i in scored]
     if dropped or too_long:
-        print(f"skipped {dropped} empty and {too_long} over-long source lines", file=sys.stderr)
+        print(f"skipped {dropped} empty and {too_long} over-long source lines (their lines "
+              f"in the translations are empty)", file=sys.stderr)
     with tqdm(total=len(sources), desc="translating", unit="sent") as bar:
         hypotheses = translate(model, source_tok, target_tok, sources, beam_size=args.beam,
                                alpha=args.alpha, batch_size=args.batch_size, progress=bar)
+    # Line i of the file translates line i of --src, as export.translate writes it.
+    aligned = [""] * len(lines)
+    for i, hypothesis in zip(scored, hypotheses, strict=True):
+        aligned[i] = hypothesis
     hyp_path = Path(args.hyp) if args.hyp else run / (Path(args.src).name + ".hyp")
-    hyp_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    hyp_path.write_text("\n".join(aligned) + "\n", encoding="utf-8")
     print(f"translations: {hyp_path}")
     if references is not None:
         scores = bleu_chrf(hypotheses, references)
@@ -181,7 +192,9 @@ def main(argv=None) -> int:
         print(f"chrF {scores['chrf']:.2f}  {scores['chrf_signature']}")
         metrics_path = run / "metrics.json"
         metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
-        metrics.setdefault("evaluations", {})[Path(args.src).name] = {
+        # Per model, then source file: best.keras and average.keras on one dev set both stay.
+        evaluations = metrics.setdefault("evaluations", {}).setdefault(args.model, {})
+        evaluations[Path(args.src).name] = {
             **scores, "model": args.model, "beam": args.beam, "alpha": args.alpha,
             "sentences": len(sources), "skipped": dropped + too_long,
             "hypotheses": str(hyp_path)}

@@ -102,6 +102,9 @@ class PositionalEmbedding(keras.layers.Layer):
         return (*input_shape, self.d_model)
 
     def get_config(self):
+        # `token_embedding` is left out: a config cannot refer to another layer's weights.
+        # A model that shares one matrix passes it again when it rebuilds from its own config
+        # (TransformerConfig.share_embeddings), so the sharing survives a .keras round trip.
         config = super().get_config()
         config.update(
             vocab_size=self.vocab_size,

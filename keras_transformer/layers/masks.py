@@ -25,11 +25,6 @@ def causal_mask(query_len, key_len=None):
     return ops.greater_equal(rows, cols)[None, None, :, :]
 
 
-def cache_mask(index, cache_length):
-    """-> (1, 1, 1, cache_length) bool: a token at decoder position `index` sees slots <= index."""
-    return ops.less_equal(ops.arange(cache_length), index)[None, None, None, :]
-
-
 def expand_key_mask(mask):
     """(B, S) bool -> (B, 1, 1, S), broadcast over heads and queries; None stays None."""
     # expand_dims, not [:, None, None, :]: TFLite has no bool StridedSlice.
