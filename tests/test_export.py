@@ -165,6 +165,25 @@ def test_parity_report_passes_and_fails(exported, backends, monkeypatch, capsys,
     assert parity.main(["--export", str(tmp_path / "missing")]) == 2
     assert "export directory not found" in capsys.readouterr().err
 
+    # An export of one format is checked against keras in every section, beam included.
+    only_tflite = tmp_path / "only_tflite"
+    shutil.copytree(exported[1], only_tflite)
+    data = json.loads((only_tflite / "manifest.json").read_text())
+    data["formats"] = {"tflite": data["formats"]["tflite"]}
+    (only_tflite / "manifest.json").write_text(json.dumps(data))
+    lines.clear()
+    monkeypatch.setattr(parity, "TOLERANCE", 1e-4)
+    assert parity.run(only_tflite, sentences=4, beam_sentences=2, bleu_sentences=4,
+                      out=lines.append, backends=backends)
+    report = "\n".join(lines)
+    assert lines[0] == "not exported, not checked: savedmodel, onnx\n"
+    assert "keras vs tflite" in report and "keras vs onnx" not in report
+    assert "beam-4 token ids on 2 sentences, keras vs tflite" in report
+    data["formats"] = {}
+    (only_tflite / "manifest.json").write_text(json.dumps(data))
+    assert parity.main(["--export", str(only_tflite)]) == 2
+    assert "holds no exported format to check against keras" in capsys.readouterr().err
+
 
 BLOCK_TF = textwrap.dedent("""
     import sys
