@@ -176,7 +176,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     return config
 
 
-# (section.key, lowest, highest or None, whether the bounds are excluded): checked when the
+# (section.key, lowest, highest or None, whether the lowest is excluded): checked when the
 # config is loaded, so that a bad value fails before the corpus is read and training starts,
 # not in the evaluation after it.
 _RANGES = [

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     import keras
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
-    from train.run import load_run_tokenizers
+    from train.run import fitting_mask, load_run_tokenizers
 
     run = Path(args.run)
     try:
@@ -166,9 +166,8 @@ def main(argv=None) -> int:
         return 1
     lines = sources
     nonempty = [i for i, s in enumerate(lines) if s.strip()]
-    pieces = source_tok.encode([lines[i] for i in nonempty])
-    scored = [i for i, ids in zip(nonempty, pieces, strict=True)
-              if len(ids) + 1 <= model.config.max_source_length]  # + EOS
+    fits = fitting_mask([lines[i] for i in nonempty], source_tok, model.config.max_source_length)
+    scored = [i for i, keep in zip(nonempty, fits, strict=True) if keep]
     dropped, too_long = len(lines) - len(nonempty), len(nonempty) - len(scored)
     sources = [lines[i] for i in scored]
     if references is not None:

@@ -468,9 +468,14 @@ def run_translation(config: RunConfig, out: Path) -> dict:
     return metrics
 
 
+def fitting_mask(sources, source_tok, max_source_length: int) -> list[bool]:
+    """Whether each source, with its EOS, fits the model."""
+    return [len(ids) + 1 <= max_source_length for ids in source_tok.encode(list(sources))]
+
+
 def fitting_pairs(sources, references, source_tok, max_source_length: int):
     """The pairs whose source (with EOS) fits the model, and how many do not."""
-    keep = [len(ids) + 1 <= max_source_length for ids in source_tok.encode(list(sources))]
+    keep = fitting_mask(sources, source_tok, max_source_length)
     return ([s for s, k in zip(sources, keep, strict=True) if k],
             [r for r, k in zip(references, keep, strict=True) if k], keep.count(False))
 
