@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -117,10 +116,6 @@ class ResumableBackup(keras.callbacks.Callback):
             "fingerprint": self.fingerprint, **self.extra_state(), **extra})
         if previous and previous != name:
             (self.directory / previous).unlink(missing_ok=True)
-
-    @staticmethod
-    def remove_directory(directory: Path) -> None:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 class EpochCheckpoints(keras.callbacks.Callback):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -312,7 +313,7 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
 
 def finish(out: Path) -> None:
     """The run's files are written: its backup is no longer needed."""
-    ResumableBackup.remove_directory(out / "backup")
+    shutil.rmtree(out / "backup", ignore_errors=True)
 
 
 def _setup(config: RunConfig, out: Path):
