@@ -43,8 +43,8 @@ def commands(step: str, args) -> list[list[str]]:
         return [py + ["bench.export_models", *common, *configs]]
     if step.startswith("decode-"):
         runtime = step.removeprefix("decode-")
-        # Without XLA only: with it, every prefix length of the no-cache path is a compile.
-        extra = ["--no-cache"] if runtime == "keras" else []
+        # Not with XLA: there every prefix length of the no-cache path is a compile.
+        extra = [] if runtime == "keras-xla" else ["--no-cache"]
         names = args.configs or (["demo"] if args.quick else ["small", "base"])
         # One process per config so each row's peak RSS is that config's; the first
         # overwrites the JSON, the others merge into it.

@@ -1,5 +1,5 @@
 """Decoding speed of one runtime: tokens/s and latency of one full call (encoder + every step
-+ search) per batch, with the key/value cache and (Keras only) without it.
++ search) per batch, with the key/value cache and (--no-cache) without it.
 
     python -m bench.decode [--runtime keras|keras-xla|savedmodel|onnx|tflite]
         [--configs small base] [--new-tokens 32 128] [--batches 1 16] [--beams 1 4] [--no-cache]
@@ -9,8 +9,9 @@ stops early), greedy and beam 4 at the shortest --new-tokens, greedy at the long
 random weights (bench.export_models makes the exports).
 The cells of a config are timed in interleaved rounds (bench.common.time_interleaved), so
 the 32- and 128-token cells share the host's drift. One runtime per process, so the peak
-RSS in the JSON is that runtime's. No-cache cells (keras
-runtimes, --no-cache) re-run the decoder over the whole prefix at every step; they are measured
+RSS in the JSON is that runtime's. No-cache cells (--no-cache) re-run the decoder over the
+whole prefix at every step (the export formats through bench.nocache's benchmark-only
+prefix decoder, exported in a child process); they are measured
 at the smallest --new-tokens for every batch and beam, and batch-1 greedy at the others
 (with keras-xla every prefix length is a compile, paid in the warm-up calls).
 """
@@ -21,7 +22,6 @@ import argparse
 import os
 import sys
 import warnings
-import weakref
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -44,6 +44,8 @@ from bench.common import (  # noqa: E402
 )
 from bench.export_models import CACHE_DIR, code_fingerprint, ensure_in_child  # noqa: E402
 from bench.flops import generate_flops  # noqa: E402
+from bench.nocache import NoCacheStepper  # noqa: E402
+from bench.nocache import load_runtime as load_nocache_runtime  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 
 RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "tflite")
@@ -51,53 +53,15 @@ KERAS_RUNTIMES = ("keras", "keras-xla")
 MERGE_KEYS = ("config", "batch", "beam", "new_tokens", "cache")
 
 
-class NoCacheStepper:
-    """step/reorder that re-run `model.decode` over the whole prefix and keep the last position.
-
-    Memory is encoded once (as the cached path does) and repeated per beam; reorder gathers
-    the prefix rows. This is the cost the key/value cache exists to avoid.
-    """
-
-    _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def __init__(self, model, source_ids: np.ndarray, *, beam_size: int, jit_compile: bool):
-        import tensorflow as tf
-
-        self.tf = tf
-        encode, self._decode = self.compiled(model, jit_compile)
-        memory, mask = encode(tf.constant(source_ids, tf.int32))
-        if beam_size > 1:
-            memory = tf.repeat(memory, beam_size, axis=0)
-            mask = tf.repeat(mask, beam_size, axis=0)
-        self.memory, self.mask = memory, mask
-        self.prefix = np.zeros((source_ids.shape[0] * beam_size, 0), np.int32)
-
-    @classmethod
-    def compiled(cls, model, jit_compile: bool):
-        """One pair of tf.functions per (model, XLA), so repeated calls reuse the traces."""
-        import tensorflow as tf
-
-        per_model = cls._compiled.setdefault(model, {})
-        if jit_compile not in per_model:
-            def last_logits(prefix, memory, mask):
-                return model.decode(prefix, memory, mask, training=False)[:, -1, :]
-
-            per_model[jit_compile] = (
-                tf.function(lambda ids: model.encode(ids, training=False),
-                            jit_compile=jit_compile, reduce_retracing=True),
-                tf.function(last_logits, jit_compile=jit_compile, reduce_retracing=True))
-        return per_model[jit_compile]
-
-    def step(self, tokens: np.ndarray, index: int) -> np.ndarray:
-        self.prefix = np.concatenate([self.prefix, np.asarray(tokens, np.int32)[:, None]], 1)
-        return self._decode(self.tf.constant(self.prefix), self.memory, self.mask).numpy()
-
-    def reorder(self, indices: np.ndarray) -> None:
-        self.prefix = self.prefix[indices]
-
-
 def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
     """(source, beam, new_tokens, cache) -> stepper with .step and .reorder."""
+    nocache = {}  # the runtime's encode/decode_last, loaded at the first no-cache cell
+
+    def uncached(source, beam, model=None):
+        if "runtime" not in nocache:
+            nocache["runtime"] = load_nocache_runtime(runtime, name, cache_dir, model)
+        return NoCacheStepper(nocache["runtime"], source, beam_size=beam)
+
     if runtime in KERAS_RUNTIMES:
         from keras_transformer.translator import KerasStepper
 
@@ -108,7 +72,7 @@ def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
             if cache:
                 return KerasStepper(model, source, beam_size=beam, max_length=new_tokens,
                                     jit_compile=jit)
-            return NoCacheStepper(model, source, beam_size=beam, jit_compile=jit)
+            return uncached(source, beam, model)
 
         return keras_factory
     from export.common import Manifest
@@ -118,7 +82,9 @@ def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
     backend = load_backend(Manifest(ensure_in_child(name, cache_dir)), runtime)
 
     def export_factory(source, beam, new_tokens, cache):
-        return Stepper(backend, source, beam_size=beam, max_length=new_tokens)
+        if cache:
+            return Stepper(backend, source, beam_size=beam, max_length=new_tokens)
+        return uncached(source, beam)
 
     return export_factory
 
@@ -235,7 +201,8 @@ def main(argv=None) -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--no-cache", action="store_true",
-                        help="also time the keras runtimes without the key/value cache")
+                        help="also time decoding without the key/value cache (the export "
+                             "formats through bench.nocache's prefix decoder)")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR,
                         help="where bench.export_models keeps the exports")
     parser.add_argument("--quick", action="store_true",
@@ -244,8 +211,6 @@ def main(argv=None) -> None:
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")
     args = parser.parse_args(argv)
-    if args.no_cache and args.runtime not in KERAS_RUNTIMES:
-        parser.error("--no-cache is for the keras runtimes only")
     configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     new_tokens = args.new_tokens or ([4] if args.quick else [32, 128])
     timing = (dict(warmup=1, repeats=1, min_seconds=0.0) if args.quick

@@ -22,7 +22,7 @@ from bench.common import (
     read_json,
     results_dir,
 )
-from bench.decode import KERAS_RUNTIMES, RUNTIMES
+from bench.decode import RUNTIMES
 from bench.flops import train_step_flops
 
 NA = "n/a"
@@ -182,7 +182,7 @@ def cache_section(data: dict, short: int, long: int) -> list[str]:
                        ratio(b["per_token_ms"] if b else None, a["per_token_ms"])])
     nocache = []
     for rt, config, batch, beam, n, cache in sorted(ours, key=str):
-        if cache or rt not in KERAS_RUNTIMES:
+        if cache:
             continue
         without, with_ = ours[(rt, config, batch, beam, n, False)], ours.get(
             (rt, config, batch, beam, n, True))

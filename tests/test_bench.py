@@ -12,8 +12,9 @@ import pytest
 
 from bench import common, report
 from bench.__main__ import commands
-from bench.decode import NoCacheStepper, cells, decode_once
+from bench.decode import cells, decode_once
 from bench.flops import generate_flops, train_step_flops
+from bench.nocache import NoCacheStepper
 
 PEERS_COMMON = common.PEERS_DIR / "common.py"
 
@@ -113,17 +114,37 @@ def test_cells_cached_greedy_at_every_length_beam_at_the_shortest():
     assert all(c[3] for c in cells([32, 128], [1, 16], [1, 4], no_cache=False))
 
 
+@pytest.fixture(scope="module")
+def nocache_exports(tmp_path_factory):
+    """(model, no-cache export directory) of a tiny random model (conftest's tiny_config)."""
+    from bench.nocache import export_nocache
+    from keras_transformer.config import TransformerConfig
+
+    config = TransformerConfig.preset(
+        "tiny", source_vocab_size=40, target_vocab_size=40, d_model=32, num_heads=4, d_ff=64,
+        max_source_length=24, max_target_length=24, dropout=0.0)
+    model = common.build_model(config, seed=0)
+    out = tmp_path_factory.mktemp("nocache")
+    export_nocache(model, out)
+    return model, out
+
+
+@pytest.mark.parametrize("runtime", ["keras", "savedmodel", "onnx", "tflite"])
 @pytest.mark.parametrize("beam", [1, 2])
-def test_no_cache_stepper_decodes_like_the_cached_one(tiny_config, beam):
+def test_no_cache_stepper_decodes_like_the_cached_one(tiny_config, nocache_exports, runtime,
+                                                      beam):
+    from bench.nocache import load_runtime, open_export
     from keras_transformer.translator import KerasStepper
 
-    model = common.build_model(tiny_config, seed=0)
+    model, root = nocache_exports
+    uncached_runtime = (load_runtime(runtime, "tiny", model=model) if runtime == "keras"
+                        else open_export(runtime, root))
     source = np.random.default_rng(0).integers(4, 40, (2, 6)).astype("int32")
 
     def factory(src, beam_size, new_tokens, cache):
         if cache:
             return KerasStepper(model, src, beam_size=beam_size, max_length=new_tokens)
-        return NoCacheStepper(model, src, beam_size=beam_size, jit_compile=False)
+        return NoCacheStepper(uncached_runtime, src, beam_size=beam_size)
 
     cached = decode_once(factory, tiny_config, source, beam, 5, cache=True)
     uncached = decode_once(factory, tiny_config, source, beam, 5, cache=False)
@@ -177,7 +198,9 @@ def test_main_runs_decode_per_config_with_merge():
     assert "--no-cache" in first and "--quick" in first and "--merge" not in first
     Args.configs = ["small", "base"]
     first, second = commands("decode-onnx", Args)
-    assert "--merge" in second and "--no-cache" not in second
+    assert "--merge" in second and "--no-cache" in second
+    (xla,) = commands("decode-keras-xla", Args)[:1]
+    assert "--no-cache" not in xla
 
 
 def test_repeats_take_each_ratio_within_its_run(tmp_path):

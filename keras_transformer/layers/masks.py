@@ -14,15 +14,16 @@ def padding_mask(ids, pad_id: int = 0):
 
 def key_padding_mask(ids, pad_id: int = 0):
     """(batch, key_len) ids -> (batch, 1, 1, key_len) bool mask over keys."""
-    return padding_mask(ids, pad_id)[:, None, None, :]
+    return expand_key_mask(padding_mask(ids, pad_id))
 
 
 def causal_mask(query_len, key_len=None):
     """-> (1, 1, query_len, key_len) bool, True where key position <= query position."""
     key_len = query_len if key_len is None else key_len
-    rows = ops.arange(query_len)[:, None]
-    cols = ops.arange(key_len)[None, :]
-    return ops.greater_equal(rows, cols)[None, None, :, :]
+    # The positions are expanded before the comparison: TFLite has no bool StridedSlice.
+    rows = ops.arange(query_len)[None, None, :, None]
+    cols = ops.arange(key_len)[None, None, None, :]
+    return ops.greater_equal(rows, cols)
 
 
 def expand_key_mask(mask):
