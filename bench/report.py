@@ -261,7 +261,8 @@ def rss_section(data: dict) -> list[str]:
                                 for c in CONFIGS)])
     return ["## Peak RSS of the decoding process (MiB)", "",
             "ru_maxrss of the process that ran the runtime's cells (bench.decode runs one "
-            "process per runtime and config, so a column is that config's).", "",
+            "process per runtime and config, so a column is that config's), taken before the "
+            "no-cache cells load their prefix decoder.", "",
             *table(["runtime", *CONFIGS], rows), ""]
 
 
