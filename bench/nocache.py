@@ -85,7 +85,7 @@ def export_nocache(model, out: Path) -> None:
     import tensorflow as tf
     import tf2onnx
 
-    from export.exporters import _safe_reshape_merging
+    from export.exporters import safe_reshape_merging
     from export.onnx_graph import ONNX_OPSET
 
     out.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,7 @@ def export_nocache(model, out: Path) -> None:
     tf.saved_model.save(module, str(out / "savedmodel"), signatures=signatures)
     for role, file in ONNX_FILES.items():
         function = getattr(module, role)
-        with _safe_reshape_merging():
+        with safe_reshape_merging():
             proto, _ = tf2onnx.convert.from_function(
                 function, input_signature=function.input_signature, opset=ONNX_OPSET)
         onnx.checker.check_model(proto, full_check=True)

@@ -64,7 +64,7 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
 
 
 @contextlib.contextmanager
-def _safe_reshape_merging():
+def safe_reshape_merging():
     """tf2onnx 1.17 folds Reshape(Reshape(x, s1), s2) into Reshape(x, s2) even when s2 is a
     constant holding 0, which in ONNX means "copy this dimension of the input": the merged node
     then copies the dimensions of x, not of Reshape(x, s1). The head split after a Dense whose
@@ -98,7 +98,7 @@ def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
 
     module = DecodingModule(model)
     files = {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"}
-    with _safe_reshape_merging():
+    with safe_reshape_merging():
         encoder, _ = tf2onnx.convert.from_function(
             module.encode, input_signature=module.encode.input_signature, opset=ONNX_OPSET)
     onnx.checker.check_model(encoder, full_check=True)
