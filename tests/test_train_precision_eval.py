@@ -90,7 +90,8 @@ def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path)
         "src.txt"]
     assert scores["sentences"] == 2 and 0.0 <= scores["bleu"] <= 100.0
     plots = sorted((out / "attention").glob("*.png"))
-    assert len(plots) == 2
+    # Named by --src line: the empty line 2 is skipped.
+    assert [p.name for p in plots] == ["attention_001.png", "attention_003.png"]
     assert plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     result = python("-m", "train.average", "--run", str(out), "--last", "2")

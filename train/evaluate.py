@@ -85,22 +85,25 @@ def pieces(tokenizer, ids: list[int]) -> list[str]:
 
 
 def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
-                          *, beam_size: int, alpha: float) -> list[Path]:
-    """PNG heatmaps of the cross-attention for each sentence's own translation."""
+                          *, beam_size: int, alpha: float,
+                          line_numbers: list[int] | None = None) -> list[Path]:
+    """PNG heatmaps of the cross-attention for each sentence's own translation, named
+    attention_<line>.png by `line_numbers` (1-based; default 1, 2, ...)."""
     from keras_transformer.text.sources import encode_sources
     from keras_transformer.translator import search_ids
 
     out_dir.mkdir(parents=True, exist_ok=True)
     c = model.config
     paths = []
-    for i, (sentence, ids) in enumerate(zip(sentences, encode_sources(
-            sentences, source_tok.encode, c.max_source_length, c.eos_id), strict=True)):
+    numbers = line_numbers or list(range(1, len(sentences) + 1))
+    for number, sentence, ids in zip(numbers, sentences, encode_sources(
+            sentences, source_tok.encode, c.max_source_length, c.eos_id), strict=True):
         source = np.array(ids, np.int32)
         result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha)
         output = result.to_lists(c.eos_id)[0]
         generated = [*output, c.eos_id]  # the row that produced EOS is shown too
         weights = cross_attention(model, source, generated)
-        path = out_dir / f"attention_{i + 1:03d}.png"
+        path = out_dir / f"attention_{number:03d}.png"
         plot_attention(weights, pieces(source_tok, ids), pieces(target_tok, generated),
                        path, f"{sentence}\n→ {target_tok.decode([output])[0]}")
         paths.append(path)
@@ -133,7 +136,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hyp", help="where to write the translations "
                                       "(default: <run>/<src name>.hyp)")
     parser.add_argument("--plot-attention", type=int, default=0, metavar="K",
-                        help="write cross-attention heatmaps of the first K sentences")
+                        help="write cross-attention heatmaps of the first K scored sentences, "
+                             "named by their --src line")
     args = parser.parse_args(argv)
     for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
         if value < 1:
@@ -201,7 +205,8 @@ def main(argv=None) -> int:
     if args.plot_attention:
         paths = write_attention_plots(model, source_tok, target_tok,
                                       sources[: args.plot_attention], run / "attention",
-                                      beam_size=args.beam, alpha=args.alpha)
+                                      beam_size=args.beam, alpha=args.alpha,
+                                      line_numbers=[i + 1 for i in scored[: args.plot_attention]])
         print(f"attention heatmaps: {len(paths)} PNG files in {run / 'attention'}")
     return 0
 
