@@ -63,7 +63,7 @@ def measure(runtime: str, name: str, cells, calls: int, new_tokens: int,
             cache_dir: Path) -> list[dict]:
     from export.common import Manifest
     from export.runtime import load_backend
-    from export.runtime.base import Stepper
+    from keras_transformer.generation import BackendStepper
 
     spent: Counter = Counter()
     backend = TimedBackend(load_backend(Manifest(ensure_in_child(name, cache_dir)), runtime),
@@ -71,7 +71,7 @@ def measure(runtime: str, name: str, cells, calls: int, new_tokens: int,
     config = CONFIGS[name]
 
     def factory(source, beam, tokens, cache):
-        return Stepper(backend, source, beam_size=beam, max_length=tokens)
+        return BackendStepper(backend, source, beam_size=beam, max_length=tokens)
 
     rows = []
     for batch, beam in cells:

@@ -23,6 +23,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The no-cache path's first step attends over one key; Keras warns about that softmax.
@@ -46,7 +47,7 @@ from bench.export_models import CACHE_DIR, code_fingerprint, ensure_in_child  # 
 from bench.flops import generate_flops  # noqa: E402
 from bench.nocache import NoCacheStepper  # noqa: E402
 from bench.nocache import load_runtime as load_nocache_runtime  # noqa: E402
-from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
+from keras_transformer.decoding import search  # noqa: E402
 
 RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "tflite")
 KERAS_RUNTIMES = ("keras", "keras-xla")
@@ -68,27 +69,27 @@ def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
         return NoCacheStepper(nocache["runtime"], source, beam_size=beam)
 
     if runtime in KERAS_RUNTIMES:
-        from keras_transformer.translator import KerasStepper
+        from keras_transformer.tf_backend import keras_stepper
 
         model = build_model(CONFIGS[name], SEED)
         jit = runtime == "keras-xla"
 
         def keras_factory(source, beam, new_tokens, cache):
             if cache:
-                return KerasStepper(model, source, beam_size=beam, max_length=new_tokens,
-                                    jit_compile=jit)
+                return keras_stepper(model, source, beam_size=beam, max_length=new_tokens,
+                                     jit_compile=jit)
             return uncached(source, beam, model)
 
         return keras_factory
     from export.common import Manifest
     from export.runtime import load_backend
-    from export.runtime.base import Stepper
+    from keras_transformer.generation import BackendStepper
 
     backend = load_backend(Manifest(ensure_in_child(name, cache_dir)), runtime)
 
     def export_factory(source, beam, new_tokens, cache):
         if cache:
-            return Stepper(backend, source, beam_size=beam, max_length=new_tokens)
+            return BackendStepper(backend, source, beam_size=beam, max_length=new_tokens)
         return uncached(source, beam)
 
     return export_factory
@@ -109,12 +110,9 @@ def decode_once(factory, config, source: np.ndarray, beam: int, new_tokens: int,
         # The runtime's normaliser still counts EOS: scores shift, the work does not.
         return logits if normalizer is None else (logits, normalizer)
 
-    if beam == 1:
-        result = greedy_search(step, len(source), bos_id=config.bos_id, eos_id=config.eos_id,
-                               max_length=new_tokens)
-    else:
-        result = beam_search(step, stepper.reorder, len(source), beam_size=beam,
-                             bos_id=config.bos_id, eos_id=config.eos_id, max_length=new_tokens)
+    result = search(SimpleNamespace(step=step, reorder=stepper.reorder), len(source),
+                    beam_size=beam, bos_id=config.bos_id, eos_id=config.eos_id,
+                    max_length=new_tokens)
     return result.tokens
 
 

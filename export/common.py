@@ -20,18 +20,6 @@ FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "i
                    "savedmodel": ("float32",)}
 
 
-def memory_names(layers: int) -> list[str]:
-    """encode's outputs and decode_step's inputs in every format: cross_keys_0,
-    cross_values_0, cross_keys_1, ..., each (B,H,S,dh)."""
-    return [f"cross_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
-
-
-def cache_names(layers: int) -> list[str]:
-    """The cache inputs of every format's decode step: cache_keys_0, cache_values_0,
-    cache_keys_1, ..., each (B,H,T,dh)."""
-    return [f"cache_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
-
-
 class ExportError(RuntimeError):
     """An export directory is missing a file, has a corrupt one, or lacks a format."""
 

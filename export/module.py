@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from export.common import cache_names, memory_names
+from keras_transformer.cache.layout import cache_names, memory_names, num_slots
 from keras_transformer.config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 
@@ -74,7 +74,7 @@ class DecodingModule(tf.Module):
         return outputs
 
     def _decode_step(self, tokens, memory_mask, index, *arrays):
-        count = 2 * self.layers
+        count = num_slots(self.layers)
         logits, step_key_values = self.model.decode_step_key_values(
             tokens, list(arrays[:count]), memory_mask, list(arrays[count:]), index)
         return {"logits": tf.identity(logits, name="logits"),

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from export.common import cache_names, memory_names
+from keras_transformer.cache.layout import cache_names, memory_names
 from keras_transformer.layers.attention import MASKED_LOGIT
 from keras_transformer.models.transformer import Transformer
 

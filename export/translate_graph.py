@@ -1,7 +1,9 @@
 """The SavedModel's `translate` signature: strings in, strings out, everything in the graph.
 
 Tokenization and detokenization use tensorflow-text; the greedy loop is a tf.while_loop over
-a fixed-size cache, with the same choices as keras_transformer.decoding.greedy_search.
+a fixed-size cache (keras_transformer.cache.tensors, written by Transformer.decode_step), with
+the same choices as keras_transformer.decoding.greedy_search and the length rule of
+keras_transformer.text.sources.default_max_length.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import tensorflow as tf
+
+from keras_transformer.cache.tensors import init_cache
+from keras_transformer.text.sources import default_max_length
 
 
 def _log_softmax64(logits):
@@ -41,9 +46,8 @@ def add_translate(module: tf.Module, source_tokenizer_path: Path, target_tokeniz
         source_ids = tf.concat([pieces, eos], axis=1).to_tensor(default_value=c.pad_id)
         cross_key_values, memory_mask = model.encode_for_decoding(source_ids)
         source_length = tf.shape(source_ids)[1]
-        # default_max_length: min(limit, int(1.5 * S) + 10).
-        max_length = tf.minimum(c.max_target_length, (source_length * 3) // 2 + 10)
-        cache = model.decoder.init_cache(batch, max_length)  # max_length is bounded above
+        max_length = default_max_length(source_length, c.max_target_length, tf.minimum)
+        cache = init_cache(c.num_decoder_layers, batch, c.num_heads, max_length, c.d_model)
         out = tf.fill([batch, max_length], c.pad_id)
         positions = tf.range(max_length)
 

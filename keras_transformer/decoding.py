@@ -10,8 +10,7 @@ The searches never see the model. They drive a *stepper* through two callables:
     ``index`` is its decoder position (index 0 is the BOS token). Returns the logits for the
     next token, a float array of shape ``(n, vocab)``. The stepper keeps its own key/value cache.
     It may instead return ``(logits, log_normalizer)``, the second being ``logsumexp(logits)``
-    per row ``(n,)`` computed by the runtime (faster there than in NumPy); the search then
-    skips its own.
+    per row ``(n,)`` computed by the runtime; the search then skips its own.
 
 ``reorder(indices) -> None``
     Beam search only. After choosing which beams survive it passes the ``int32`` parent row of
@@ -19,14 +18,18 @@ The searches never see the model. They drive a *stepper* through two callables:
     laid out ``b * beam_size + k`` (source ``b``, beam ``k``), so the stepper must have been
     tiled to ``batch_size * beam_size`` rows before the search starts.
 
+:class:`Stepper` names the pair as one object. :func:`search` picks greedy or beam search by
+the beam size; :func:`sample_search` continues prompts by sampling (or greedily).
+
 Beam search follows the "2K candidates" scheme of tensor2tensor / Hugging Face with Hugging
 Face's default stopping heuristic; with ``beam_size=1`` it returns exactly the greedy tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -34,6 +37,7 @@ __all__ = [
     "SearchResult",
     "StepFn",
     "ReorderFn",
+    "Stepper",
     "beam_search",
     "filter_top_k",
     "filter_top_p",
@@ -41,10 +45,20 @@ __all__ = [
     "length_penalty",
     "log_softmax",
     "sample_logits",
+    "sample_search",
+    "search",
 ]
 
 StepFn = Callable[[np.ndarray, int], np.ndarray]
 ReorderFn = Callable[[np.ndarray], None]
+
+
+class Stepper(Protocol):
+    """A decoder with its own cache, as the searches drive it (see the module docstring)."""
+
+    def step(self, tokens: np.ndarray, index: int): ...
+
+    def reorder(self, indices: np.ndarray) -> None: ...
 
 # Above this many logits per row, the top-2K selection uses np.argpartition first.
 _FULL_SORT_LIMIT = 64
@@ -207,11 +221,12 @@ def _call_step(
     index: int,
     n: int,
     vocab: int | None,
-    eos_id: int,
+    eos_id: int | None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Call the stepper and validate what it returned; -> float logits (n, vocab) (float32
     and float64 are kept as they are: a float64 copy of every step's logits costs more than
-    the search itself) and the stepper's log-normalizer (n,) float64, or None."""
+    the search itself) and the stepper's log-normalizer (n,) float64, or None. An eos_id of
+    None is not checked against the vocabulary."""
     out = step(tokens, index)
     log_normalizer = None
     if isinstance(out, tuple):
@@ -229,7 +244,7 @@ def _call_step(
     if vocab is None:
         if logits.shape[1] < 2:
             raise ValueError(f"the vocabulary must have at least 2 ids, got {logits.shape[1]}")
-        if not 0 <= eos_id < logits.shape[1]:
+        if eos_id is not None and not 0 <= eos_id < logits.shape[1]:
             raise ValueError(f"eos_id={eos_id} is outside the vocabulary [0, {logits.shape[1]})")
     if logits.dtype in (np.float32, np.float64):
         return logits, log_normalizer
@@ -501,3 +516,90 @@ def beam_search(
         best_seqs.append(seq)
         best_scores[b] = score
     return SearchResult(tokens=_pack(best_seqs, pad_id), scores=best_scores.astype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch by beam size
+# ---------------------------------------------------------------------------------------------
+
+
+def search(
+    stepper: Stepper,
+    batch_size: int,
+    *,
+    beam_size: int,
+    bos_id: int,
+    eos_id: int,
+    max_length: int,
+    alpha: float = 0.6,
+    pad_id: int = 0,
+) -> SearchResult:
+    """:func:`greedy_search` when ``beam_size`` is 1, else :func:`beam_search` (the stepper then
+    holds ``batch_size * beam_size`` rows)."""
+    if beam_size == 1:
+        return greedy_search(stepper.step, batch_size, bos_id=bos_id, eos_id=eos_id,
+                             max_length=max_length, pad_id=pad_id)
+    return beam_search(stepper.step, stepper.reorder, batch_size, beam_size=beam_size,
+                       bos_id=bos_id, eos_id=eos_id, max_length=max_length, alpha=alpha,
+                       pad_id=pad_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling with prompts
+# ---------------------------------------------------------------------------------------------
+
+
+def sample_search(
+    step: StepFn,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    eos_id: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = 0,
+    pad_id: int = 0,
+) -> list[list[int]]:
+    """Continue every prompt by up to ``max_new_tokens`` tokens, sampled by
+    :func:`sample_logits` (greedy when ``temperature`` is 0); -> the new tokens of every
+    prompt, up to and including its first EOS.
+
+    ``step`` sees every row at every position from 0 on (the stepper needs a cache of
+    ``longest prompt + max_new_tokens - 1`` slots): a row still reading its prompt is fed its
+    next prompt token, whatever was sampled; a finished row is fed ``pad_id``. The search
+    stops once every row has produced EOS. ``seed`` seeds ``np.random.default_rng``, so a seed
+    reproduces its samples.
+    """
+    if not len(prompts) or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (e.g. the BOS id)")
+    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens \
+            or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    max_new_tokens = int(max_new_tokens)
+    rng = np.random.default_rng(seed)
+    batch = len(prompts)
+    lengths = np.array([len(p) for p in prompts])
+    total = int(lengths.max()) + max_new_tokens
+    buffer = np.full((batch, total), pad_id, np.int32)
+    for row, prompt in enumerate(prompts):
+        buffer[row, : len(prompt)] = prompt
+    finished = np.zeros(batch, bool)
+    vocab = None
+    for index in range(total - 1):
+        logits, _ = _call_step(step, buffer[:, index], index, batch, vocab, None)
+        vocab = logits.shape[1]
+        chosen = sample_logits(logits, rng, temperature=temperature, top_k=top_k, top_p=top_p)
+        # Rows still reading their prompt are fed the prompt, not the sample.
+        generating = (index + 1 >= lengths) & ~finished
+        buffer[generating, index + 1] = chosen[generating]
+        finished |= generating & (chosen == eos_id)
+        if finished.all():
+            break
+    outputs = []
+    for row, prompt in enumerate(prompts):
+        new = buffer[row, len(prompt): len(prompt) + max_new_tokens].tolist()
+        if eos_id in new:
+            new = new[: new.index(eos_id) + 1]
+        outputs.append(new)
+    return outputs

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
+from keras_transformer.cache.tensors import update_cache
 from keras_transformer.layers.attention import (
     MultiHeadAttention,
     attention_with_new_position,
     scaled_dot_product_attention,
-    update_cache,
 )
 from keras_transformer.layers.masks import causal_mask, key_padding_mask
 from tests.reference import attention, multi_head_attention

@@ -134,7 +134,7 @@ def nocache_exports(tmp_path_factory):
 def test_no_cache_stepper_decodes_like_the_cached_one(tiny_config, nocache_exports, runtime,
                                                       beam):
     from bench.nocache import load_runtime, open_export
-    from keras_transformer.translator import KerasStepper
+    from keras_transformer.tf_backend import keras_stepper
 
     model, root = nocache_exports
     uncached_runtime = (load_runtime(runtime, "tiny", model=model) if runtime == "keras"
@@ -143,7 +143,7 @@ def test_no_cache_stepper_decodes_like_the_cached_one(tiny_config, nocache_expor
 
     def factory(src, beam_size, new_tokens, cache):
         if cache:
-            return KerasStepper(model, src, beam_size=beam_size, max_length=new_tokens)
+            return keras_stepper(model, src, beam_size=beam_size, max_length=new_tokens)
         return NoCacheStepper(uncached_runtime, src, beam_size=beam_size)
 
     cached = decode_once(factory, tiny_config, source, beam, 5, cache=True)

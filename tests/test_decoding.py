@@ -18,6 +18,8 @@ from keras_transformer.decoding import (
     length_penalty,
     log_softmax,
     sample_logits,
+    sample_search,
+    search,
 )
 
 BOS = 0
@@ -619,3 +621,81 @@ def test_log_normalizer_of_the_wrong_shape_is_rejected():
 
     with pytest.raises(ValueError, match=r"log-normalizer of shape \(3,\); expected \(2,\)"):
         greedy_search(step, 2, bos_id=0, eos_id=1, max_length=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch and sampling search
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_search_dispatches_by_beam_size(beam_size):
+    model = random_model(seed=11, vocab=9, eos_id=1, eos_bias=1.0)
+    sources = [0, 1, 2]
+    got = search(ToyStepper(model, sources, beam_size, 6), len(sources), beam_size=beam_size,
+                 bos_id=BOS, eos_id=1, max_length=6, alpha=0.6)
+    if beam_size == 1:
+        want, _ = run_greedy(model, sources, 6, eos_id=1)
+    else:
+        want, _ = run_beam(model, sources, beam_size, 6, eos_id=1, alpha=0.6)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.scores, want.scores)
+
+
+def test_sample_search_at_temperature_zero_equals_greedy_search():
+    eos = 1
+    model = random_model(seed=12, vocab=11, eos_id=eos, eos_bias=1.5)
+    sources = [0, 1, 2, 3, 4]
+    greedy, _ = run_greedy(model, sources, 8, eos_id=eos)
+    sampled = sample_search(ToyStepper(model, sources, 1, 8).step, [[BOS]] * len(sources), 8,
+                            eos_id=eos, temperature=0.0)
+    want = [ids + [eos] if eos in row else ids
+            for ids, row in zip(greedy.to_lists(eos), greedy.tokens.tolist(), strict=True)]
+    assert any(eos in row for row in sampled) and sampled == want
+
+
+class RecordingStepper:
+    """Logits from a fixed (index, vocab) table, the same for every row; records what it is fed."""
+
+    def __init__(self, table):
+        self.table = np.asarray(table, np.float32)
+        self.fed = []
+
+    def step(self, tokens, index):
+        self.fed.append(tokens.copy())
+        return np.repeat(self.table[index][None], len(tokens), axis=0)
+
+
+def test_sample_search_forces_prompt_tokens_and_stops_at_eos():
+    eos, vocab = 1, 6
+    table = np.zeros((8, vocab))
+    table[:, 4] = 5.0  # greedy picks 4 at every position ...
+    table[5, eos] = 9.0  # ... and EOS at position 6
+    stepper = RecordingStepper(table)
+    prompts = [[0, 2, 3, 2], [0], [0, 5]]
+    got = sample_search(stepper.step, prompts, 4, eos_id=eos, temperature=0.0, pad_id=0)
+    # Row 0 generates from position 4: 4, 4, EOS (at 6). Rows 1 and 2 return their first 4
+    # new tokens (positions 1-4 and 2-5) and go on to EOS at position 6 too.
+    assert got == [[4, 4, eos], [4, 4, 4, 4], [4, 4, 4, 4]]
+    fed = np.stack(stepper.fed, axis=1)  # (rows, steps)
+    assert fed.shape == (3, 6)  # positions 0..5: every row has produced EOS at step 5
+    assert fed[0].tolist() == [0, 2, 3, 2, 4, 4]
+    assert fed[1].tolist() == [0, 4, 4, 4, 4, 4]
+    assert fed[2].tolist() == [0, 5, 4, 4, 4, 4]
+
+
+def test_sample_search_is_reproducible_by_seed_and_samples_like_sample_logits():
+    rng = np.random.default_rng(13)
+    table = rng.normal(size=(6, 9)) * 2
+    prompts = [[0], [0, 3]]
+    kwargs = dict(eos_id=-1, temperature=0.8, top_k=5, top_p=0.9)
+    first = sample_search(RecordingStepper(table).step, prompts, 5, seed=21, **kwargs)
+    again = sample_search(RecordingStepper(table).step, prompts, 5, seed=21, **kwargs)
+    other = sample_search(RecordingStepper(table).step, prompts, 5, seed=22, **kwargs)
+    assert first == again and first != other
+    # Reference: one sample_logits call per position with the same generator, in order.
+    reference = np.random.default_rng(21)
+    samples = [sample_logits(np.repeat(table[i][None], 2, axis=0), reference, temperature=0.8,
+                             top_k=5, top_p=0.9) for i in range(6)]
+    assert first[0] == [int(samples[i][0]) for i in range(5)]  # positions 1-5
+    assert first[1] == [int(samples[i][1]) for i in range(1, 6)]  # positions 2-6

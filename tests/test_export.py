@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from export import parity
-from export.common import ExportError, Manifest, cache_names, memory_names
+from export.common import ExportError, Manifest
 from export.runtime import Translator, load_backend
+from keras_transformer.cache.layout import cache_names, memory_names
 
 pytestmark = pytest.mark.slow
 
@@ -278,7 +279,8 @@ def test_tflite_cache_in_the_interpreter_matches_the_signature_runner(manifest):
     tensors between steps. Two searches interleaved on one backend, one with beam reorders,
     then an encode between two steps, against the signature runner of another interpreter fed
     a NumPy cache kept beside them."""
-    from export.runtime.base import Backend, Stepper
+    from export.runtime.base import Backend
+    from keras_transformer.generation import BackendStepper
 
     backend = load_backend(manifest, "tflite")
     runner = load_backend(manifest, "tflite").interpreter.get_signature_runner("decode_step")
@@ -289,7 +291,7 @@ def test_tflite_cache_in_the_interpreter_matches_the_signature_runner(manifest):
     for batch, source_length, beam in ((2, 6, 2), (3, 9, 1)):
         source = rng.integers(4, 30, (batch, source_length)).astype(np.int32)
         source[:, -1] = eos
-        stepper = Stepper(backend, source, beam_size=beam, max_length=6)
+        stepper = BackendStepper(backend, source, beam_size=beam, max_length=6)
         reference = numpy_cache.init_cache(batch * beam, 6)
         searches.append((stepper, reference, beam))
     for index in range(5):

@@ -47,9 +47,9 @@ def test_beam_one_equals_greedy_on_a_real_model(tiny_config):
     src[3, 4:] = 0
     greedy = search_ids(model, src, beam_size=1, max_length=12)
     from keras_transformer.decoding import beam_search
-    from keras_transformer.translator import KerasStepper
+    from keras_transformer.tf_backend import keras_stepper
 
-    stepper = KerasStepper(model, src, beam_size=1, max_length=12)
+    stepper = keras_stepper(model, src, beam_size=1, max_length=12)
     beam = beam_search(stepper.step, stepper.reorder, 5, beam_size=1, bos_id=2, eos_id=3,
                        max_length=12, alpha=0.6)
     np.testing.assert_array_equal(beam.tokens, greedy.tokens)

@@ -71,7 +71,7 @@ def test_decoding_does_not_keep_a_model_alive(tokenizer):
     import gc
     import weakref
 
-    from keras_transformer.translator import KerasStepper
+    from keras_transformer.tf_backend import KerasBackend
 
     config = TransformerConfig.preset(
         "tiny", source_vocab_size=tokenizer.vocab_size, target_vocab_size=tokenizer.vocab_size,
@@ -81,7 +81,7 @@ def test_decoding_does_not_keep_a_model_alive(tokenizer):
     first = translate(model, tokenizer, tokenizer, ["red cat"], beam_size=1, max_length=6)
     assert translate(model, tokenizer, tokenizer, ["red cat"], beam_size=1,
                      max_length=6) == first  # the cached functions serve the second call
-    assert model in KerasStepper._compiled
+    assert model in KerasBackend._compiled
     alive = weakref.ref(model)
     del model
     gc.collect()

@@ -1,4 +1,5 @@
-"""Runtimes behind one interface, driven by the NumPy search of keras_transformer.decoding.
+"""Runtimes behind one interface (keras_transformer.generation.Backend), driven by the NumPy
+search of keras_transformer.decoding.
 
 `onnx` and `tflite` need only NumPy, sentencepiece and their own runtime package;
 `savedmodel` and `keras` import TensorFlow when chosen.
@@ -35,9 +36,9 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
 
         return SavedModelBackend(manifest)
     if runtime == "keras":
-        from export.runtime.tf import KerasBackend
+        from export.runtime.tf import keras_backend
 
-        return KerasBackend(manifest, run_dir)
+        return keras_backend(manifest, run_dir)
     raise ValueError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
 
 

@@ -33,9 +33,9 @@ class OnnxBackend(Backend):
             options.log_severity_level = 3
             if role == "encoder":
                 # Each session has its own thread pool whose idle workers spin waiting for
-                # work. The encoder's, spinning through the steps that follow it, took a core
-                # from the step's and made each step up to 2x slower (profiled in one
-                # process); the encoder runs once per batch, so its workers sleep instead.
+                # work. The encoder's would spin through the steps that follow it, taking a
+                # core from the step's; the encoder runs once per batch, so its workers sleep
+                # instead.
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             path = manifest.file(files[role])
             try:

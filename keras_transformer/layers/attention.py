@@ -1,5 +1,5 @@
 """Scaled dot-product attention (section 3.2.1), multi-head attention (3.2.2) and the
-fixed-size key/value cache used for incremental decoding.
+attention of one new position over the key/value cache of incremental decoding.
 """
 
 import math
@@ -34,9 +34,8 @@ def attention_with_new_position(query, cache_keys, cache_values, key, value, ind
     """q (B,H,1,dk), cache k/v (B,H,T,dk), new k/v (B,H,1,dk), index () -> (B,H,1,dk).
 
     One decoding step: the query attends to cache slots 0..index-1 and to its own new
-    key/value, which are not in the cache yet. Reading the cache only (never writing it here)
-    lets a runtime keep the cache outside the graph and write one slot per step, instead of
-    the graph copying the whole buffer at every token.
+    key/value, which are not in the cache yet. The cache is only read here, so a runtime can
+    keep it outside the graph and write one slot per step (keras_transformer.cache).
     """
     query = query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
     cached = ops.cast(ops.einsum("bhqd,bhkd->bhqk", query, cache_keys), "float32")
@@ -48,22 +47,6 @@ def attention_with_new_position(query, cache_keys, cache_values, key, value, ind
     weights = ops.cast(weights, cache_values.dtype)
     return (ops.einsum("bhqk,bhkd->bhqd", weights[..., :-1], cache_values)
             + weights[..., -1:] * value)
-
-
-def update_cache(cache, index, step_key_values):
-    """Write one position into the preallocated cache.
-
-    cache [keys_0, values_0, keys_1, ...], each (B, H, max_len, d_model/H); step_key_values
-    (B, layers, 2, d_model) -> the cache with slot `index` of every array replaced. A
-    fixed-size buffer written at `index` (instead of a concatenated, growing tensor) keeps every
-    shape static, which XLA needs.
-    """
-    updated = []
-    for i, array in enumerate(cache):
-        row = ops.cast(step_key_values[:, i // 2, i % 2], array.dtype)
-        row = ops.reshape(row, (-1, array.shape[1], 1, array.shape[3]))
-        updated.append(ops.slice_update(array, [0, 0, index, 0], row))
-    return updated
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -147,7 +130,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
         The query sees cache slots 0..index-1 and itself; the caller writes the returned
         key/value into slot `index`. The cache is kept split into heads so that a step reads
-        it where it lies: splitting a (B,T,d_model) cache copied all of it at every token.
+        it where it lies, without a copy.
         """
         key, value = self.project_key_value(query)
         out = attention_with_new_position(

@@ -5,8 +5,10 @@
 import keras
 from keras import ops
 
+from keras_transformer.cache.layout import slot
+from keras_transformer.cache.tensors import init_cache, stack_step, update_cache
 from keras_transformer.layers.add_norm import AddNorm
-from keras_transformer.layers.attention import MultiHeadAttention, update_cache
+from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import causal_mask, expand_key_mask
 
@@ -161,8 +163,8 @@ class Decoder(keras.layers.Layer):
     def init_cache(self, batch_size, max_length, dtype="float32"):
         """Self-attention keys and values per layer: zeros [keys_0, values_0, keys_1, ...],
         each (B, H, max_length, d_model/H)."""
-        shape = (batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
-        return [ops.zeros(shape, dtype) for _ in range(2 * self.num_layers)]
+        return init_cache(self.num_layers, batch_size, self.num_heads, max_length, self.d_model,
+                          dtype)
 
     def compute_cross_key_values(self, memory):
         """memory (B,S,d_model) -> [keys_0, values_0, keys_1, ...], each (B,H,S,d_model/H),
@@ -175,14 +177,15 @@ class Decoder(keras.layers.Layer):
         position's keys/values (B, layers, 2, d_model), to be written into slot `index`."""
         rows = []
         for i, layer in enumerate(self.decoder_layers):
+            keys, values = slot(i, 0), slot(i, 1)
             cross_keys = cross_values = None
             if cross_key_values is not None:
-                cross_keys = ops.cast(cross_key_values[2 * i], self.compute_dtype)
-                cross_values = ops.cast(cross_key_values[2 * i + 1], self.compute_dtype)
-            x, key, value = layer.step(x, cache[2 * i], cache[2 * i + 1], index, cross_keys,
+                cross_keys = ops.cast(cross_key_values[keys], self.compute_dtype)
+                cross_values = ops.cast(cross_key_values[values], self.compute_dtype)
+            x, key, value = layer.step(x, cache[keys], cache[values], index, cross_keys,
                                        cross_values, memory_mask)
-            rows.append(ops.stack([key[:, 0], value[:, 0]], axis=1))
-        return self._close(x), ops.stack(rows, axis=1)
+            rows.append((key[:, 0], value[:, 0]))
+        return self._close(x), stack_step(rows)
 
     def step(self, x, cache, index, cross_key_values=None, memory_mask=None):
         """x (B,1,d_model) at position `index` -> (B,1,d_model), cache with slot `index` set."""

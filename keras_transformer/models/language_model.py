@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.decoding import sample_logits
+from keras_transformer.decoding import sample_search
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.models.transformer import as_config, check_ids, vocab_logits
@@ -64,43 +63,30 @@ class TransformerLM(keras.Model):
     def generate(self, prompts: list[list[int]], max_new_tokens: int, *, temperature=1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                  eos_id: int | None = None) -> list[list[int]]:
-        """Continue each prompt: greedy (temperature 0), top-k or top-p (nucleus) sampling."""
+        """Continue each prompt: greedy (temperature 0), top-k or top-p (nucleus) sampling
+        (decoding.sample_search over this model's cached step); -> the new tokens of each,
+        up to and including EOS."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token (e.g. the BOS id)")
         eos_id = self.config.eos_id if eos_id is None else eos_id
-        lengths = np.array([len(p) for p in prompts])
-        total = int(lengths.max()) + max_new_tokens
+        total = max(len(p) for p in prompts) + max_new_tokens
         if total > self.config.max_target_length:
             raise ValueError(
                 f"prompt + max_new_tokens = {total} tokens exceeds max_target_length "
                 f"{self.config.max_target_length}; generate fewer tokens or raise it in the config")
         if self._compiled_step is None:
             self._compiled_step = tf.function(self.decode_step, reduce_retracing=True)
-        rng = np.random.default_rng(seed)
-        batch = len(prompts)
-        buffer = np.zeros((batch, total), np.int32)
-        for row, prompt in enumerate(prompts):
-            buffer[row, : len(prompt)] = prompt
-        finished = np.zeros(batch, bool)
-        cache = self.init_cache(batch, total)
-        for index in range(total - 1):
-            logits, cache = self._compiled_step(
-                tf.constant(buffer[:, index]), cache, tf.constant(index, tf.int32))
-            chosen = sample_logits(np.asarray(logits), rng, temperature=temperature,
-                                   top_k=top_k, top_p=top_p)
-            # Rows still reading their prompt are fed the prompt, not the sample.
-            generating = (index + 1 >= lengths) & ~finished
-            buffer[generating, index + 1] = chosen[generating]
-            finished |= generating & (chosen == eos_id)
-            if finished.all():
-                break
-        outputs = []
-        for row, prompt in enumerate(prompts):
-            new = list(buffer[row, len(prompt): len(prompt) + max_new_tokens])
-            if eos_id in new:
-                new = new[: new.index(eos_id) + 1]
-            outputs.append([int(t) for t in new])
-        return outputs
+        cache = self.init_cache(len(prompts), total)
+
+        def step(tokens, index):
+            nonlocal cache
+            logits, cache = self._compiled_step(tf.constant(tokens), cache,
+                                                tf.constant(index, tf.int32))
+            return logits.numpy()
+
+        return sample_search(step, prompts, max_new_tokens, eos_id=eos_id,
+                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                             pad_id=self.config.pad_id)
 
     def get_config(self):
         config = super().get_config()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_transformer.cache.tensors import update_cache
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers.attention import update_cache
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder

@@ -10,9 +10,11 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 
-def default_max_length(source_length: int, limit: int) -> int:
-    """How many tokens to allow a translation: 1.5x the source plus 10, capped by the model."""
-    return min(limit, int(source_length * 1.5) + 10)
+def default_max_length(source_length, limit, minimum=min):
+    """How many tokens to allow a translation: 1.5x the source (rounded down) plus 10, capped
+    by the model's `limit`. Integer arithmetic only, so `source_length` may be an integer
+    tensor too, with `minimum` the framework's element-wise minimum (e.g. tf.minimum)."""
+    return minimum(limit, (source_length * 3) // 2 + 10)
 
 
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> np.ndarray:

@@ -1,0 +1,169 @@
+"""Inference over any runtime: a Backend's encode and decode_step, one Stepper over it, the
+searches of `decoding`, and the loop that turns sentences into batches and back.
+
+NumPy and the standard library only, so the TensorFlow-free runtimes (export/runtime) use it;
+the Keras model is one more Backend (keras_transformer.tf_backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from keras_transformer.cache import layout
+from keras_transformer.decoding import SearchResult, search
+from keras_transformer.text.sources import batches_by_length, default_max_length, pad_batch
+
+
+class Limits(Protocol):
+    """The special ids and length limits of a model: a TransformerConfig, or an exported
+    model's Translator."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    max_source_length: int
+    max_target_length: int
+
+
+class Backend:
+    """encode/decode_step of one runtime; the defaults keep every tensor a NumPy array.
+
+    The encoder's keys/values ("memory") and the cache are laid out as keras_transformer.cache
+    .layout describes. Every method keeps the batch rows of whatever it is given.
+    """
+
+    name = "numpy"
+
+    def __init__(self, *, num_layers: int, num_heads: int, d_model: int):
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.d_model = d_model
+        # The names of the per-layer arrays in every format's encode outputs and step inputs.
+        self._memory_names = layout.memory_names(num_layers)
+        self._cache_names = layout.cache_names(num_layers)
+
+    def encode(self, source_ids: np.ndarray):
+        """source_ids (B,S) int32 -> memory [cross_keys_0, cross_values_0, ...], each
+        (B,H,S,dh), and memory_mask (B,S) bool."""
+        raise NotImplementedError
+
+    def decode_step(self, tokens, memory, memory_mask, cache, index: int):
+        """tokens (B,) int32, memory and memory_mask (from `encode`), cache (from `init_cache`
+        or `cache_from`), index -> logits (B,V), step_key_values (B,L,2,D); the cache is only
+        read."""
+        raise NotImplementedError
+
+    def decode_step_normalized(self, tokens, memory, memory_mask, cache, index: int):
+        """decode_step plus logsumexp(logits) per row (B,) when the runtime computes it in its
+        graph, else None (the search then computes it)."""
+        logits, step_key_values = self.decode_step(tokens, memory, memory_mask, cache, index)
+        return logits, step_key_values, None
+
+    def cache_from(self, cache: np.ndarray):
+        """A (B,L,2,T,D) NumPy cache -> this runtime's cache, [keys_0, values_0, ...]."""
+        return layout.per_layer_heads(np.asarray(cache, np.float32), self.num_heads)
+
+    def init_cache(self, batch: int, length: int):
+        """-> an all-zero cache of `length` slots, 2L arrays (B, H, length, dh) float32."""
+        return layout.zeros(self.num_layers, batch, self.num_heads, length, self.d_model)
+
+    def repeat(self, x, times: int):
+        """(B, ...) -> (B * times, ...), each row repeated `times` times in place (each array
+        of a list)."""
+        if isinstance(x, list):
+            return [np.repeat(a, times, axis=0) for a in x]
+        return np.repeat(x, times, axis=0)
+
+    def gather(self, cache, indices: np.ndarray, filled: int | None = None):
+        """cache <- its rows `indices` (a beam reorder) in the first `filled` slots (every
+        slot when None); see layout.reorder."""
+        return layout.reorder(cache, indices, filled)
+
+    def write(self, cache, step_key_values, index: int):
+        """Slot `index` of the cache <- step_key_values (B,L,2,D), in place."""
+        return layout.write(cache, self.to_numpy(step_key_values), index)
+
+    def to_numpy(self, x) -> np.ndarray:
+        return np.asarray(x)
+
+
+class BackendStepper:
+    """The `step(tokens, index)` and `reorder(indices)` of keras_transformer.decoding over a
+    Backend, for one batch of sources (repeated per beam)."""
+
+    def __init__(self, backend: Backend, source_ids: np.ndarray, *, beam_size: int,
+                 max_length: int):
+        self.backend = backend
+        memory, memory_mask = backend.encode(np.asarray(source_ids, np.int32))
+        if beam_size > 1:
+            memory = backend.repeat(memory, beam_size)
+            memory_mask = backend.repeat(memory_mask, beam_size)
+        self.memory, self.memory_mask = memory, memory_mask
+        self.cache = backend.init_cache(source_ids.shape[0] * beam_size, max_length)
+        self._filled = 0  # cache slots written so far
+
+    def step(self, tokens: np.ndarray, index: int):
+        """-> logits (B,V), or (logits, logsumexp per row) where the runtime gives it."""
+        logits, step_key_values, log_normalizer = self.backend.decode_step_normalized(
+            np.asarray(tokens, np.int32), self.memory, self.memory_mask, self.cache,
+            index)
+        self.cache = self.backend.write(self.cache, step_key_values, index)
+        self._filled = max(self._filled, index + 1)
+        logits = self.backend.to_numpy(logits)
+        if log_normalizer is None:
+            return logits
+        return logits, self.backend.to_numpy(log_normalizer)
+
+    def reorder(self, indices: np.ndarray) -> None:
+        self.cache = self.backend.gather(self.cache, np.asarray(indices, np.intp), self._filled)
+
+
+def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits, *,
+               beam_size: int = 4, alpha: float = 0.6,
+               max_length: int | None = None) -> SearchResult:
+    """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if
+    beam 1). max_length (generated tokens, EOS included) defaults to `default_max_length`."""
+    source_ids = np.asarray(source_ids)
+    if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
+        raise ValueError(f"source_ids must be integer ids of shape (batch, length), got "
+                         f"{source_ids.dtype} of shape {source_ids.shape}")
+    if source_ids.shape[1] > limits.max_source_length:
+        raise ValueError(f"source_ids hold {source_ids.shape[1]} tokens per row, more than "
+                         f"this model's max_source_length={limits.max_source_length}; "
+                         f"shorten them")
+    max_length = max_length or default_max_length(source_ids.shape[1],
+                                                  limits.max_target_length)
+    if max_length > limits.max_target_length:
+        raise ValueError(f"max_length={max_length} is more than this model's "
+                         f"max_target_length={limits.max_target_length}")
+    stepper = BackendStepper(backend, source_ids, beam_size=beam_size, max_length=max_length)
+    return search(stepper, source_ids.shape[0], beam_size=beam_size, bos_id=limits.bos_id,
+                  eos_id=limits.eos_id, max_length=max_length, alpha=alpha,
+                  pad_id=limits.pad_id)
+
+
+def search_batches(encoded: Sequence[Sequence[int] | None],
+                   search_batch: Callable[[np.ndarray], SearchResult], limits: Limits, *,
+                   batch_size: int = 64, progress=None) -> list[list[int]]:
+    """Encoded sources (id lists ending in EOS, None for blank ones; see
+    text.sources.encode_sources) -> the generated ids of each up to EOS ([] for blank ones),
+    in input order.
+
+    The sources are searched in batches of similar length (`batches_by_length`), each padded
+    and passed to `search_batch`. `progress` (e.g. a tqdm bar), when given, is updated by the
+    number of sources done, blank ones first.
+    """
+    outputs: list[list[int]] = [[] for _ in encoded]
+    blank = sum(ids is None for ids in encoded)
+    if progress is not None and blank:
+        progress.update(blank)
+    for chunk in batches_by_length(encoded, batch_size):
+        result = search_batch(pad_batch([encoded[i] for i in chunk], limits.pad_id))
+        for i, ids in zip(chunk, result.to_lists(limits.eos_id), strict=True):
+            outputs[i] = ids
+        if progress is not None:
+            progress.update(len(chunk))
+    return outputs
