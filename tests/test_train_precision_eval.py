@@ -55,7 +55,7 @@ def test_mixed_bfloat16_xla_run_reloads_and_decodes_the_same(bf16_run):
 
     from keras_transformer.translator import translate
     from train.data import load_corpus
-    from train.run import load_run_tokenizers
+    from train.tokenizers import load_run_tokenizers
 
     model = keras.models.load_model(out / "model.keras", compile=False)
     assert model.dtype_policy.name == "mixed_bfloat16"
@@ -116,7 +116,7 @@ def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path)
 
 
 def test_mixed_float16_gets_a_loss_scale_optimizer():
-    from train.run import make_optimizer
+    from train.engine import make_optimizer
 
     config = load_config(DEMO, ["training.precision=mixed_float16"])
     assert isinstance(make_optimizer(config, 32), keras.optimizers.LossScaleOptimizer)
