@@ -124,6 +124,8 @@ def main(argv=None) -> int:
     import keras
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
+    import keras_transformer.models.transformer  # noqa: F401  (registers it for load_model)
+
     run = Path(args.run)
     try:
         sources = read_lines(Path(args.src))
