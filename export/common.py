@@ -1,4 +1,4 @@
-"""What every runtime shares: the manifest of an export directory and sentence handling.
+"""What every runtime shares: the manifest of an export directory and the names of its tensors.
 
 NumPy and the standard library only, so the TensorFlow-free runtimes can import it.
 """
@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from pathlib import Path
-
-logger = logging.getLogger("export")
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
@@ -113,27 +110,3 @@ class Manifest:
     def tokenizer_files(self) -> tuple[Path, Path]:
         tok = self.data["tokenizer"]
         return self.file(tok["source"]), self.file(tok["target"])
-
-
-# ---------------------------------------------------------------------------------------------
-# Sentences -> ids (the same rules as keras_transformer.translator, without TensorFlow)
-# ---------------------------------------------------------------------------------------------
-
-
-def decode_lines(raw: bytes, source: str = "input") -> list[str]:
-    """UTF-8 bytes -> lines; invalid bytes become U+FFFD with a warning naming the line."""
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip(b"\r")
-        try:
-            out.append(line.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            logger.warning("%s line %d is not valid UTF-8 (%s); invalid bytes replaced by U+FFFD",
-                           source, number, err.reason)
-            out.append(line.decode("utf-8", errors="replace"))
-    return out

@@ -15,7 +15,7 @@ import tensorflow as tf
 from export.common import MANIFEST, MANIFEST_VERSION, file_entry
 from export.module import DecodingModule, load_float32_model
 from export.onnx_graph import ONNX_OPSET
-from keras_transformer.text.tokenizer import UNK_ID
+from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
 log = logging.getLogger("export")
 
@@ -193,7 +193,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
         "files": files,
         "tokenizer": {"source": source_tok, "target": target_tok},
         "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
-        "special_ids": {"pad": c.pad_id, "unk": UNK_ID, "bos": c.bos_id, "eos": c.eos_id},
+        "special_ids": {"pad": c.pad_id, "unk": SentencePieceTokenizer(out / target_tok).unk_id,
+                        "bos": c.bos_id, "eos": c.eos_id},
         "max_source_length": c.max_source_length,
         "max_target_length": c.max_target_length,
         "model": {"num_decoder_layers": c.num_decoder_layers, "d_model": c.d_model,

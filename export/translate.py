@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from export.common import ExportError, decode_lines
+from export.common import ExportError
+from keras_transformer.text.lines import decode_lines, read_lines
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 
@@ -51,12 +52,9 @@ def main(argv=None) -> int:
     try:
         translator = load_translator(args.export, args.runtime, args.variant, args.run)
         if args.input == "-":
-            lines = decode_lines(sys.stdin.buffer.read(), "stdin")
+            lines = decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
         else:
-            path = Path(args.input)
-            if not path.is_file():
-                raise FileNotFoundError(f"input file not found: {path}")
-            lines = decode_lines(path.read_bytes(), str(path))
+            lines = read_lines(args.input, errors="replace")
         progress = None
         if args.input != "-":
             from tqdm import tqdm

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
@@ -32,7 +32,6 @@ class TransformerConfig:
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 3
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         self.validate()
@@ -80,15 +79,13 @@ class TransformerConfig:
             if not 0 <= value < min(self.source_vocab_size, self.target_vocab_size):
                 raise ValueError(f"{name}={value} is outside the vocabulary")
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """The config ``to_dict`` gives, read back; keys in ``_IGNORED`` are dropped."""
+        values = {k: v for k, v in values.items() if k not in _IGNORED}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -105,6 +102,9 @@ class TransformerConfig:
     def replace(self, **changes: Any) -> TransformerConfig:
         return dataclasses.replace(self, **changes)
 
+
+# Keys a model_config.json or model.keras may hold that no field reads: dropped when read.
+_IGNORED = frozenset({"extra"})
 
 PRESETS: dict[str, dict[str, Any]] = {
     # For tests and the embedded demo: trains in minutes on a laptop CPU.

@@ -29,11 +29,10 @@ def need(*names):
 
 
 def run(name: str, out: Path, *extra: str) -> dict:
-    from train.run import run_classification, run_translation
+    from train.run import run as train_run
 
     config = load_config(CONFIGS / f"{name}.yaml", [*SHRINK, *extra])
-    runner = run_translation if config.task == "translation" else run_classification
-    runner(config, out)
+    train_run(config, out)
     return json.loads((out / "metrics.json").read_text())
 
 

@@ -53,9 +53,10 @@ def test_mixed_bfloat16_xla_run_reloads_and_decodes_the_same(bf16_run):
         assert (out / name).is_file()
     assert (out / "logs").is_dir()  # TensorBoard event files
 
+    import keras_transformer.models.transformer  # noqa: F401  (registers it for load_model)
     from keras_transformer.translator import translate
     from train.data import load_corpus
-    from train.run import load_run_tokenizers
+    from train.tokenizers import load_run_tokenizers
 
     model = keras.models.load_model(out / "model.keras", compile=False)
     assert model.dtype_policy.name == "mixed_bfloat16"
@@ -116,9 +117,34 @@ def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path)
 
 
 def test_mixed_float16_gets_a_loss_scale_optimizer():
-    from train.run import make_optimizer
+    from train.engine import make_optimizer
 
     config = load_config(DEMO, ["training.precision=mixed_float16"])
     assert isinstance(make_optimizer(config, 32), keras.optimizers.LossScaleOptimizer)
     config = load_config(DEMO, ["training.precision=mixed_bfloat16"])
     assert not isinstance(make_optimizer(config, 32), keras.optimizers.LossScaleOptimizer)
+
+
+@pytest.mark.slow
+def test_evaluate_reads_lines_as_every_reader_does(bf16_run, tmp_path):
+    from keras_transformer.text.lines import read_lines
+
+    out, _ = bf16_run
+    src, ref = tmp_path / "bom.txt", tmp_path / "bom_ref.txt"
+    # A BOM, a CRLF ending and a lone CR inside the second line: two lines.
+    src.write_bytes("\ufeffshe bought a dog\r\nseventy-five\rtwo\n".encode())
+    hyp = tmp_path / "bom.hyp"
+    result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src), "--beam", "1",
+                    "--hyp", str(hyp))
+    assert result.returncode == 0, result.stderr[-3000:]
+    hypotheses = read_lines(hyp)
+    assert len(hypotheses) == len(read_lines(src)) == 2
+    # The translations as references, behind a BOM: identical text scores chrF 100.
+    ref.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(hypotheses).encode() + b"\r\n")
+    result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src), "--ref",
+                    str(ref), "--beam", "1", "--hyp", str(hyp))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "chrF 100.00" in result.stdout
+    src.write_bytes(b"fine\nbad \xff byte\n")
+    result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src))
+    assert result.returncode == 1 and f"{src} line 2 is not valid UTF-8" in result.stderr

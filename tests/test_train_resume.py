@@ -108,11 +108,11 @@ def test_kill_9_mid_run_then_rerun_resumes_and_matches_an_uninterrupted_run(
 
 KILL_WHEN_SCORING = """
 import os, signal, sys
-import train.run
+import train.tasks.translation
 from train.cli import main
 def killed(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
-train.run.score_translations = killed
+train.tasks.translation.score_translations = killed
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -143,7 +143,7 @@ def test_kill_9_after_training_reruns_only_the_scoring(uninterrupted, tmp_path):
 
 
 def test_resume_plan_finishes_the_interrupted_epoch_then_runs_whole_epochs():
-    from train.run import segments
+    from train.engine import segments
 
     assert segments(None, 3, 0) == [(0, 3, None, 0, 0)]
     # steps_per_epoch mode: skip every batch trained on, shorten the interrupted epoch.

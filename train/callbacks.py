@@ -38,7 +38,7 @@ class ResumableBackup(keras.callbacks.Callback):
     step and the position in the epoch, and the run skips the batches already trained on.
     Each backup is a new weights file, made current by an atomic rename of `state.json`
     only once written, so a kill during a save leaves the previous backup usable. The last
-    one is marked finished and lasts until the run's files are written (`train.run.finish`).
+    one is marked finished and lasts until the run's files are written (`train.engine.finish`).
     """
 
     def __init__(self, directory: Path, save_every: int, fingerprint: str,

@@ -32,14 +32,14 @@ def main(argv=None) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if config.task not in ("translation", "classification"):
-        print(f"error: task {config.task!r} is not supported (use translation or "
-              f"classification)", file=sys.stderr)
-        return 2
     from train.callbacks import CheckpointError
-    from train.run import TrainingDiverged, run_classification, run_translation
+    from train.engine import TrainingDiverged
+    from train.run import TASKS, run
 
-    run = run_translation if config.task == "translation" else run_classification
+    if config.task not in TASKS:
+        print(f"error: task {config.task!r} is not supported (use {' or '.join(TASKS)})",
+              file=sys.stderr)
+        return 2
     try:
         run(config, Path(args.out))
     except (FileNotFoundError, ValueError, CheckpointError, TrainingDiverged) as err:

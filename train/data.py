@@ -1,4 +1,5 @@
-"""Where a run's sentence pairs come from: the embedded demo corpus or files on disk."""
+"""Where a run's text comes from: sentence pairs from the embedded demo corpus or files on
+disk, labeled sentences from TSV files."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keras_transformer.text.demo_corpus import demo_splits
+from keras_transformer.text.lines import read_lines
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
 from train.config import ConfigError, DataConfig
 
@@ -121,21 +123,19 @@ class LabeledSplit:
 def load_labeled_tsv(path: Path) -> LabeledSplit:
     """`text<TAB>label` lines (GLUE style; a header row is skipped); empty texts are dropped."""
     texts, labels = [], []
-    with path.open(encoding="utf-8-sig") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
+    for lineno, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        text, sep, label = line.rpartition("\t")
+        if not sep:
+            raise ValueError(f"{path}:{lineno}: expected text<TAB>label, got {line[:80]!r}")
+        if not label.strip().lstrip("-").isdigit():
+            if lineno == 1:  # the header
                 continue
-            text, sep, label = line.rpartition("\t")
-            if not sep:
-                raise ValueError(f"{path}:{lineno}: expected text<TAB>label, got {line[:80]!r}")
-            if not label.strip().lstrip("-").isdigit():
-                if lineno == 1:  # the header
-                    continue
-                raise ValueError(f"{path}:{lineno}: label {label!r} is not an integer")
-            if text.strip():
-                texts.append(text.strip())
-                labels.append(int(label))
+            raise ValueError(f"{path}:{lineno}: label {label!r} is not an integer")
+        if text.strip():
+            texts.append(text.strip())
+            labels.append(int(label))
     if not texts:
         raise ValueError(f"{path} holds no labeled sentences")
     return LabeledSplit(texts, labels)

@@ -1,39 +1,18 @@
-"""Decode a set of sources and score them with sacreBLEU (BLEU and chrF, with signatures)."""
+"""python -m train.evaluate: translate a file with a trained run, score it with sacreBLEU
+(BLEU and chrF, with signatures), and draw cross-attention heatmaps."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import sacrebleu
 import tensorflow as tf
 from tqdm import tqdm
 
+from keras_transformer.text.lines import read_lines
 from keras_transformer.translator import translate
-
-
-def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
-    """Corpus BLEU and chrF of detokenized text, with sacreBLEU's reproducibility signatures."""
-    bleu = sacrebleu.metrics.BLEU()
-    chrf = sacrebleu.metrics.CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    return {
-        "bleu": round(bleu_score.score, 2),
-        "chrf": round(chrf_score.score, 2),
-        "sacrebleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-    }
-
-
-def score_translations(model, source_tok, target_tok, sources, references, *, beam_size,
-                       alpha, batch_size, hypotheses_path: Path | None = None) -> dict:
-    with tqdm(total=len(sources), desc="decoding", unit="sent", leave=False) as bar:
-        hypotheses = translate(model, source_tok, target_tok, sources, beam_size=beam_size,
-                               alpha=alpha, batch_size=batch_size, progress=bar)
-    if hypotheses_path is not None:
-        hypotheses_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    return bleu_chrf(hypotheses, references)
+from train.scoring import bleu_chrf, fitting_mask
+from train.tokenizers import load_run_tokenizers
 
 
 def cross_attention(model, source_ids: np.ndarray, output_ids: list[int]) -> np.ndarray:
@@ -110,12 +89,6 @@ def write_attention_plots(model, source_tok, target_tok, sentences: list[str], o
     return paths
 
 
-def read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path}")
-    return [line.rstrip("\r\n") for line in path.open(encoding="utf-8")]
-
-
 def main(argv=None) -> int:
     import argparse
     import json
@@ -151,7 +124,7 @@ def main(argv=None) -> int:
     import keras
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
-    from train.run import fitting_mask, load_run_tokenizers
+    import keras_transformer.models.transformer  # noqa: F401  (registers it for load_model)
 
     run = Path(args.run)
     try:

@@ -15,7 +15,7 @@ from itertools import pairwise
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import shared_special_ids
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -97,6 +97,13 @@ def count_too_long(
     )
 
 
+def _special_ids(tokenizers, pad_id, bos_id, eos_id) -> tuple[int, int, int]:
+    """(pad, bos, eos): each given id, else the one the tokenizers share."""
+    ids = shared_special_ids(*tokenizers)
+    return tuple(int(ids[name] if given is None else given) for name, given in
+                 (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)))
+
+
 def _tokenized_pairs(sources, targets, source_tokenizer, target_tokenizer, shuffle, seed, repeat):
     ds = tf.data.Dataset.from_tensor_slices(
         (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))
@@ -134,12 +141,18 @@ def make_translation_dataset(
     repeat: bool = False,
     drop_long: bool = True,
     drop_remainder: bool = False,
+    pad_id: int | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
 ) -> tf.data.Dataset:
     """Bucketed, token-budgeted batches ``((source, target_in), target_out)``, all int32.
 
-    source: (B, L) ids + [EOS], zero-padded.
-    target_in: (B, L) [BOS] + ids, zero-padded.
-    target_out: (B, L) ids + [EOS], zero-padded (target_in shifted left by one).
+    source: (B, L) ids + [EOS], padded with PAD.
+    target_in: (B, L) [BOS] + ids, padded with PAD.
+    target_out: (B, L) ids + [EOS], padded with PAD (target_in shifted left by one).
+
+    PAD, BOS and EOS are ``pad_id``, ``bos_id``, ``eos_id`` where given, else the
+    tokenizers' own (``shared_special_ids``: source and target must agree).
 
     All three share L, one of ``boundary - 1`` for ``boundary`` in
     ``bucket_boundaries`` (default ``bucket_boundaries_for(max(max_source_length,
@@ -165,6 +178,8 @@ def make_translation_dataset(
         bucket_boundaries = bucket_boundaries_for(longest)
     boundaries = _check_boundaries(bucket_boundaries, longest)
     batch_sizes = bucket_batch_sizes_for(boundaries, tokens_per_batch)
+    pad_id, bos_id, eos_id = _special_ids((source_tokenizer, target_tokenizer), pad_id, bos_id,
+                                          eos_id)
 
     ds = _tokenized_pairs(
         sources, targets, source_tokenizer, target_tokenizer, shuffle, seed, repeat
@@ -183,8 +198,8 @@ def make_translation_dataset(
             deterministic=True,
         )
 
-    eos = tf.constant([EOS_ID], tf.int32)
-    bos = tf.constant([BOS_ID], tf.int32)
+    eos = tf.constant([eos_id], tf.int32)
+    bos = tf.constant([bos_id], tf.int32)
 
     def to_example(s, t):
         source = tf.concat([s, eos], axis=0)
@@ -200,7 +215,7 @@ def make_translation_dataset(
         ),
         bucket_boundaries=boundaries,
         bucket_batch_sizes=batch_sizes,
-        padding_values=((PAD_ID, PAD_ID), PAD_ID),
+        padding_values=((pad_id, pad_id), pad_id),
         pad_to_bucket_boundary=True,
         drop_remainder=drop_remainder,
     )
@@ -217,11 +232,14 @@ def make_classification_dataset(
     shuffle: bool = True,
     seed: int = 0,
     drop_remainder: bool = False,
+    pad_id: int | None = None,
+    eos_id: int | None = None,
 ) -> tf.data.Dataset:
     """Batches ``(token_ids, labels)``: token_ids (B, max_length) int32, labels (B,) int32.
 
     token_ids are ids + [EOS] (the same format as a translation source), truncated
-    to ``max_length`` with EOS kept last, then zero-padded to exactly ``max_length``.
+    to ``max_length`` with EOS kept last, then padded with PAD to exactly ``max_length``;
+    PAD and EOS are ``pad_id`` and ``eos_id`` where given, else the tokenizer's own.
     """
     labels_arr = np.asarray(labels)
     if len(texts) != len(labels_arr):
@@ -243,7 +261,8 @@ def make_classification_dataset(
     )
     if shuffle:
         ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
-    eos = tf.constant([EOS_ID], tf.int32)
+    pad_id, _, eos_id = _special_ids((tokenizer,), pad_id, None, eos_id)
+    eos = tf.constant([eos_id], tf.int32)
 
     def to_example(text, label):
         ids = tokenizer.tokenize(text)
@@ -253,7 +272,7 @@ def make_classification_dataset(
     ds = ds.padded_batch(
         batch_size,
         padded_shapes=([max_length], []),
-        padding_values=(PAD_ID, 0),
+        padding_values=(pad_id, 0),
         drop_remainder=drop_remainder,
     )
     return ds.prefetch(AUTOTUNE)

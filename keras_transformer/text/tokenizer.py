@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import sentencepiece as spm
 
+from keras_transformer.text.lines import read_lines
+
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
 logger = logging.getLogger(__name__)
 
+# The special ids train_sentencepiece gives a model unless told otherwise; a trained model
+# carries its own, which SentencePieceTokenizer reads back (pad_id, bos_id, eos_id, unk_id).
 PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
@@ -38,17 +42,28 @@ def train_sentencepiece(
     model_type: str = "unigram",
     character_coverage: float = 1.0,
     seed: int = 0,
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> Path:
     """Train a SentencePiece model on in-memory ``texts``; return the ``<prefix>.model`` path.
 
-    Also writes ``<prefix>.vocab``. Special ids are PAD=0, UNK=1, BOS=2, EOS=3.
-    ``vocab_size`` is an upper bound: a corpus too small to support it yields a
-    smaller vocabulary (read it back from ``SentencePieceTokenizer.vocab_size``).
+    Also writes ``<prefix>.vocab``. The model holds its special ids: ``pad_id``, ``bos_id``
+    and ``eos_id`` as given (by default PAD=0, BOS=2, EOS=3), and UNK at the smallest id
+    below 4 none of them takes (by default 1). ``vocab_size`` is an upper bound: a corpus
+    too small to support it yields a smaller vocabulary (read it back from
+    ``SentencePieceTokenizer.vocab_size``).
     """
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"model_type must be one of {_MODEL_TYPES}, got {model_type!r}")
     if vocab_size <= 4:
         raise ValueError(f"vocab_size must exceed the 4 special pieces, got {vocab_size}")
+    specials = {"pad_id": pad_id, "bos_id": bos_id, "eos_id": eos_id}
+    if len(set(specials.values())) != 3 or not all(
+            isinstance(v, int) and 0 <= v < vocab_size for v in specials.values()):
+        raise ValueError(f"pad_id, bos_id and eos_id must be different ids below vocab_size="
+                         f"{vocab_size}, got {specials}")
+    unk_id = min(set(range(4)) - set(specials.values()))
     # Blank lines carry no statistics and an all-blank corpus must fail here,
     # not deep inside the C++ trainer with an empty message.
     sentences = [t.strip() for t in texts if t is not None and t.strip()]
@@ -67,10 +82,10 @@ def train_sentencepiece(
             vocab_size=vocab_size,
             model_type=model_type,
             character_coverage=character_coverage,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
+            pad_id=pad_id,
+            unk_id=unk_id,
+            bos_id=bos_id,
+            eos_id=eos_id,
             pad_piece="<pad>",
             unk_piece="<unk>",
             bos_piece="<s>",
@@ -123,12 +138,14 @@ class SentencePieceTokenizer:
         # Canonical bytes (re-serialized) so equal models compare equal.
         self._model_bytes = self._sp.serialized_model_proto()
         specials = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
-        if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            # Padding with zeros and the decoder's start/stop ids assume these.
+        if min(specials) < 0:
+            # Batches are padded with pad_id and the decoder starts at bos_id, stops at eos_id.
             raise ValueError(
                 f"SentencePiece model {source} has special ids (pad, unk, bos, eos) = "
-                f"{specials}; this project requires {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+                f"{specials}; this project needs all four (-1 is none): train it with "
+                f"train_sentencepiece"
             )
+        self._pad_id, self._unk_id, self._bos_id, self._eos_id = specials
         self._tf_tokenizer = None
 
     # ------------------------------------------------------------------ properties
@@ -138,19 +155,24 @@ class SentencePieceTokenizer:
 
     @property
     def pad_id(self) -> int:
-        return PAD_ID
+        return self._pad_id
 
     @property
     def unk_id(self) -> int:
-        return UNK_ID
+        return self._unk_id
 
     @property
     def bos_id(self) -> int:
-        return BOS_ID
+        return self._bos_id
 
     @property
     def eos_id(self) -> int:
-        return EOS_ID
+        return self._eos_id
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        """{"pad_id", "bos_id", "eos_id"}: the ids a TransformerConfig must hold to match."""
+        return {"pad_id": self._pad_id, "bos_id": self._bos_id, "eos_id": self._eos_id}
 
     @property
     def model_path(self) -> Path | None:
@@ -182,7 +204,18 @@ class SentencePieceTokenizer:
             rows: Iterable[Sequence[int]] = arr.tolist()
         else:
             rows = ids
-        return self._sp.decode([_clean_row(row) for row in rows])
+        return self._sp.decode([self._clean_row(row) for row in rows])
+
+    def _clean_row(self, row: Iterable[int]) -> list[int]:
+        out = []
+        for token in row:
+            token = int(token)
+            if token == self._eos_id:
+                break
+            if token in (self._pad_id, self._bos_id):
+                continue
+            out.append(token)
+        return out
 
     # ------------------------------------------------------------------ in-graph side
     def _tf(self):
@@ -211,14 +244,15 @@ class SentencePieceTokenizer:
         import tensorflow as tf
 
         if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=PAD_ID)
+            ids = ids.to_tensor(default_value=self._pad_id)
         ids = tf.convert_to_tensor(ids)
         ids = tf.cast(ids, tf.int32)
         squeeze = ids.shape.rank == 1
         if squeeze:
             ids = ids[tf.newaxis, :]
-        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
-        keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
+        before_eos = tf.equal(
+            tf.cumsum(tf.cast(tf.equal(ids, self._eos_id), tf.int32), axis=1), 0)
+        keep = before_eos & tf.not_equal(ids, self._pad_id) & tf.not_equal(ids, self._bos_id)
         text = self._tf().detokenize(tf.ragged.boolean_mask(ids, keep))
         return text[0] if squeeze else text
 
@@ -242,16 +276,16 @@ class SentencePieceTokenizer:
         return cls(Path(path))
 
 
-def _clean_row(row: Iterable[int]) -> list[int]:
-    out = []
-    for token in row:
-        token = int(token)
-        if token == EOS_ID:
-            break
-        if token in (PAD_ID, BOS_ID):
-            continue
-        out.append(token)
-    return out
+def shared_special_ids(*tokenizers) -> dict[str, int]:
+    """The ``special_ids`` of tokenizers that must agree on them (source and target of one
+    model); ValueError naming both sets when they differ."""
+    ids = [dict(t.special_ids) for t in tokenizers]
+    for other in ids[1:]:
+        if other != ids[0]:
+            raise ValueError(
+                f"the tokenizers have different special ids ({ids[0]} and {other}); one model "
+                f"needs one set: train both with the same pad_id, bos_id and eos_id")
+    return ids[0]
 
 
 # ---------------------------------------------------------------------- text loaders
@@ -263,24 +297,10 @@ class ParallelText(NamedTuple):
     dropped: int
 
 
-def _read_lines(path: str | Path) -> list[str]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Text file not found: {path}")
-    try:
-        # utf-8-sig: a leading BOM would otherwise become part of the first sentence.
-        # Iterating (not str.splitlines) splits only on \n, \r\n, \r, so U+2028 and
-        # friends inside a sentence don't shift the alignment.
-        with path.open("r", encoding="utf-8-sig") as f:
-            return [line.rstrip("\r\n") for line in f]
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not valid UTF-8: {err}") from err
-
-
 def load_parallel_text(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
     """Read two line-aligned UTF-8 files; drop (and count) pairs with an empty side."""
-    src_lines = _read_lines(src_path)
-    tgt_lines = _read_lines(tgt_path)
+    src_lines = read_lines(src_path)
+    tgt_lines = read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
         raise ValueError(
             f"Parallel files differ in line count: {src_path} has {len(src_lines)} lines, "
@@ -292,7 +312,7 @@ def load_parallel_text(src_path: str | Path, tgt_path: str | Path) -> ParallelTe
 def load_tsv_pairs(path: str | Path, src_col: int = 0, tgt_col: int = 1) -> ParallelText:
     """Read ``src<TAB>tgt[<TAB>...]`` lines; blank lines and pairs with an empty side are dropped."""
     pairs = []
-    for lineno, line in enumerate(_read_lines(path), start=1):
+    for lineno, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             pairs.append(("", ""))
             continue

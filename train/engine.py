@@ -1,0 +1,323 @@
+"""The training engine: strategy, XLA and precision set-up, the optimizer and compile,
+model.fit with backups and resume, and the run directory's model files and metrics.json.
+
+A task (train.tasks) says what to read, which model to build and how to score it;
+`train` drives it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
+from keras_transformer.schedules import TransformerSchedule
+from train.callbacks import (
+    DevBleu,
+    EpochCheckpoints,
+    NaNGuard,
+    ResumableBackup,
+    TimeBudget,
+    load_weights_npz,
+)
+from train.config import RunConfig, save_config
+from train.distribute import (
+    check_jit_devices,
+    check_precision,
+    distribute,
+    is_chief,
+    make_strategy,
+    resolve_jit,
+    strategy_name,
+    worker_task,
+)
+from train.tasks.base import Task
+
+log = logging.getLogger("train")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; TerminateOnNaN stopped the run."""
+
+
+def replayable(build, repeat: bool) -> tf.data.Dataset:
+    """A repeated stream that every new iterator replays from its first batch.
+
+    A seeded shuffle with reshuffle_each_iteration continues its sequence of orders on each
+    new iterator of one dataset object, and Keras makes more than one on a single device
+    (not on several), so the batches would depend on the strategy and on how often the
+    dataset was iterated before. Built inside flat_map, each iterator starts afresh. A
+    one-pass-per-epoch dataset is left alone: there, a new iterator is a new epoch and
+    should get a new order.
+    """
+    if not repeat:
+        return build()
+    return tf.data.Dataset.range(1).flat_map(lambda _: build())
+
+
+@keras.saving.register_keras_serializable(package="train")
+class ReplicaTokenMeanLoss(MaskedLabelSmoothedCrossEntropy):
+    """The label-smoothed loss of each replica's tokens divided by the tokens of the global batch.
+
+    Keras sums the replicas' gradients, and divides a loss by the replica count only when it
+    reduces a per-example loss itself; this loss is already a scalar. Summing sum_r / tokens
+    over replicas gives exactly the single-device mean over the global batch, however the
+    tokens fall between the replicas.
+    """
+
+    def call(self, y_true, y_pred):
+        loss, mask = label_smoothed_nll(y_true, y_pred, self.label_smoothing, self.pad_id)
+        tokens = tf.reduce_sum(mask)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
+        return tf.reduce_sum(loss) / tf.maximum(tokens, 1.0)
+
+
+def make_optimizer(config: RunConfig, d_model: int):
+    t = config.training
+    schedule = TransformerSchedule(d_model, t.warmup_steps, t.lr_scale)
+    optimizer = keras.optimizers.Adam(schedule, beta_1=t.beta_1, beta_2=t.beta_2,
+                                      epsilon=t.epsilon)
+    if t.precision == "mixed_float16":
+        # float16 gradients underflow without it; bfloat16 has float32's range and needs none.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def compile_model(model, config: RunConfig, loss, metrics, jit_compile: bool | None = None):
+    """Call inside the strategy scope: the optimizer's variables must be mirrored too."""
+    jit = resolve_jit(config.training.jit_compile) if jit_compile is None else jit_compile
+    model.compile(optimizer=make_optimizer(config, model.config.d_model), loss=loss,
+                  metrics=metrics, jit_compile=jit)
+
+
+def fingerprint(config: RunConfig) -> str:
+    """What a backup must agree on to be resumed: data, tokenizer, model and step plan."""
+    d = config.to_dict()
+    keyed = {k: d[k] for k in ("task", "data", "tokenizer", "model")}
+    keyed["steps_per_epoch"] = d["training"]["steps_per_epoch"]
+    keyed["seed"] = d["training"]["seed"]
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class BatchTap:
+    """Records the distinct (batch, length) shapes the train step gets (one XLA compile each)
+    and counts the target tokens it trains on, for tokens/second."""
+
+    def __init__(self):
+        self.shapes: set[tuple[int, ...]] = set()
+        self.target_tokens = 0
+
+    def _add(self, shape, tokens):
+        self.shapes.add(tuple(int(v) for v in shape.numpy()))
+        self.target_tokens += int(tokens.numpy())
+        return 0
+
+    def __call__(self, inputs, labels):
+        tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
+        done = tf.py_function(self._add, [tf.shape(labels), tokens], tf.int32)
+        with tf.control_dependencies([done]):
+            labels = tf.identity(labels)
+        return inputs, labels
+
+
+def segments(state: dict | None, epochs: int, steps_per_epoch: int):
+    """[(initial_epoch, epochs, steps_per_epoch or None, batches to skip, offset in epoch)].
+
+    A resumed run first finishes the interrupted epoch, then runs whole epochs. Skipping
+    is exact in steps_per_epoch mode (the stream repeats deterministically); in one-pass mode
+    it skips the right number of batches of a fresh pass.
+    """
+    spe = steps_per_epoch or None
+    if state is None:
+        return [(0, epochs, spe, 0, 0)]
+    epoch, batch = int(state["epoch"]), int(state["batch"])
+    plan = []
+    if batch and epoch < epochs:
+        skip = epoch * steps_per_epoch + batch if spe else batch
+        plan.append((epoch, epoch + 1, (spe - batch) if spe else None, skip, batch))
+        epoch += 1
+    if epoch < epochs:
+        plan.append((epoch, epochs, spe, epoch * steps_per_epoch if spe else 0, 0))
+    return plan
+
+
+def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, dev_bleu=None,
+        chief: bool = True) -> dict:
+    """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need."""
+    t = config.training
+    budget = TimeBudget(t.max_minutes)
+    backup = ResumableBackup(
+        out / "backup", t.save_every_steps, fingerprint(config),
+        extra_state=lambda: {**budget.state(), **(dev_bleu.state() if dev_bleu else {})})
+    with strategy.scope():
+        # Under a strategy, Keras builds the compiled loss and metrics from a batch it pulls
+        # and averages across replicas: the ids become float32, and replicas holding different
+        # row counts (odd batches) cannot be averaged across workers at all. Build from one
+        # plain batch here, and turn that step off.
+        model._symbolic_build(data_batch=next(iter(make_dev())))
+        model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+        state = backup.restore(model)
+    resumed = int(state["step"]) if state else 0
+    if state:
+        log.info("resumed from %s at step %d", backup.directory / state["weights"], resumed)
+        if dev_bleu:
+            dev_bleu.load_state(state)
+        budget.load_state(state)
+        if state.get("finished"):
+            # Killed after training, while saving or scoring: only that part is redone.
+            log.info("training had finished at step %d; saving and scoring again", resumed)
+            return {**state["finished"], "resumed_from_step": resumed}
+    nan_guard = NaNGuard()
+    callbacks = [nan_guard, budget]
+    if dev_bleu:
+        callbacks.append(dev_bleu)  # before TensorBoard, so that val_bleu is logged
+    if chief:
+        callbacks.append(EpochCheckpoints(out / "checkpoints", t.keep_checkpoints))
+        if t.tensorboard:
+            callbacks.append(keras.callbacks.TensorBoard(str(out / "logs"), write_graph=False))
+    callbacks.append(backup)
+
+    tap = BatchTap() if strategy.num_replicas_in_sync == 1 else None
+    history: dict[str, list] = {}
+    epochs_done = int(state["epoch"]) if state else 0
+    start = time.perf_counter()
+    for initial, epochs, steps, skip, offset in segments(state, t.epochs, t.steps_per_epoch):
+        def make_segment(skip=skip):
+            data = make_train()
+            data = data.skip(skip) if skip else data
+            return data.map(tap) if tap is not None else data
+
+        backup.batch_offset = offset
+        result = model.fit(distribute(strategy, make_segment),
+                           validation_data=distribute(strategy, make_dev),
+                           initial_epoch=initial, epochs=epochs, steps_per_epoch=steps,
+                           callbacks=callbacks, verbose=t.verbose,
+                           shuffle=False)  # the dataset shuffles itself, before bucketing
+        for key, values in result.history.items():
+            history.setdefault(key, []).extend(values)
+        epochs_done = initial + len(result.history.get("loss", []))
+        if nan_guard.fired or model.stop_training or budget.fired:
+            break
+    seconds = time.perf_counter() - start
+    step = int(model.optimizer.iterations.numpy())
+    if nan_guard.fired:
+        raise TrainingDiverged(
+            f"the training loss became NaN or infinite near step {step}; lower "
+            f"training.lr_scale or raise training.warmup_steps (the last backup is kept in "
+            f"{backup.directory})")
+    if tap is not None:
+        log.info("train steps saw %d distinct batch shapes (%s); with jit_compile each is "
+                 "one XLA compilation", len(tap.shapes), sorted(tap.shapes))
+    result = {"history": {k: [float(v) for v in values] for k, values in history.items()},
+              "steps": step, "epochs": epochs_done, "train_seconds": seconds,
+              "stopped_by_time_budget": budget.fired,
+              "target_tokens": tap.target_tokens if tap else None,
+              "distinct_batch_shapes": len(tap.shapes) if tap else None}
+    # The backup outlives training until the run's files are written (`finish`): a kill
+    # while saving or scoring resumes here instead of training again from step 0.
+    backup.save_finished(epochs_done, result)
+    return {**result, "resumed_from_step": resumed}
+
+
+def finish(out: Path) -> None:
+    """The run's files are written: its backup is no longer needed."""
+    shutil.rmtree(out / "backup", ignore_errors=True)
+
+
+def setup(config: RunConfig, out: Path):
+    """Strategy first (MultiWorkerMirroredStrategy must exist before other TF ops), then seeds
+    and policy; the seed comes before any tokenizer is used, as the seed frees TF-Text state."""
+    t = config.training
+    check_precision(t.precision)
+    strategy = make_strategy(t.strategy)
+    jit = resolve_jit(t.jit_compile)
+    check_jit_devices(strategy, jit)
+    chief = is_chief(strategy)
+    if not chief:
+        # Every worker runs the same command; only the chief writes the run directory.
+        out = out / f".worker{worker_task()[1]}"
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(config, out / "config.yaml")
+    keras.utils.set_random_seed(t.seed)
+    keras.mixed_precision.set_global_policy(t.precision)
+    log.info("strategy %s with %d replica(s); jit_compile %s; precision %s",
+             strategy_name(strategy), strategy.num_replicas_in_sync, jit, t.precision)
+    return strategy, chief, out, jit
+
+
+def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) -> dict:
+    history = result["history"]
+    metrics = {
+        "train_seconds": round(result["train_seconds"], 1),
+        "epochs": result["epochs"],
+        "steps": result["steps"],
+        "resumed_from_step": result["resumed_from_step"],
+        "parameters": int(model.count_params()),
+        "strategy": strategy_name(strategy),
+        "replicas": strategy.num_replicas_in_sync,
+        "jit_compile": jit,
+        "precision": config.training.precision,
+        "epoch_losses": [float(v) for v in history.get("loss", [])],
+    }
+    if history.get("loss"):
+        metrics["final_loss"] = float(history["loss"][-1])
+    if history.get("val_loss"):
+        metrics["dev_loss"] = float(history["val_loss"][-1])
+    if result["distinct_batch_shapes"] is not None:
+        metrics["distinct_batch_shapes"] = result["distinct_batch_shapes"]
+    if result["target_tokens"]:
+        # Wall clock of model.fit, so per-epoch validation and dev BLEU are included.
+        metrics["train_target_tokens"] = result["target_tokens"]
+        metrics["target_tokens_per_second"] = round(
+            result["target_tokens"] / max(result["train_seconds"], 1e-9), 1)
+    if config.training.max_minutes:
+        metrics["max_minutes"] = config.training.max_minutes
+        metrics["stopped_by_time_budget"] = result["stopped_by_time_budget"]
+    return metrics
+
+
+def train(task: Task, config: RunConfig, out: Path) -> dict:
+    """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
+    strategy, chief, out, jit = setup(config, out)
+    model_cfg = task.prepare(out)
+    (out / "model_config.json").write_text(json.dumps(model_cfg.to_dict(), indent=2))
+    make_train, make_dev = task.datasets()
+    with strategy.scope():
+        model = task.build_model(model_cfg)
+        loss, metrics = task.loss_and_metrics(model, strategy.num_replicas_in_sync)
+        compile_model(model, config, loss, metrics, jit)
+    log.info("model: %s parameters%s", f"{model.count_params():,}", task.describe(model))
+
+    dev_score = task.dev_score()
+    dev_bleu = None
+    if dev_score is not None:
+        dev_bleu = DevBleu(dev_score.score, out / "best.npz" if chief else None,
+                           config.training.early_stopping_patience)
+    result = fit(model, strategy, config, out, make_train, make_dev, dev_bleu=dev_bleu,
+                 chief=chief)
+    metrics = base_metrics(config, strategy, jit, result, model)
+    metrics.update(task.data_metrics())
+    if not chief:
+        finish(out)
+        return metrics
+    model.save(out / "model.keras")
+    if dev_bleu is not None and (out / "best.npz").is_file():
+        metrics.update(best_dev_bleu=dev_bleu.best, best_epoch=dev_bleu.best_epoch,
+                       **dev_score.metrics)
+        last = model.get_weights()
+        model.set_weights(load_weights_npz(out / "best.npz"))
+        model.save(out / "best.keras")
+        model.set_weights(last)
+    task.evaluate(model, out, strategy, metrics)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    finish(out)
+    return metrics

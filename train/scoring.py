@@ -1,0 +1,47 @@
+"""Scoring translations: which sources fit the model, decoding them, sacreBLEU's BLEU and chrF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sacrebleu
+from tqdm import tqdm
+
+from keras_transformer.translator import translate
+
+
+def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
+    """Corpus BLEU and chrF of detokenized text, with sacreBLEU's reproducibility signatures."""
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(bleu_score.score, 2),
+        "chrf": round(chrf_score.score, 2),
+        "sacrebleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def score_translations(model, source_tok, target_tok, sources, references, *, beam_size,
+                       alpha, batch_size, hypotheses_path: Path | None = None) -> dict:
+    """Translate `sources`, optionally write the translations one per line, score them."""
+    with tqdm(total=len(sources), desc="decoding", unit="sent", leave=False) as bar:
+        hypotheses = translate(model, source_tok, target_tok, sources, beam_size=beam_size,
+                               alpha=alpha, batch_size=batch_size, progress=bar)
+    if hypotheses_path is not None:
+        hypotheses_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    return bleu_chrf(hypotheses, references)
+
+
+def fitting_mask(sources, source_tok, max_source_length: int) -> list[bool]:
+    """Whether each source, with its EOS, fits the model."""
+    return [len(ids) + 1 <= max_source_length for ids in source_tok.encode(list(sources))]
+
+
+def fitting_pairs(sources, references, source_tok, max_source_length: int):
+    """The pairs whose source (with EOS) fits the model, and how many do not."""
+    keep = fitting_mask(sources, source_tok, max_source_length)
+    return ([s for s, k in zip(sources, keep, strict=True) if k],
+            [r for r, k in zip(references, keep, strict=True) if k], keep.count(False))

@@ -1,0 +1,91 @@
+"""What the training engine asks of a task (translation, classification, ...), and the model
+config every task derives from the run config and its tokenizers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.text.tokenizer import shared_special_ids
+from train.config import RunConfig
+
+
+@dataclass
+class DevScore:
+    """A score of the dev set taken after every epoch (higher is better) that picks best.keras,
+    and what metrics.json records about it."""
+
+    score: Callable[[Any], float]
+    metrics: dict = field(default_factory=dict)
+
+
+class Task:
+    """One kind of training run. `train.engine.train` calls, in this order: prepare,
+    datasets, build_model, (compile with) loss_and_metrics, dev_score, then after model.fit
+    data_metrics on every worker and, on the chief only, evaluate."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+
+    def prepare(self, out: Path) -> TransformerConfig:
+        """Read the data, train the tokenizers into `out`; return the model's config."""
+        raise NotImplementedError
+
+    def datasets(self):
+        """(make_train, make_dev): factories of the training stream and the dev set.
+
+        Factories, because each input pipeline of a distributed run must build its own copy
+        (see train.distribute). With training.steps_per_epoch the training stream repeats
+        (train.engine.replayable), so that a resumed run can skip exactly the batches already
+        trained on; otherwise one pass is one epoch.
+        """
+        raise NotImplementedError
+
+    def build_model(self, model_config: TransformerConfig):
+        """The model, built (its variables made); called inside the strategy scope."""
+        raise NotImplementedError
+
+    def loss_and_metrics(self, model, replicas: int):
+        """(loss, [metrics]) for model.compile under a strategy of `replicas` replicas."""
+        raise NotImplementedError
+
+    def describe(self, model) -> str:
+        """What the log line after "model: N parameters" adds."""
+        return ""
+
+    def dev_score(self) -> DevScore | None:
+        """The per-epoch dev score that picks best.keras, or None for none."""
+        return None
+
+    def data_metrics(self) -> dict:
+        """metrics.json entries about the data (e.g. how many pairs were left out)."""
+        return {}
+
+    def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
+        """Score the trained model, print the results, add them to `metrics`."""
+        raise NotImplementedError
+
+
+def transformer_config(config: RunConfig, source_tok, target_tok, *, max_source_length: int,
+                       max_target_length: int) -> TransformerConfig:
+    """The preset with the tokenizers' vocabulary sizes and special ids, the given lengths and
+    model.overrides; an override of a special id that the tokenizers do not hold is an error."""
+    ids = shared_special_ids(source_tok, target_tok)
+    overrides = config.model.overrides
+    for name, value in ids.items():
+        if name in overrides and overrides[name] != value:
+            raise ValueError(
+                f"model.overrides.{name}={overrides[name]} but the tokenizer has {name}="
+                f"{value}; drop the override or train the tokenizer with {name}="
+                f"{overrides[name]}")
+    return TransformerConfig.preset(config.model.preset, **{
+        "source_vocab_size": source_tok.vocab_size,
+        "target_vocab_size": target_tok.vocab_size,
+        "max_source_length": max_source_length,
+        "max_target_length": max_target_length,
+        **overrides,
+        **ids,
+    })

@@ -1,0 +1,146 @@
+"""Translation: parallel sentence pairs, an encoder-decoder Transformer, BLEU and chrF."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.text.lines import read_lines
+from keras_transformer.text.pipeline import (
+    bucket_boundaries_for,
+    count_too_long,
+    make_translation_dataset,
+)
+from keras_transformer.translator import translate
+from train.data import load_corpus
+from train.engine import ReplicaTokenMeanLoss, replayable
+from train.scoring import bleu_chrf, fitting_pairs, score_translations
+from train.tasks.base import DevScore, Task, transformer_config
+from train.tokenizers import build_tokenizers
+
+log = logging.getLogger("train")
+
+
+class TranslationTask(Task):
+    """data.corpus demo, parallel or tsv (train.data); scored on dev and test with sacreBLEU."""
+
+    def prepare(self, out: Path):
+        config, d = self.config, self.config.data
+        self.corpus = corpus = load_corpus(d)
+        log.info("corpus: %d train, %d dev, %s test pairs (%d empty lines dropped)",
+                 len(corpus.train), len(corpus.dev), len(corpus.test) if corpus.test else 0,
+                 corpus.dropped_empty)
+        self.source_tok, self.target_tok = build_tokenizers(
+            config, corpus.train.sources, corpus.train.targets, out)
+        limits = dict(max_source_length=d.max_source_length,
+                      max_target_length=d.max_target_length)
+        self.too_long = count_too_long(corpus.train.sources, corpus.train.targets,
+                                       self.source_tok, self.target_tok, **limits)
+        log.info("%d of %d training pairs are longer than max_source_length=%d / "
+                 "max_target_length=%d tokens and are left out", self.too_long,
+                 len(corpus.train), d.max_source_length, d.max_target_length)
+        dev_too_long = count_too_long(corpus.dev.sources, corpus.dev.targets, self.source_tok,
+                                      self.target_tok, **limits)
+        for split, count, total in (("training", self.too_long, len(corpus.train)),
+                                    ("dev", dev_too_long, len(corpus.dev))):
+            if count == total:  # an empty stream: training would wait forever for a batch
+                raise ValueError(
+                    f"all {total} {split} pairs are longer than data.max_source_length="
+                    f"{d.max_source_length} / data.max_target_length={d.max_target_length} "
+                    f"tokens (EOS included); raise them")
+        # Batches pad source and target to one bucket length, so both tables cover the longer.
+        longest = max(d.max_source_length, d.max_target_length)
+        self.model_config = transformer_config(config, self.source_tok, self.target_tok,
+                                               max_source_length=longest,
+                                               max_target_length=longest)
+        return self.model_config
+
+    def datasets(self):
+        config, d, corpus = self.config, self.config.data, self.corpus
+        longest = max(d.max_source_length, d.max_target_length)
+        common = dict(max_source_length=d.max_source_length,
+                      max_target_length=d.max_target_length,
+                      tokens_per_batch=d.tokens_per_batch,
+                      bucket_boundaries=bucket_boundaries_for(longest, d.num_buckets))
+
+        def make_train():
+            repeat = config.training.steps_per_epoch > 0
+            return replayable(lambda: make_translation_dataset(
+                corpus.train.sources, corpus.train.targets, self.source_tok, self.target_tok,
+                shuffle=True, seed=config.training.seed, repeat=repeat, **common), repeat)
+
+        def make_dev():
+            return make_translation_dataset(corpus.dev.sources, corpus.dev.targets,
+                                            self.source_tok, self.target_tok, shuffle=False,
+                                            **common)
+
+        return make_train, make_dev
+
+    def build_model(self, model_config):
+        model = Transformer(model_config)
+        model.build()
+        return model
+
+    def loss_and_metrics(self, model, replicas: int):
+        # The plain loss on one device keeps saved models free of a train/ class.
+        kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
+        return (kind(self.config.training.label_smoothing, model.config.pad_id),
+                [MaskedAccuracy(model.config.pad_id)])
+
+    def dev_score(self):
+        e = self.config.eval
+        if not e.dev_bleu_sentences:
+            return None
+        dev = self.corpus.dev
+        sources, references, _ = fitting_pairs(dev.sources[: e.dev_bleu_sentences],
+                                               dev.targets[: e.dev_bleu_sentences],
+                                               self.source_tok,
+                                               self.model_config.max_source_length)
+
+        def score(model):
+            hypotheses = translate(model, self.source_tok, self.target_tok, sources,
+                                   beam_size=e.dev_bleu_beam, alpha=e.alpha,
+                                   batch_size=e.batch_size)
+            return bleu_chrf(hypotheses, references)["bleu"]
+
+        return DevScore(score, {"dev_bleu_sentences": min(e.dev_bleu_sentences, len(dev))})
+
+    def data_metrics(self):
+        return {"too_long_dropped": self.too_long, "empty_dropped": self.corpus.dropped_empty}
+
+    def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
+        e, corpus = self.config.eval, self.corpus
+        max_source_length = self.model_config.max_source_length
+        for name, split in (("dev", corpus.dev), ("test", corpus.test)):
+            if split is None:
+                continue
+            sources, references = split.sources, split.targets
+            if e.max_sentences:
+                sources, references = sources[: e.max_sentences], references[: e.max_sentences]
+            sources, references, skipped = fitting_pairs(sources, references, self.source_tok,
+                                                         max_source_length)
+            if skipped:
+                log.info("%s: %d sentences longer than max_source_length=%d tokens are not "
+                         "scored", name, skipped, max_source_length)
+                metrics[f"{name}_skipped_too_long"] = skipped
+            # The scored sentences, so that `train.evaluate` can score other weights on them
+            # (e.g. averaged checkpoints) after the run.
+            for suffix, lines in (("src", sources), ("ref", references)):
+                (out / f"{name}.{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            scores = score_translations(model, self.source_tok, self.target_tok, sources,
+                                        references, beam_size=e.beam_size, alpha=e.alpha,
+                                        batch_size=e.batch_size,
+                                        hypotheses_path=out / f"{name}.hyp")
+            prefix = "" if name == "test" or corpus.test is None else f"{name}_"
+            metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
+            print(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
+                  f"({len(sources)} sentences, beam {e.beam_size})")
+            print(f"  {scores['sacrebleu_signature']}")
+            if name == "test" or corpus.test is None:
+                hypotheses = read_lines(out / f"{name}.hyp")
+                for src, hyp, ref in list(zip(sources, hypotheses, references, strict=True))[
+                        : e.samples]:
+                    print(f"  EN  {src}\n  OUT {hyp}\n  REF {ref}")

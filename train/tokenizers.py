@@ -1,0 +1,44 @@
+"""A run's SentencePiece tokenizers: trained on its training text, saved in and loaded from its
+run directory, with the special ids the run's config asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
+from train.config import RunConfig
+
+SPECIAL_IDS = ("pad_id", "bos_id", "eos_id")
+
+
+def configured_special_ids(config: RunConfig) -> dict[str, int]:
+    """The special ids set in model.overrides; the tokenizer is trained with them (the rest
+    keep train_sentencepiece's defaults), and the model takes every id from the tokenizer."""
+    return {k: config.model.overrides[k] for k in SPECIAL_IDS if k in config.model.overrides}
+
+
+def train_tokenizer(config: RunConfig, texts, prefix: Path) -> SentencePieceTokenizer:
+    """SentencePiece on `texts` by config.tokenizer, written to <prefix>.model."""
+    tok = config.tokenizer
+    return SentencePieceTokenizer(train_sentencepiece(
+        texts, prefix, tok.vocab_size, model_type=tok.model_type,
+        **configured_special_ids(config)))
+
+
+def build_tokenizers(config: RunConfig, sources, targets, out: Path):
+    """(source, target) trained on the training side only: with tokenizer.joint one model,
+    spm.model, serves both languages; else spm_source.model and spm_target.model."""
+    if config.tokenizer.joint:
+        shared = train_tokenizer(config, list(sources) + list(targets), out / "spm")
+        return shared, shared
+    return (train_tokenizer(config, sources, out / "spm_source"),
+            train_tokenizer(config, targets, out / "spm_target"))
+
+
+def load_run_tokenizers(run: Path):
+    """The tokenizers a run directory holds: spm.model, or spm_source/spm_target.model."""
+    if (run / "spm.model").is_file():
+        shared = SentencePieceTokenizer(run / "spm.model")
+        return shared, shared
+    return (SentencePieceTokenizer(run / "spm_source.model"),
+            SentencePieceTokenizer(run / "spm_target.model"))
