@@ -1,0 +1,122 @@
+"""What every command-line tool shares: one-line errors with documented exit codes, bounded
+numeric options, and `--debug`.
+
+Standard library only, so the TensorFlow-free tools (export.translate over ONNX or TFLite) use
+it too. Exit codes: 0 success, 1 a runtime failure (the input was fine but the work failed),
+2 bad usage or bad input (the message says what to fix), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+DEBUG_ENV = "KT_DEBUG"
+USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
+
+# Errors that mean "the input or the command line is wrong": exit 2. An exception class may
+# also say what it means with an `exit_code` attribute (e.g. export.common.ExportError).
+INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+    PermissionError)
+
+
+class CommandError(Exception):
+    """A failure the command explains itself, in one line, with its exit code."""
+
+    def __init__(self, message: str, exit_code: int = USAGE):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def one_line(err: BaseException) -> str:
+    """The exception's message on one line (whitespace folded), or its type if it has none."""
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
+def exit_code_of(err: BaseException) -> int:
+    code = getattr(err, "exit_code", None)
+    if isinstance(code, int):
+        return code
+    return USAGE if isinstance(err, INPUT_ERRORS) else RUNTIME
+
+
+def debug_requested(argv) -> bool:
+    return "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def entry_point(main: Callable[[list[str]], int]) -> Callable[..., int]:
+    """Wrap `main(argv) -> exit code` so that no exception reaches the user as a traceback:
+    it becomes `error: <one line>` on stderr and the exit code above. The traceback is still
+    printed with `--debug` or KT_DEBUG=1."""
+
+    @functools.wraps(main)
+    def wrapped(argv=None) -> int:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return INTERRUPTED
+        except SystemExit:
+            raise
+        except BaseException as err:  # noqa: BLE001 - the point is that nothing escapes
+            if debug_requested(argv):
+                traceback.print_exc()
+            code = exit_code_of(err)
+            message = one_line(err)
+            if code == RUNTIME and not isinstance(err, CommandError):
+                message = (f"{message} ({type(err).__name__}; rerun with --debug for the "
+                           f"traceback)")
+            print(f"error: {message}", file=sys.stderr)
+            return code
+
+    return wrapped
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true",
+                        help=f"print the traceback of an error (or set {DEBUG_ENV}=1)")
+
+
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high] (no upper bound when high is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range: give an integer {bound}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(low: float, high: float, *, low_open: bool = False,
+             high_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in the interval [low, high], either end open."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        inside = ((value > low if low_open else value >= low)
+                  and (value < high if high_open else value <= high))
+        if not inside:  # NaN fails both comparisons
+            raise argparse.ArgumentTypeError(f"{text} is out of range: give a number in "
+                                             f"{interval}")
+        return value
+
+    parse.__name__ = "number"
+    return parse

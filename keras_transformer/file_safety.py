@@ -1,0 +1,106 @@
+"""The rules every command follows for the files it writes and the paths it reads.
+
+- Writes are atomic: a file is written under a temporary name beside it and renamed into
+  place; a directory is filled as a hidden sibling and swapped in. An interrupted or failed
+  command leaves the previous good output as it was.
+- A path read from a file the program wrote earlier (an export's manifest, a backup's state)
+  is resolved inside its directory: absolute paths, `..`, symlinks that leave the directory
+  and directories where a file is expected are refused.
+
+Standard library only (the TensorFlow-free tools use it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+
+class UnsafePath(ValueError):
+    """A path from a file would leave its directory, or is not the kind of entry expected."""
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory and a rename, so
+    that readers (and a kill) see the old content or the new one, never a mix."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _backup_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}.previous")
+
+
+def recover_directory(final: str | Path) -> None:
+    """Put back the previous copy of `final` if a swap was interrupted between its renames."""
+    final = Path(final)
+    backup = _backup_name(final)
+    if backup.is_dir() and not final.exists():
+        os.replace(backup, final)
+    elif backup.is_dir():
+        shutil.rmtree(backup)
+
+
+@contextlib.contextmanager
+def staged_directory(final: str | Path) -> Iterator[Path]:
+    """Yield an empty hidden directory beside `final` to fill. When the block ends normally it
+    takes `final`'s place (the previous `final`, if any, is removed only after that); when
+    the block raises, it is deleted and `final` is untouched."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    recover_directory(final)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".staging",
+                                    dir=final.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    backup = _backup_name(final)
+    if final.exists():
+        os.replace(final, backup)
+    os.replace(staging, final)
+    if backup.exists():
+        shutil.rmtree(backup)
+
+
+def resolve_inside(root: str | Path, relative: str, *, what: str = "file",
+                   source: str = "") -> Path:
+    """`root / relative` for a path read from a file (named by `source` in errors), refusing
+    anything that would leave `root`: absolute paths, drive letters, `..`, symlinks out.
+    `what="file"` also refuses a directory (a directory would be read whole)."""
+    root = Path(root)
+    where = f" in {source}" if source else ""
+    if not isinstance(relative, str) or not relative:
+        raise UnsafePath(f"empty or non-text path {relative!r}{where}")
+    posix, windows = PurePosixPath(relative), PureWindowsPath(relative)
+    if posix.is_absolute() or windows.is_absolute() or windows.drive:
+        raise UnsafePath(f"absolute path {relative!r}{where}: paths must be relative to "
+                         f"{root}")
+    if ".." in posix.parts or ".." in windows.parts:
+        raise UnsafePath(f"path {relative!r}{where} leaves {root} (it contains '..')")
+    path = root / posix
+    resolved, resolved_root = path.resolve(), root.resolve()
+    if not resolved.is_relative_to(resolved_root):
+        raise UnsafePath(f"path {relative!r}{where} leads outside {root} (through a symlink)")
+    if what == "file" and path.is_dir():
+        raise UnsafePath(f"{relative!r}{where} is a directory, not a file")
+    return path

@@ -1,0 +1,74 @@
+"""keras_transformer.file_safety: atomic writes, staged directories, confined paths."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from keras_transformer.file_safety import (
+    UnsafePath,
+    atomic_write_text,
+    recover_directory,
+    resolve_inside,
+    staged_directory,
+)
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("old")
+    atomic_write_text(path, "new")
+    assert path.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_staged_directory_swaps_on_success(tmp_path):
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with staged_directory(final) as staging:
+        assert staging.parent == tmp_path and staging.name.startswith(".out.")
+        (staging / "new.txt").write_text("new")
+        assert (final / "old.txt").read_text() == "old"  # untouched while staging
+    assert sorted(p.name for p in final.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_staged_directory_keeps_previous_output_on_failure(tmp_path):
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), staged_directory(final) as staging:
+        (staging / "half.txt").write_text("x")
+        raise RuntimeError("export failed")
+    assert sorted(p.name for p in final.iterdir()) == ["old.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_interrupted_swap_is_recovered(tmp_path):
+    # A kill between the two renames leaves only the hidden previous copy.
+    final, backup = tmp_path / "out", tmp_path / ".out.previous"
+    backup.mkdir()
+    (backup / "old.txt").write_text("old")
+    recover_directory(final)
+    assert (final / "old.txt").read_text() == "old" and not backup.exists()
+
+
+@pytest.mark.parametrize("relative", ["/etc/passwd", "../x", "a/../../x", "C:\\x", "..\\x", ""])
+def test_resolve_inside_refuses_paths_that_leave(tmp_path, relative):
+    with pytest.raises(UnsafePath):
+        resolve_inside(tmp_path, relative, source="manifest.json")
+
+
+def test_resolve_inside_refuses_symlinks_out_and_directories(tmp_path):
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "secret").write_text("s")
+    os.symlink(tmp_path / "secret", root / "link")
+    with pytest.raises(UnsafePath, match="symlink"):
+        resolve_inside(root, "link")
+    with pytest.raises(UnsafePath, match="directory"):
+        resolve_inside(root, "sub")
+    (root / "sub" / "f").write_text("ok")
+    assert resolve_inside(root, "sub/f") == root / "sub" / "f"
