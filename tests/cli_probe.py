@@ -1,0 +1,57 @@
+"""Running a command-line tool as a user would, for the fault and fuzz tests: in a fresh
+process, with its exit code, its output, and a digest of the files around it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(module: str, *args, cwd: Path | None = None, stdin: bytes | None = None,
+            env: dict | None = None, timeout: float = 600) -> Result:
+    """`python -m module args...` with the repository importable; never raises on failure."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
+                   **(env or {})}
+    environment.pop("KT_DEBUG", None)
+    done = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd or ROOT,
+                          input=stdin if stdin is not None else b"", capture_output=True,
+                          env=environment, timeout=timeout)
+    return Result(done.returncode, done.stdout.decode("utf-8", "replace"),
+                  done.stderr.decode("utf-8", "replace"))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """{relative path: sha256 (or 'dir' / 'link -> target')} of everything below root."""
+    out = {}
+    for path in sorted(Path(root).rglob("*")):
+        key = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            out[key] = f"link -> {os.readlink(path)}"
+        elif path.is_dir():
+            out[key] = "dir"
+        else:
+            out[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def assert_clean_failure(result: Result, code: int, *words: str) -> None:
+    """Exit `code`, no traceback, and an `error:` line naming each of `words`."""
+    assert result.code == code, (result.code, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors, result.stderr[-3000:]
+    for word in words:
+        assert word in errors[-1], (word, errors[-1])
