@@ -29,8 +29,10 @@ costs nothing:
     them). At each step the tokens that would complete an n-gram already generated in that
     row are banned; in beam search the row is a beam, with its own history.
 ``min_length=m``
-    EOS is banned while fewer than ``m`` tokens have been generated, so an output that ends in
-    EOS has at least ``m`` tokens before it (an output cut by ``max_length`` may have fewer).
+    EOS is banned while fewer than ``m`` tokens have been generated, so every output has at
+    least ``m`` tokens before its EOS, with two exceptions: an output cut by ``max_length``
+    (``max_length`` tokens, no EOS; fewer than ``m`` if ``max_length < m``) and a row left
+    with no allowed token (below).
 
 A banned token's log-probability becomes ``-inf`` *after* the log-softmax: the other tokens
 are not renormalised, so scores stay log-probabilities under the model (and a runtime's
@@ -346,7 +348,8 @@ def _check_constraints(no_repeat_ngram_size, min_length) -> tuple[int, int]:
 
 def _ngram_bans(history: np.ndarray, lengths: np.ndarray, n: int):
     """-> (rows, tokens) index arrays: for every row ``r``, the tokens that would complete an
-    ``n``-gram already present in ``history[r, :lengths[r]]`` (repeats included)."""
+    ``n``-gram already present in ``history[r, :lengths[r]]``; a token may be listed more than
+    once."""
     width = history.shape[1]
     if n == 1:
         rows, cols = np.nonzero(np.arange(width) < lengths[:, None])
