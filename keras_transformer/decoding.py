@@ -21,6 +21,25 @@ The searches never see the model. They drive a *stepper* through two callables:
 :class:`Stepper` names the pair as one object. :func:`search` picks greedy or beam search by
 the beam size; :func:`sample_search` continues prompts by sampling (or greedily).
 
+Every search takes two constraints on what it generates, both off by default (0), and then
+costs nothing:
+
+``no_repeat_ngram_size=n``
+    No n-gram occurs twice among a row's generated tokens (BOS and prompts are not part of
+    them). At each step the tokens that would complete an n-gram already generated in that
+    row are banned; in beam search the row is a beam, with its own history.
+``min_length=m``
+    EOS is banned while fewer than ``m`` tokens have been generated, so every output has at
+    least ``m`` tokens before its EOS, with two exceptions: an output cut by ``max_length``
+    (``max_length`` tokens, no EOS; fewer than ``m`` if ``max_length < m``) and a row left
+    with no allowed token (below).
+
+A banned token's log-probability becomes ``-inf`` *after* the log-softmax: the other tokens
+are not renormalised, so scores stay log-probabilities under the model (and a runtime's
+log-normalizer stays valid). A row left with no token of nonzero probability (every token
+banned, or only tokens the model gives probability zero left) produces EOS, scored with the
+model's log-probability of EOS, whatever the constraints.
+
 Beam search follows the "2K candidates" scheme of tensor2tensor / Hugging Face with Hugging
 Face's default stopping heuristic; with ``beam_size=1`` it returns exactly the greedy tokens.
 """
@@ -317,6 +336,67 @@ def _top_per_row(x: np.ndarray, n: int, chunk_maxima: np.ndarray | None = None) 
     return out
 
 
+def _check_constraints(no_repeat_ngram_size, min_length) -> tuple[int, int]:
+    values = []
+    for name, value in (("no_repeat_ngram_size", no_repeat_ngram_size),
+                        ("min_length", min_length)):
+        if isinstance(value, bool) or int(value) != value or int(value) < 0:
+            raise ValueError(f"{name} must be an integer >= 0 (0 disables it), got {value!r}")
+        values.append(int(value))
+    return values[0], values[1]
+
+
+def _ngram_bans(history: np.ndarray, lengths: np.ndarray, n: int):
+    """-> (rows, tokens) index arrays: for every row ``r``, the tokens that would complete an
+    ``n``-gram already present in ``history[r, :lengths[r]]``; a token may be listed more than
+    once."""
+    width = history.shape[1]
+    if n == 1:
+        rows, cols = np.nonzero(np.arange(width) < lengths[:, None])
+        return rows, history[rows, cols]
+    n_starts = width - n + 1  # n-grams may start at 0 .. width - n
+    if n_starts <= 0:
+        return np.empty(0, np.intp), np.empty(0, history.dtype)
+    # The last n - 1 tokens of every row (rows shorter than n have no n-gram and match none).
+    suffix_at = np.maximum(lengths[:, None] - (n - 1) + np.arange(n - 1), 0)
+    suffix = np.take_along_axis(history, suffix_at, axis=1)
+    windows = np.lib.stride_tricks.sliding_window_view(history[:, : width - 1], n - 1, axis=1)
+    match = (windows == suffix[:, None, :]).all(axis=2)
+    match &= np.arange(n_starts) <= (lengths - n)[:, None]
+    rows, starts = np.nonzero(match)
+    return rows, history[rows, starts + n - 1]
+
+
+def _constrain(logits: np.ndarray, history: np.ndarray, lengths: np.ndarray, *,
+               no_repeat_ngram_size: int, min_length: int, eos_id: int):
+    """Apply the constraints (module docstring) to one step's logits.
+
+    ``history[r, :lengths[r]]`` are the tokens row ``r`` generated so far. -> ``(logits,
+    dead)``: ``logits`` itself and None when nothing is banned; else a copy with the banned
+    entries set to ``-inf`` (the caller's log-normalizer, computed before, is kept) and the
+    rows left without a finite entry, whose EOS entry is restored and which must produce EOS.
+    """
+    rows, cols = [], []
+    if no_repeat_ngram_size:
+        r, c = _ngram_bans(history, lengths, no_repeat_ngram_size)
+        rows.append(r)
+        cols.append(c)
+    if min_length:
+        r = np.flatnonzero(lengths < min_length)
+        rows.append(r)
+        cols.append(np.full(len(r), eos_id))
+    if not sum(len(r) for r in rows):
+        return logits, None
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    masked = logits.copy()
+    masked[rows, cols] = -np.inf
+    dead = masked.max(axis=1) == -np.inf
+    if dead.any():
+        masked[dead, eos_id] = logits[dead, eos_id]
+        return masked, dead
+    return masked, None
+
+
 def _pack(seqs: list[list[int]], pad_id: int) -> np.ndarray:
     width = max((len(s) for s in seqs), default=0)
     out = np.full((len(seqs), width), pad_id, dtype=np.int32)
@@ -338,17 +418,22 @@ def greedy_search(
     eos_id: int,
     max_length: int,
     pad_id: int = 0,
+    no_repeat_ngram_size: int = 0,
+    min_length: int = 0,
 ) -> SearchResult:
     """Greedy decoding of ``batch_size`` rows.
 
     ``max_length`` is the maximum number of generated tokens, EOS included. A row that produced
     EOS emits ``pad_id`` afterwards (and ``pad_id`` is what is fed back to the stepper for it);
     the search stops as soon as every row has finished. ``step`` is always called with the whole
-    batch. Ties go to the lowest id, as in ``np.argmax``.
+    batch. Ties go to the lowest id, as in ``np.argmax``. ``no_repeat_ngram_size`` and
+    ``min_length`` are described in the module docstring.
     """
     batch_size = _check_positive("batch_size", batch_size)
     max_length = _check_positive("max_length", max_length)
     bos_id, eos_id, pad_id = int(bos_id), int(eos_id), int(pad_id)
+    no_repeat_ngram_size, min_length = _check_constraints(no_repeat_ngram_size, min_length)
+    constrained = bool(no_repeat_ngram_size or min_length)
 
     tokens = np.full((batch_size,), bos_id, dtype=np.int32)
     finished = np.zeros((batch_size,), dtype=bool)
@@ -366,6 +451,15 @@ def greedy_search(
                                                    log_normalizer)
         if replaced:
             best = np.argmax(logits, axis=1)
+        if constrained:
+            masked, dead = _constrain(logits, out[:, :t], np.full(batch_size, t),
+                                      no_repeat_ngram_size=no_repeat_ngram_size,
+                                      min_length=min_length, eos_id=eos_id)
+            if masked is not logits:
+                logits = masked
+                best = np.argmax(logits, axis=1)
+                if dead is not None:
+                    best[dead] = eos_id
         new_scores = scores + (logits[rows, best].astype(np.float64) - lse)
         next_tokens = np.where(finished, pad_id, best).astype(np.int32)
         scores = np.where(finished, scores, new_scores)
@@ -394,6 +488,8 @@ def beam_search(
     max_length: int,
     alpha: float = 0.6,
     pad_id: int = 0,
+    no_repeat_ngram_size: int = 0,
+    min_length: int = 0,
 ) -> SearchResult:
     """Batched beam search ("2K candidates", Hugging Face's default stopping heuristic).
 
@@ -407,7 +503,9 @@ def beam_search(
     worst of them is at least the best alive ``cum_logprob / length_penalty(current_len)``; done
     sources are still stepped but their result is frozen. At ``max_length`` the alive beams of
     unfinished sources join the finished ones. The best finished hypothesis per source is
-    returned. With ``beam_size=1`` the tokens equal :func:`greedy_search`'s.
+    returned. With ``beam_size=1`` the tokens equal :func:`greedy_search`'s, constraints
+    included. ``no_repeat_ngram_size`` and ``min_length`` (module docstring) apply to every
+    beam with its own history; a candidate they ban scores ``-inf`` and is never kept.
     """
     batch_size = _check_positive("batch_size", batch_size)
     k_beams = _check_positive("beam_size", beam_size)
@@ -416,6 +514,8 @@ def beam_search(
     if not np.isfinite(alpha):
         raise ValueError(f"alpha must be finite, got {alpha}")
     bos_id, eos_id, pad_id = int(bos_id), int(eos_id), int(pad_id)
+    no_repeat_ngram_size, min_length = _check_constraints(no_repeat_ngram_size, min_length)
+    constrained = bool(no_repeat_ngram_size or min_length)
 
     n = batch_size * k_beams
     n_cand = 2 * k_beams
@@ -445,6 +545,12 @@ def beam_search(
         maxima = _chunk_maxima(logits, m)
         logits, lse, replaced = _checked_logsumexp(logits, maxima.max(axis=1), active_rows, t,
                                                    log_normalizer)
+        if constrained:
+            masked, _ = _constrain(logits, history.reshape(n, max_length)[:, :t], np.full(n, t),
+                                   no_repeat_ngram_size=no_repeat_ngram_size,
+                                   min_length=min_length, eos_id=eos_id)
+            if masked is not logits:  # the chunk maxima are those of the unmasked logits
+                logits, replaced = masked, True
         gen_len = t + 1
         penalty = length_penalty(gen_len, alpha)
         row_top = _top_per_row(logits, m, None if replaced else maxima)  # (n, m) token ids
@@ -533,15 +639,18 @@ def search(
     max_length: int,
     alpha: float = 0.6,
     pad_id: int = 0,
+    no_repeat_ngram_size: int = 0,
+    min_length: int = 0,
 ) -> SearchResult:
     """:func:`greedy_search` when ``beam_size`` is 1, else :func:`beam_search` (the stepper then
     holds ``batch_size * beam_size`` rows)."""
+    constraints = dict(no_repeat_ngram_size=no_repeat_ngram_size, min_length=min_length)
     if beam_size == 1:
         return greedy_search(stepper.step, batch_size, bos_id=bos_id, eos_id=eos_id,
-                             max_length=max_length, pad_id=pad_id)
+                             max_length=max_length, pad_id=pad_id, **constraints)
     return beam_search(stepper.step, stepper.reorder, batch_size, beam_size=beam_size,
                        bos_id=bos_id, eos_id=eos_id, max_length=max_length, alpha=alpha,
-                       pad_id=pad_id)
+                       pad_id=pad_id, **constraints)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,6 +669,8 @@ def sample_search(
     top_p: float = 1.0,
     seed: int | None = 0,
     pad_id: int = 0,
+    no_repeat_ngram_size: int = 0,
+    min_length: int = 0,
 ) -> list[list[int]]:
     """Continue every prompt by up to ``max_new_tokens`` tokens, sampled by
     :func:`sample_logits` (greedy when ``temperature`` is 0); -> the new tokens of every
@@ -570,6 +681,11 @@ def sample_search(
     next prompt token, whatever was sampled; a finished row is fed ``pad_id``. The search
     stops once every row has produced EOS. ``seed`` seeds ``np.random.default_rng``, so a seed
     reproduces its samples.
+
+    ``no_repeat_ngram_size`` and ``min_length`` (module docstring) apply to the new tokens of
+    every row, which are all its history: the prompt is neither searched for n-grams nor
+    counted. The filters of :func:`sample_logits` apply to the constrained logits. With either
+    constraint on, ``eos_id`` must be in the vocabulary.
     """
     if not len(prompts) or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (e.g. the BOS id)")
@@ -577,6 +693,8 @@ def sample_search(
             or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     max_new_tokens = int(max_new_tokens)
+    no_repeat_ngram_size, min_length = _check_constraints(no_repeat_ngram_size, min_length)
+    constrained = bool(no_repeat_ngram_size or min_length)
     rng = np.random.default_rng(seed)
     batch = len(prompts)
     lengths = np.array([len(p) for p in prompts])
@@ -585,14 +703,29 @@ def sample_search(
     for row, prompt in enumerate(prompts):
         buffer[row, : len(prompt)] = prompt
     finished = np.zeros(batch, bool)
+    if constrained:
+        # Every row's new tokens, left-aligned: the history the constraints look at.
+        generated = np.full((batch, total), pad_id, np.int32)
+        n_generated = np.zeros(batch, np.int64)
     vocab = None
     for index in range(total - 1):
-        logits, _ = _call_step(step, buffer[:, index], index, batch, vocab, None)
+        logits, _ = _call_step(step, buffer[:, index], index, batch, vocab,
+                               eos_id if constrained else None)
         vocab = logits.shape[1]
+        dead = None
+        if constrained:
+            logits, dead = _constrain(logits, generated[:, : n_generated.max()], n_generated,
+                                      no_repeat_ngram_size=no_repeat_ngram_size,
+                                      min_length=min_length, eos_id=eos_id)
         chosen = sample_logits(logits, rng, temperature=temperature, top_k=top_k, top_p=top_p)
+        if dead is not None:
+            chosen[dead] = eos_id
         # Rows still reading their prompt are fed the prompt, not the sample.
         generating = (index + 1 >= lengths) & ~finished
         buffer[generating, index + 1] = chosen[generating]
+        if constrained:
+            generated[generating, n_generated[generating]] = chosen[generating]
+            n_generated += generating
         finished |= generating & (chosen == eos_id)
         if finished.all():
             break

@@ -122,10 +122,11 @@ class BackendStepper:
 
 
 def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits, *,
-               beam_size: int = 4, alpha: float = 0.6,
-               max_length: int | None = None) -> SearchResult:
+               beam_size: int = 4, alpha: float = 0.6, max_length: int | None = None,
+               no_repeat_ngram_size: int = 0, min_length: int = 0) -> SearchResult:
     """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if
-    beam 1). max_length (generated tokens, EOS included) defaults to `default_max_length`."""
+    beam 1). max_length (generated tokens, EOS included) defaults to `default_max_length`;
+    no_repeat_ngram_size and min_length are those of keras_transformer.decoding (0: off)."""
     source_ids = np.asarray(source_ids)
     if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
         raise ValueError(f"source_ids must be integer ids of shape (batch, length), got "
@@ -142,7 +143,8 @@ def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits, *,
     stepper = BackendStepper(backend, source_ids, beam_size=beam_size, max_length=max_length)
     return search(stepper, source_ids.shape[0], beam_size=beam_size, bos_id=limits.bos_id,
                   eos_id=limits.eos_id, max_length=max_length, alpha=alpha,
-                  pad_id=limits.pad_id)
+                  pad_id=limits.pad_id, no_repeat_ngram_size=no_repeat_ngram_size,
+                  min_length=min_length)
 
 
 def search_batches(encoded: Sequence[Sequence[int] | None],

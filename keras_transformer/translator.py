@@ -13,20 +13,26 @@ from keras_transformer.tf_backend import KerasBackend
 
 
 def search_ids(model, source_ids: np.ndarray, *, beam_size: int = 4, alpha: float = 0.6,
-               max_length: int | None = None, jit_compile: bool = False) -> SearchResult:
-    """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if beam 1)."""
+               max_length: int | None = None, jit_compile: bool = False,
+               no_repeat_ngram_size: int = 0, min_length: int = 0) -> SearchResult:
+    """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if
+    beam 1); the options are those of keras_transformer.generation.search_ids."""
     return generation.search_ids(KerasBackend(model, jit_compile), source_ids, model.config,
-                                 beam_size=beam_size, alpha=alpha, max_length=max_length)
+                                 beam_size=beam_size, alpha=alpha, max_length=max_length,
+                                 no_repeat_ngram_size=no_repeat_ngram_size,
+                                 min_length=min_length)
 
 
 def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str], *,
               beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
               max_length: int | None = None, jit_compile: bool = False,
-              progress=None) -> list[str]:
+              progress=None, no_repeat_ngram_size: int = 0,
+              min_length: int = 0) -> list[str]:
     """Translate sentences (batched by length, returned in input order).
 
     max_length (generated tokens, EOS included) defaults to `default_max_length` of the
-    longest source in each batch.
+    longest source in each batch; no_repeat_ngram_size and min_length are those of
+    keras_transformer.decoding (0: off).
     """
     c = model.config
     encoded = encode_sources(sentences, source_tokenizer.encode, c.max_source_length, c.eos_id)
@@ -34,7 +40,9 @@ def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str
 
     def search_batch(source_ids):
         return generation.search_ids(backend, source_ids, c, beam_size=beam_size, alpha=alpha,
-                                     max_length=max_length)
+                                     max_length=max_length,
+                                     no_repeat_ngram_size=no_repeat_ngram_size,
+                                     min_length=min_length)
 
     ids = generation.search_batches(encoded, search_batch, c, batch_size=batch_size,
                                     progress=progress)

@@ -9,12 +9,16 @@ from keras_transformer.translator import translate
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
+def spm_path(tmp_path_factory):
     words = ["red", "blue", "cat", "dog", "big", "small", "one", "two", "three", "I", "saw"]
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(words, size=rng.integers(2, 7))) for _ in range(300)]
-    path = train_sentencepiece(texts, tmp_path_factory.mktemp("spm") / "spm", 60)
-    return SentencePieceTokenizer(path)
+    return train_sentencepiece(texts, tmp_path_factory.mktemp("spm") / "spm", 60)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(spm_path):
+    return SentencePieceTokenizer(spm_path)
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +90,53 @@ def test_decoding_does_not_keep_a_model_alive(tokenizer):
     del model
     gc.collect()
     assert alive() is None
+
+
+SENTENCES = ["I saw two big red dogs", "cat", "one small blue cat", "dog dog", "three"]
+
+
+def _repeats(ids):
+    return len(ids) != len(set(ids))
+
+
+def test_search_ids_passes_the_constraints_on(model, tokenizer):
+    from keras_transformer.translator import search_ids
+
+    c = model.config
+    source = pad_batch(encode_sources(SENTENCES, tokenizer.encode, c.max_source_length,
+                                      c.eos_id), c.pad_id)
+    for beam in (1, 3):
+        plain = search_ids(model, source, beam_size=beam, max_length=12).to_lists(c.eos_id)
+        unique = search_ids(model, source, beam_size=beam, max_length=12,
+                            no_repeat_ngram_size=1).to_lists(c.eos_id)
+        assert any(_repeats(ids) for ids in plain)  # the untrained model repeats itself
+        assert not any(_repeats(ids) for ids in unique)
+        long = search_ids(model, source, beam_size=beam, max_length=12, min_length=12)
+        assert long.tokens.shape == (len(SENTENCES), 12) and (long.tokens != c.eos_id).all()
+
+
+class _Manifest:
+    """What export's Translator reads of a manifest, for a tokenizer and a Keras model."""
+
+    def __init__(self, spm_path, config):
+        self.path, self.config = spm_path, config
+        self.special_ids = {"pad": config.pad_id, "bos": config.bos_id, "eos": config.eos_id}
+
+    def tokenizer_files(self):
+        return self.path, self.path
+
+    def __getitem__(self, key):
+        return getattr(self.config, key)
+
+
+def test_export_translator_passes_the_constraints_on(model, tokenizer, spm_path):
+    from export.runtime import Translator
+    from keras_transformer.tf_backend import KerasBackend
+
+    exported = Translator(_Manifest(spm_path, model.config), KerasBackend(model))
+    for beam in (1, 3):
+        options = dict(beam_size=beam, no_repeat_ngram_size=1, min_length=2)
+        ids = exported.translate_ids(SENTENCES, **options)
+        assert not any(_repeats(row) for row in ids) and min(map(len, ids)) >= 2
+        assert exported.translate(SENTENCES, **options) == translate(
+            model, tokenizer, tokenizer, SENTENCES, **options)

@@ -47,10 +47,14 @@ class Translator:
         self.max_target_length = manifest["max_target_length"]
 
     def search_ids(self, source_ids: np.ndarray, *, beam_size: int = 4, alpha: float = 0.6,
-                   max_length: int | None = None) -> SearchResult:
-        """source_ids (B,S) padded ids ending in EOS -> SearchResult (greedy if beam 1)."""
+                   max_length: int | None = None, no_repeat_ngram_size: int = 0,
+                   min_length: int = 0) -> SearchResult:
+        """source_ids (B,S) padded ids ending in EOS -> SearchResult (greedy if beam 1); the
+        options are those of keras_transformer.generation.search_ids."""
         return generation.search_ids(self.backend, source_ids, self, beam_size=beam_size,
-                                     alpha=alpha, max_length=max_length)
+                                     alpha=alpha, max_length=max_length,
+                                     no_repeat_ngram_size=no_repeat_ngram_size,
+                                     min_length=min_length)
 
     def encode(self, sentences: Sequence[str], truncate: bool = True) -> list[list[int] | None]:
         """Sentences -> id lists ending in EOS (None for blank ones); see text.sources."""
@@ -60,19 +64,24 @@ class Translator:
 
     def translate_ids(self, sentences: Sequence[str], *, beam_size: int = 4,
                       alpha: float = 0.6, batch_size: int = 64, truncate: bool = True,
-                      progress=None) -> list[list[int]]:
-        """Sentences -> generated ids up to EOS (empty for blank sentences), in input order."""
+                      progress=None, no_repeat_ngram_size: int = 0,
+                      min_length: int = 0) -> list[list[int]]:
+        """Sentences -> generated ids up to EOS (empty for blank sentences), in input order;
+        no_repeat_ngram_size and min_length are those of keras_transformer.decoding (0: off)."""
         if isinstance(sentences, str):
             raise TypeError("translate expects a list of sentences, not a single str")
 
         def search_batch(source_ids):
-            return self.search_ids(source_ids, beam_size=beam_size, alpha=alpha)
+            return self.search_ids(source_ids, beam_size=beam_size, alpha=alpha,
+                                   no_repeat_ngram_size=no_repeat_ngram_size,
+                                   min_length=min_length)
 
         return generation.search_batches(self.encode(sentences, truncate), search_batch, self,
                                          batch_size=batch_size, progress=progress)
 
     def translate(self, sentences: Sequence[str], **kwargs) -> list[str]:
-        """Sentences -> translations in input order; blank sentences give ""."""
+        """Sentences -> translations in input order; blank sentences give "". The keyword
+        arguments are those of `translate_ids`."""
         ids = self.translate_ids(sentences, **kwargs)
         special = {self.pad_id, self.bos_id}
         return [self.target_sp.decode([t for t in row if t not in special]) for row in ids]
