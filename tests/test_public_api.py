@@ -64,7 +64,7 @@ def test_serializable_modules_lists_every_registering_module():
 def _compiled(model, pad_id: int):
     model.compile(optimizer=keras.optimizers.Adam(TransformerSchedule(model.config.d_model, 10)),
                   loss=MaskedLabelSmoothedCrossEntropy(0.1, pad_id),
-                  metrics=[MaskedAccuracy(pad_id)], jit_compile=False)
+                  metrics=[MaskedAccuracy(pad_id)], run_eagerly=True)
     return model
 
 
@@ -135,9 +135,9 @@ EXPECTED_CLASSES = {
 
 @pytest.mark.parametrize("imports", [
     "import keras_transformer, keras",
-    "import keras, keras_transformer",
+    pytest.param("import keras, keras_transformer", marks=pytest.mark.slow),
     # TensorFlow imports Keras while it loads itself.
-    "import keras_transformer, tensorflow, keras",
+    pytest.param("import keras_transformer, tensorflow, keras", marks=pytest.mark.slow),
 ])
 def test_saved_models_load_after_importing_the_package(saved_models, imports):
     """The loaded models, loss, metric and schedule give the original's outputs and scores."""
