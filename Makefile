@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup clean
+.PHONY: demo test test-fast lint setup clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q --durations=15
+
+# The inner loop: every test but those marked slow (end-to-end training, export, training
+# processes); `make test` runs them all.
+test-fast: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

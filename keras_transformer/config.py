@@ -11,7 +11,42 @@ POSITIONAL_KINDS = ("sinusoidal", "learned")
 
 @dataclass
 class TransformerConfig:
-    """Sizes and switches of the encoder-decoder Transformer (and its one-stack variants)."""
+    """Sizes and switches of the encoder-decoder Transformer (and its one-stack variants).
+
+    The defaults are the paper's base model; `TransformerConfig.preset` gives the named sizes.
+    Every value is checked on construction (`validate`).
+
+    Args:
+        source_vocab_size: int. Source token ids; defaults to `8000`.
+        target_vocab_size: int. Target token ids; defaults to `8000`.
+        d_model: int. Model width; defaults to `512`.
+        num_heads: int. Attention heads, dividing `d_model`; defaults to `8`.
+        d_ff: int. Inner width of the feed-forward networks; defaults to `2048`.
+        num_encoder_layers: int. Encoder layers; defaults to `6`.
+        num_decoder_layers: int. Decoder layers; defaults to `6`.
+        dropout: float in [0, 1). Residual and embedding dropout rate; defaults to `0.1`.
+        attention_dropout: float in [0, 1). Dropout on attention weights; defaults to `0.0`.
+        max_source_length: int. Longest source, in tokens; defaults to `256`.
+        max_target_length: int. Longest target, in tokens; defaults to `256`.
+        positional: `"sinusoidal"` (the default) or `"learned"` position embeddings.
+        pre_norm: bool. Pre-LN instead of the paper's post-LN; defaults to `False`.
+        share_embeddings: bool. One token matrix for source and target (needs equal
+            vocabularies); defaults to `False`.
+        tie_output: bool. The target embedding, transposed, is the output projection;
+            defaults to `True`.
+        layer_norm_epsilon: float. LayerNorm epsilon; defaults to `1e-6`.
+        pad_id: int. Padding id; defaults to `0`.
+        bos_id: int. Start-of-sequence id; defaults to `2`.
+        eos_id: int. End-of-sequence id; defaults to `3`.
+
+    Example:
+
+    ```python
+    config = TransformerConfig.preset("small", source_vocab_size=8000, target_vocab_size=8000,
+                                      dropout=0.2)
+    config.to_dict()  # a dict that TransformerConfig.from_dict turns back into it
+    ```
+    """
 
     source_vocab_size: int = 8000
     target_vocab_size: int = 8000

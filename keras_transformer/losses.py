@@ -22,7 +22,22 @@ def label_smoothed_nll(labels, logits, epsilon: float, pad_id: int = 0):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
-    """(labels (B,T) int, logits (B,T,V)) -> scalar: mean smoothed CE over tokens != pad_id."""
+    """(labels (B,T) int, logits (B,T,V)) -> scalar: mean smoothed CE over tokens != pad_id.
+
+    Any leading shape works: (B,) labels with (B, C) logits give a classification loss.
+
+    Args:
+        label_smoothing: float in [0, 1). The epsilon of section 5.4; defaults to `0.1`.
+        pad_id: int. Label id left out of the loss and of the token count; defaults to `0`.
+        name: str. The loss's name; defaults to `"label_smoothed_cross_entropy"`.
+        **kwargs: other `keras.losses.Loss` arguments.
+
+    Example:
+
+    ```python
+    model.compile(optimizer="adam", loss=MaskedLabelSmoothedCrossEntropy(0.1, pad_id=0))
+    ```
+    """
 
     def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0,
                  name="label_smoothed_cross_entropy", **kwargs):

@@ -6,7 +6,21 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedAccuracy(keras.metrics.Metric):
-    """(labels (B,T) int, logits (B,T,V)) -> fraction of non-pad tokens whose argmax is right."""
+    """(labels (B,T) int, logits (B,T,V)) -> fraction of non-pad tokens whose argmax is right.
+
+    Args:
+        pad_id: int. Label id left out of the count; defaults to `0`.
+        name: str. The metric's name; defaults to `"masked_accuracy"`.
+        **kwargs: other `keras.metrics.Metric` arguments (`dtype`).
+
+    Example:
+
+    ```python
+    metric = MaskedAccuracy(pad_id=0)
+    metric.update_state(np.array([[5, 0]]), np.eye(8)[None, [5, 1]])
+    metric.result()  # 1.0: the padded position is not counted
+    ```
+    """
 
     def __init__(self, pad_id: int = 0, name="masked_accuracy", **kwargs):
         super().__init__(name=name, **kwargs)

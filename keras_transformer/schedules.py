@@ -6,7 +6,21 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), step from 1."""
+    """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), step from 1.
+
+    Args:
+        d_model: int. The model width; the peak rate scales with d_model^-0.5.
+        warmup_steps: int. Steps of linear warm-up before the inverse square-root decay;
+            defaults to `4000`, the paper's value.
+        scale: float. Multiplies the whole schedule; defaults to `1.0`.
+
+    Example:
+
+    ```python
+    optimizer = keras.optimizers.Adam(TransformerSchedule(512), beta_1=0.9, beta_2=0.98,
+                                      epsilon=1e-9)
+    ```
+    """
 
     def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
         if d_model < 1 or warmup_steps < 1:

@@ -129,6 +129,7 @@ def nocache_exports(tmp_path_factory):
     return model, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["keras", "savedmodel", "onnx", "tflite"])
 @pytest.mark.parametrize("beam", [1, 2])
 def test_no_cache_stepper_decodes_like_the_cached_one(tiny_config, nocache_exports, runtime,

@@ -21,6 +21,7 @@ def run_cli(*args, cwd=ROOT):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_small_demo_run_writes_the_run_directory(tmp_path):
     out = tmp_path / "run"
     result = run_cli("--config", str(DEMO), "--out", str(out),
@@ -97,6 +98,7 @@ def test_out_of_range_value_is_reported_by_the_cli_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_every_pair_too_long_is_an_error_not_an_endless_wait(tmp_path):
     result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"),
                      "--set", "data.train_size=300", "--set", "data.dev_size=20",

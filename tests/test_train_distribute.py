@@ -138,6 +138,7 @@ def test_multiworker_with_two_local_workers_matches_one_device(runs):
     assert not (outs["workers"] / ".worker1" / "model.keras").exists()
 
 
+@pytest.mark.slow
 def test_xla_with_several_cpu_replicas_fails_early(tmp_path):
     """TensorFlow's XLA cannot run a replicated step on CPUs (Mirrored: each replica's step is
     compiled for CPU:0 and reads variables on CPU:1; multi-worker: no CPU collectives under

@@ -24,6 +24,7 @@ def copy_reverse_batch(rng, batch=16, length=6, vocab=40):
     return src, tgt_in, tgt_out
 
 
+@pytest.mark.slow
 def test_tiny_transformer_overfits_and_decodes(tiny_config):
     rng = np.random.default_rng(0)
     src, tgt_in, tgt_out = copy_reverse_batch(rng)
@@ -55,6 +56,7 @@ def test_beam_one_equals_greedy_on_a_real_model(tiny_config):
     np.testing.assert_array_equal(beam.tokens, greedy.tokens)
 
 
+@pytest.mark.slow
 def test_classifier_learns_a_token_rule(tiny_config):
     rng = np.random.default_rng(2)
     ids = rng.integers(4, 40, size=(64, 8)).astype("int32")
@@ -99,6 +101,7 @@ def test_language_model_cache_and_generation(tiny_config, tmp_path):
     np.testing.assert_array_equal(np.asarray(keras.models.load_model(path)(ids)), full)
 
 
+@pytest.mark.slow
 def test_xla_training_and_decoding_match_graph_mode(tiny_config):
     """jit_compile=True (XLA on the CPU) computes the same steps as plain graph mode."""
     rng = np.random.default_rng(4)

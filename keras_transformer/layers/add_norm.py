@@ -11,7 +11,22 @@ from keras_transformer.layers.dropout import Dropout
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class AddNorm(keras.layers.Layer):
-    """Residual + LayerNorm around one sub-layer; `normalize_input` then `call(x, sublayer_out)`."""
+    """Residual + LayerNorm around one sub-layer; `normalize_input` then `call(x, sublayer_out)`.
+
+    Args:
+        d_model: int. Width of the residual stream.
+        dropout: float. Dropout rate on the sub-layer's output; defaults to `0.0`.
+        pre_norm: bool. `False` (the default) for post-LN, `True` for pre-LN.
+        epsilon: float. LayerNorm epsilon; defaults to `1e-6`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Example:
+
+    ```python
+    add_norm, ffn = AddNorm(d_model=512), FeedForward(d_model=512, d_ff=2048)
+    y = add_norm(x, ffn(add_norm.normalize_input(x)))
+    ```
+    """
 
     def __init__(self, d_model: int, dropout: float = 0.0, pre_norm: bool = False,
                  epsilon: float = 1e-6, **kwargs):

@@ -55,6 +55,31 @@ class MultiHeadAttention(keras.layers.Layer):
 
     MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V);
     the h projections of each kind are one Dense of width d_model, split into heads afterwards.
+
+    Args:
+        num_heads: int. Number of heads h; must divide `d_model`.
+        d_model: int. Width of the queries, keys, values and output; each head gets
+            d_model / num_heads dimensions.
+        dropout: float. Dropout rate on the attention weights; defaults to `0.0`.
+        use_bias: bool. Whether the four projections have biases; defaults to `True`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        query: (B, Tq, d_model) float.
+        value: optional (B, Tk, d_model) float, the keys' and values' source; defaults to
+            `query` (self-attention).
+        attention_mask: optional bool, broadcastable to (B, H, Tq, Tk), True where a query may
+            attend.
+        training: bool, whether dropout is active.
+        return_attention_scores: bool; when True the call returns (output, weights
+            (B, H, Tq, Tk)).
+
+    Example:
+
+    ```python
+    attention = MultiHeadAttention(num_heads=8, d_model=512)
+    y = attention(x, memory)  # x (B, Tq, 512) attends over memory (B, Tk, 512)
+    ```
     """
 
     def __init__(self, num_heads: int, d_model: int, dropout: float = 0.0, use_bias: bool = True,

@@ -19,6 +19,26 @@ class DecoderLayer(keras.layers.Layer):
 
     Masked self-attention (position t sees positions <= t), then cross-attention over the
     encoder's memory (omitted when cross_attention=False, the decoder-only LM), then FFN.
+
+    Args:
+        d_model: int. Width of the input and output.
+        num_heads: int. Attention heads; must divide `d_model`.
+        d_ff: int. Inner width of the feed-forward network.
+        dropout: float. Residual dropout rate, on each sub-layer's output; defaults to `0.1`.
+        attention_dropout: float. Dropout rate on the attention weights; defaults to `0.0`.
+        pre_norm: bool. `False` (the default) for the paper's post-LN residuals, `True` for
+            pre-LN (see `AddNorm`).
+        epsilon: float. LayerNorm epsilon; defaults to `1e-6`.
+        cross_attention: bool. Whether the layer attends over an encoder's memory; defaults
+            to `True`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Example:
+
+    ```python
+    layer = DecoderLayer(d_model=512, num_heads=8, d_ff=2048)
+    y = layer(x, memory, memory_mask)  # x (B, T, 512), memory (B, S, 512), mask (B, S)
+    ```
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -113,7 +133,30 @@ class DecoderLayer(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Decoder(keras.layers.Layer):
-    """Embedded target (B,T,d_model), memory (B,S,d_model), memory_mask (B,S) -> (B,T,d_model)."""
+    """Embedded target (B,T,d_model), memory (B,S,d_model), memory_mask (B,S) -> (B,T,d_model).
+
+    A stack of `num_layers` `DecoderLayer`s; with `pre_norm` a final LayerNorm follows it.
+
+    Args:
+        num_layers: int. Number of `DecoderLayer`s (the paper's N).
+        d_model: int. Width of the input and output.
+        num_heads: int. Attention heads; must divide `d_model`.
+        d_ff: int. Inner width of the feed-forward networks.
+        dropout: float. Residual dropout rate; defaults to `0.1`.
+        attention_dropout: float. Dropout rate on the attention weights; defaults to `0.0`.
+        pre_norm: bool. `False` (the default) for post-LN, `True` for pre-LN.
+        epsilon: float. LayerNorm epsilon; defaults to `1e-6`.
+        cross_attention: bool. Whether the layers attend over an encoder's memory; defaults
+            to `True` (`False` for a decoder-only language model).
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Example:
+
+    ```python
+    decoder = Decoder(num_layers=6, d_model=512, num_heads=8, d_ff=2048)
+    hidden = decoder(x, memory, memory_mask)  # (B, T, 512)
+    ```
+    """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, attention_dropout: float = 0.0, pre_norm: bool = False,

@@ -2,12 +2,10 @@
 hash of (seed, position).
 
 `keras.layers.Dropout` draws its mask with the backend's stateless RNG, which XLA on CPU runs
-as a slow loop of its own: with it, the forward and backward pass of a `small` training step
-took 710 ms under XLA against 549 ms with no dropout at all; with the hash below, 571 ms
-(`python -m bench.dropout`). The
-hash is a handful of element-wise integer ops that XLA fuses into the multiply that applies
-the mask. Any counter-based generator serves dropout: it needs a keep rate of 1 - rate, masks
-that do not repeat between calls, and independent positions (tests/test_dropout.py).
+as a loop of its own rather than fusing it (`python -m bench.dropout` times both). The hash is
+a handful of element-wise integer ops that XLA fuses into the multiply that applies the mask.
+Any counter-based generator serves dropout: it needs a keep rate of 1 - rate, masks that do
+not repeat between calls, and independent positions (tests/test_dropout.py).
 """
 
 import keras
@@ -50,7 +48,25 @@ def keep_threshold(rate: float) -> int:
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Dropout(keras.layers.Dropout):
     """x (any shape) -> x * keep / (1 - rate) in training, x otherwise; keep ~ Bernoulli(1 - rate)
-    per element from `random_bits` (a new seed per call, from the layer's SeedGenerator)."""
+    per element from `random_bits` (a new seed per call, from the layer's SeedGenerator).
+
+    With `noise_shape` set, or `rate` >= 1, it falls back to `keras.layers.Dropout`.
+
+    Args:
+        rate: float in [0, 1]. The fraction of elements dropped in training.
+        noise_shape: optional tuple. The shape of the binary mask, to share it across axes
+            (as in `keras.layers.Dropout`); defaults to `None`, one draw per element.
+        seed: optional int. Seed of the layer's `keras.random.SeedGenerator`; defaults to
+            `None`, a random seed.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Example:
+
+    ```python
+    layer = Dropout(0.1, seed=0)
+    y = layer(keras.ops.ones((2, 8, 16)), training=True)  # about 10% zeros, the rest 1/0.9
+    ```
+    """
 
     def call(self, inputs, training=False):
         if not training or self.rate <= 0:

@@ -23,7 +23,32 @@ def sinusoidal_position_encoding(length: int, d_model: int) -> np.ndarray:
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionalEmbedding(keras.layers.Layer):
-    """(batch, length) int ids -> (batch, length, d_model): token embedding * sqrt(d_model) + positions."""
+    """(batch, length) int ids -> (batch, length, d_model): token embedding * sqrt(d_model) + positions.
+
+    Args:
+        vocab_size: int. Number of token ids, the rows of the embedding matrix.
+        d_model: int. Width of the embeddings and of the model.
+        max_length: int. Longest sequence the layer accepts (the rows of the position table).
+        positional: `"sinusoidal"` (the default; the fixed encoding of section 3.5, not a
+            weight) or `"learned"` (a trained `(max_length, d_model)` weight).
+        dropout: float. Dropout rate applied to the sum; defaults to `0.0`.
+        token_embedding: optional `keras.layers.Embedding` to use instead of a new one, so that
+            two layers share one token matrix; defaults to `None`, a new matrix initialised
+            from normal(0, d_model^-0.5). It is not part of `get_config`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        ids: (batch, length) int token ids.
+        start_index: int, position of the first id (non-zero for one-token decoding steps).
+        training: bool, whether dropout is active.
+
+    Example:
+
+    ```python
+    embed = PositionalEmbedding(vocab_size=8000, d_model=512, max_length=256)
+    x = embed(np.array([[5, 17, 3]]))  # (1, 3, 512)
+    ```
+    """
 
     def __init__(
         self,

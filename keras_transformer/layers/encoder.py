@@ -10,7 +10,33 @@ from keras_transformer.layers.masks import expand_key_mask
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class EncoderLayer(keras.layers.Layer):
-    """x (B,S,d_model), padding_mask (B,S) bool -> (B,S,d_model): self-attention, then FFN."""
+    """x (B,S,d_model), padding_mask (B,S) bool -> (B,S,d_model): self-attention, then FFN.
+
+    Args:
+        d_model: int. Width of the input and output.
+        num_heads: int. Attention heads; must divide `d_model`.
+        d_ff: int. Inner width of the feed-forward network.
+        dropout: float. Residual dropout rate, on each sub-layer's output; defaults to `0.1`.
+        attention_dropout: float. Dropout rate on the attention weights; defaults to `0.0`.
+        pre_norm: bool. `False` (the default) for the paper's post-LN residuals, `True` for
+            pre-LN (see `AddNorm`).
+        epsilon: float. LayerNorm epsilon; defaults to `1e-6`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        x: (B, S, d_model) float.
+        padding_mask: optional (B, S) bool, True at real tokens.
+        training: bool, whether dropout is active.
+        return_attention_scores: bool; when True the call returns (output, weights
+            (B, H, S, S)).
+
+    Example:
+
+    ```python
+    layer = EncoderLayer(d_model=512, num_heads=8, d_ff=2048)
+    y = layer(keras.ops.ones((2, 10, 512)), padding_mask=keras.ops.ones((2, 10), "bool"))
+    ```
+    """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  attention_dropout: float = 0.0, pre_norm: bool = False, epsilon: float = 1e-6,
@@ -60,7 +86,35 @@ class EncoderLayer(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Encoder(keras.layers.Layer):
-    """Embedded source (B,S,d_model), padding_mask (B,S) bool -> memory (B,S,d_model)."""
+    """Embedded source (B,S,d_model), padding_mask (B,S) bool -> memory (B,S,d_model).
+
+    A stack of `num_layers` `EncoderLayer`s; with `pre_norm` a final LayerNorm follows it.
+
+    Args:
+        num_layers: int. Number of `EncoderLayer`s (the paper's N).
+        d_model: int. Width of the input and output.
+        num_heads: int. Attention heads; must divide `d_model`.
+        d_ff: int. Inner width of the feed-forward networks.
+        dropout: float. Residual dropout rate; defaults to `0.1`.
+        attention_dropout: float. Dropout rate on the attention weights; defaults to `0.0`.
+        pre_norm: bool. `False` (the default) for post-LN, `True` for pre-LN.
+        epsilon: float. LayerNorm epsilon; defaults to `1e-6`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        x: (B, S, d_model) float, the embedded source.
+        padding_mask: optional (B, S) bool, True at real tokens.
+        training: bool, whether dropout is active.
+        return_attention_scores: bool; when True the call returns (memory, a list of
+            `num_layers` weights (B, H, S, S)).
+
+    Example:
+
+    ```python
+    encoder = Encoder(num_layers=6, d_model=512, num_heads=8, d_ff=2048)
+    memory = encoder(keras.ops.ones((2, 10, 512)))  # (2, 10, 512)
+    ```
+    """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, attention_dropout: float = 0.0, pre_norm: bool = False,

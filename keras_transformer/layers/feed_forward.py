@@ -7,7 +7,21 @@ from keras_transformer.layers.dropout import Dropout
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FeedForward(keras.layers.Layer):
-    """(B, T, d_model) -> (B, T, d_model), the same two-layer ReLU network at every position."""
+    """(B, T, d_model) -> (B, T, d_model), the same two-layer ReLU network at every position.
+
+    Args:
+        d_model: int. Width of the input and output.
+        d_ff: int. Width of the inner ReLU layer.
+        dropout: float. Dropout rate on the inner activations; defaults to `0.0`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Example:
+
+    ```python
+    ffn = FeedForward(d_model=512, d_ff=2048)
+    y = ffn(keras.ops.ones((2, 10, 512)))  # (2, 10, 512)
+    ```
+    """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)

@@ -17,7 +17,25 @@ POOLINGS = ("mean", "first")
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerClassifier(keras.Model):
-    """ids (B,S) int -> class logits (B,num_classes) float32 (uses the source-side config)."""
+    """ids (B,S) int -> class logits (B,num_classes) float32 (uses the source-side config).
+
+    Args:
+        config: `TransformerConfig`, or its `to_dict()`; the source vocabulary, the encoder
+            sizes and the padding id are read from it. Defaults to `None`,
+            `TransformerConfig()`.
+        num_classes: int >= 2. Number of classes; defaults to `2`.
+        pooling: `"mean"` (the default; the mean of the encoder states over real tokens) or
+            `"first"` (the state at position 0).
+        **kwargs: other `keras.Model` arguments (`name`, `dtype` for a mixed-precision policy).
+
+    Example:
+
+    ```python
+    config = TransformerConfig.preset("tiny", source_vocab_size=8000)
+    model = TransformerClassifier(config, num_classes=2)
+    logits = model(ids)  # (B, 2)
+    ```
+    """
 
     def __init__(self, config: TransformerConfig | dict | None = None, num_classes: int = 2,
                  pooling: str = "mean", **kwargs):

@@ -14,7 +14,22 @@ from keras_transformer.models.transformer import as_config, check_ids, vocab_log
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerLM(keras.Model):
-    """ids (B,T) int -> next-token logits (B,T,V) float32 (uses the target-side config)."""
+    """ids (B,T) int -> next-token logits (B,T,V) float32 (uses the target-side config).
+
+    Args:
+        config: `TransformerConfig`, or its `to_dict()`; the target vocabulary and length, the
+            decoder sizes and the special ids are read from it. Defaults to `None`,
+            `TransformerConfig()`.
+        **kwargs: other `keras.Model` arguments (`name`, `dtype` for a mixed-precision policy).
+
+    Example:
+
+    ```python
+    config = TransformerConfig.preset("tiny", target_vocab_size=8000)
+    model = TransformerLM(config)
+    logits = model(ids)  # (B, T, 8000)
+    ```
+    """
 
     def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):
         super().__init__(**kwargs)

@@ -48,6 +48,24 @@ class Transformer(keras.Model):
 
     Inference is split into `encode_for_decoding` (once per source) and `decode_step`
     (once per generated token, with a fixed-size key/value cache).
+
+    Args:
+        config: `TransformerConfig`, or its `to_dict()`, giving every size; defaults to
+            `None`, the `TransformerConfig()` defaults (the paper's base model).
+        **kwargs: other `keras.Model` arguments (`name`, `dtype` for a mixed-precision policy).
+
+    Call arguments:
+        inputs: `(source_ids, target_in_ids)` or `{"source": ..., "target_in": ...}`, int
+            (B, S) and (B, T); `target_in_ids` starts with BOS (teacher forcing).
+        training: bool, whether dropout is active.
+
+    Example:
+
+    ```python
+    config = TransformerConfig.preset("small", source_vocab_size=8000, target_vocab_size=8000)
+    model = Transformer(config)
+    logits = model((source_ids, target_in_ids))  # (B, T, 8000)
+    ```
     """
 
     def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):

@@ -114,7 +114,22 @@ def train_sentencepiece(
 
 
 class SentencePieceTokenizer:
-    """One SentencePiece model, usable from Python and inside TensorFlow graphs."""
+    """One SentencePiece model, usable from Python and inside TensorFlow graphs.
+
+    The model must use the project's special ids: pad 0, unk 1, bos 2, eos 3
+    (`train_sentencepiece` makes such models).
+
+    Args:
+        model: path of a ``.model`` file, or the serialized model's bytes.
+
+    Example:
+
+    ```python
+    tokenizer = SentencePieceTokenizer("runs/demo/spm_source.model")
+    ids = tokenizer.encode(["three red cats"])  # [[...]], without BOS/EOS
+    tokenizer.decode(ids)  # ["three red cats"]
+    ```
+    """
 
     def __init__(self, model: str | Path | bytes):
         """Load from a ``.model`` path or from serialized model bytes."""
