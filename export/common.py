@@ -234,6 +234,20 @@ class Manifest:
                 f"{fix}")
         return variants[variant]
 
+    def verify(self) -> None:
+        """Check every path the manifest names (files, formats, tokenizers) and every file's
+        checksum: ExportError for the first that is missing, corrupt or outside."""
+        for name in self.data["files"]:
+            self.file(name)
+        for fmt, spec in self.data["formats"].items():
+            for roles in spec["variants"].values():
+                for name in roles.values():
+                    if fmt in DIRECTORY_FORMATS:
+                        self.directory(name)
+                    else:
+                        self.file(name)
+        self.tokenizer_files()
+
     def tokenizer_files(self) -> tuple[Path, Path]:
         tok = self.data["tokenizer"]
         return self.file(tok["source"]), self.file(tok["target"])

@@ -82,13 +82,18 @@ def _translate(export_dir: Path, runtime: str = "onnx") -> list[str]:
     return load_translator(export_dir, runtime).translate(SENTENCES, beam_size=1)
 
 
-def _case(world, command: str, run, expect: int, *words: str, target: Path | None = None):
+def _case(world, command: str, run, expect: int, *words: str, target: Path | None = None,
+          usage: bool = False):
     """Run one case; assert (1) no traceback, (2) exit `expect` with an error line naming
-    `words` (when it fails), (3) nothing outside `target` changed. Returns the result."""
+    `words` (when it fails; argparse's own `prog: error:` line when `usage`), (3) nothing
+    outside `target` changed. Returns the result."""
     COUNTS[f"{command} tried"] += 1
     before = tree_digest(world["root"])
     result: Result = run()
-    if expect == 0:
+    if usage:
+        assert result.code == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert ": error: argument" in result.stderr, result.stderr[-3000:]
+    elif expect == 0:
         assert result.code == 0, result.stderr[-3000:]
         assert "Traceback" not in result.stderr
     else:
@@ -288,7 +293,7 @@ def test_translate_options_are_bounded_at_parse_time(args, capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err
     if args[0] in ("--beam", "--alpha", "--batch-size"):
-        assert "range" in err or "rows per search" in err, err
+        assert any(w in err for w in ("range", "rows per search", "not an integer")), err
     COUNTS["export.translate handled"] += 1
     COUNTS["export.translate nothing lost"] += 1  # nothing was opened
 
@@ -383,8 +388,11 @@ def test_tf_runtime_without_tensorflow_says_what_to_install(world, runtime):
 @pytest.mark.parametrize("args", [["--sentences", "0"], ["--sentences", "100000"],
                                   ["--beam-sentences", "-1"], ["--bleu-sentences", "x"]])
 def test_parity_options_are_bounded(world, args):
-    _case(world, "export.parity",
-          lambda: run_cli("export.parity", "--export", world["good"], *args), 2)
+    result = _case(world, "export.parity",
+                   lambda: run_cli("export.parity", "--export", world["good"], *args), 2,
+                   usage=True)
+    assert f"argument {args[0]}" in result.stderr
+    assert "from 1 to" in result.stderr or "not an integer" in result.stderr
 
 
 def test_parity_of_a_missing_or_foreign_directory(world):
