@@ -1,12 +1,19 @@
-"""Command line of `python -m export`."""
+"""Command line of `python -m export`.
+
+Exit codes (keras_transformer.command_line): 0 exported; 2 bad input (a run that is missing or
+damaged, an --out that is a file, is or contains the run, or holds files this tool did not
+make; the message names the fix); 1 the conversion itself failed; 130 interrupted. In every
+failure the previous export in --out is left as it was.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import sys
 from pathlib import Path
+
+from keras_transformer.command_line import add_debug_flag, entry_point
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -18,28 +25,33 @@ def parse_args(argv=None) -> argparse.Namespace:
                         choices=("savedmodel", "onnx", "tflite", "all"))
     parser.add_argument("--quantize", default="none", choices=("none", "fp16", "int8", "all"),
                         help="extra variants: fp16 and/or int8 TFLite; int8 also quantizes ONNX")
-    parser.add_argument("--out", required=True, help="export directory, e.g. exports/demo")
+    parser.add_argument("--out", required=True,
+                        help="export directory, e.g. exports/demo: built beside it and swapped "
+                             "in whole; an earlier export there is replaced")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even if it holds files that are not an export "
+                             "made by this tool")
+    add_debug_flag(parser)
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+@entry_point
+def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     for noisy in ("tf2onnx", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    from export.common import variant_bytes
     from export.exporters import FORMATS, export_run
 
     formats = FORMATS if args.format == "all" else (args.format,)
-    try:
-        manifest = export_run(Path(args.run), Path(args.out), formats, args.quantize)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    manifest = export_run(Path(args.run), Path(args.out), formats, args.quantize,
+                          overwrite=args.overwrite)
     print(f"exported {args.run} to {args.out}")
     for name, fmt in manifest["formats"].items():
         for variant, files in fmt["variants"].items():
-            size = sum(manifest["files"][f]["bytes"] for f in files.values())
+            size = variant_bytes(manifest, files)
             print(f"  {name:<10} {variant:<8} {size / 1e6:8.2f} MB  {', '.join(files.values())}")
     return 0

@@ -12,9 +12,17 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from export.common import MANIFEST, MANIFEST_VERSION, file_entry
+from export.common import (
+    DIRECTORY_FORMATS,
+    MANIFEST,
+    MANIFEST_VERSION,
+    Manifest,
+    directory_entries,
+    file_entry,
+)
 from export.module import DecodingModule, load_float32_model
 from export.onnx_graph import ONNX_OPSET
+from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
 log = logging.getLogger("export")
@@ -38,11 +46,51 @@ def _versions() -> dict[str, str]:
 
 def _tokenizer_files(run_dir: Path) -> tuple[str, str]:
     if (run_dir / "spm.model").is_file():
-        return "spm.model", "spm.model"
-    if (run_dir / "spm_source.model").is_file() and (run_dir / "spm_target.model").is_file():
-        return "spm_source.model", "spm_target.model"
-    raise FileNotFoundError(
-        f"{run_dir} has neither spm.model nor spm_source.model + spm_target.model")
+        names = ("spm.model", "spm.model")
+    elif (run_dir / "spm_source.model").is_file() and (run_dir / "spm_target.model").is_file():
+        names = ("spm_source.model", "spm_target.model")
+    else:
+        raise FileNotFoundError(
+            f"{run_dir} has neither spm.model nor spm_source.model + spm_target.model")
+    for name in set(names):
+        try:
+            SentencePieceTokenizer(run_dir / name)
+        except Exception as err:  # sentencepiece raises RuntimeError/OSError on a bad file
+            raise ValueError(f"{run_dir / name} is not a valid SentencePiece model: "
+                             f"{' '.join(str(err).split())[:200]}") from err
+    return names
+
+
+class OutputExists(FileExistsError):
+    """--out holds something that is not an export made by this tool."""
+
+
+def _made_by_us(out: Path) -> bool:
+    """Whether `out` holds only an export of this tool: a manifest.json with its keys and
+    nothing besides the files (or the top directories of the files) the manifest lists."""
+    try:
+        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        listed = {name.split("/", 1)[0] for name in data["files"]}
+        ours = isinstance(data["manifest_version"], int) and isinstance(data["formats"], dict)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return ours and all(entry.name == MANIFEST or entry.name in listed for entry in out.iterdir())
+
+
+def check_output(run_dir: Path, out: Path, overwrite: bool) -> None:
+    """Refuse an --out that is a file, is or contains the run directory, or (without
+    `overwrite`) holds anything but an earlier export of this tool."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file, not a directory")
+    run, target = run_dir.resolve(), out.resolve()
+    if run == target or run.is_relative_to(target):
+        raise ValueError(f"--out {out} {'is' if run == target else 'contains'} the training run "
+                         f"{run_dir}; export to another directory (e.g. {run_dir / 'export'})")
+    if out.is_dir() and any(out.iterdir()) and not overwrite and not _made_by_us(out):
+        found = sorted(entry.name for entry in out.iterdir())
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise OutputExists(f"--out {out} exists and is not an export made by python -m export "
+                           f"(it holds {shown}); pass --overwrite to replace it")
 
 
 def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = None,
@@ -57,8 +105,6 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
         signatures["translate"] = add_translate(module, source_tokenizer_path,
                                                 target_tokenizer_path)
     path = out / "savedmodel"
-    if path.exists():
-        shutil.rmtree(path)
     tf.saved_model.save(module, str(path), signatures=signatures)
     return sorted(signatures)
 
@@ -124,7 +170,7 @@ def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict
     """One .tflite per variant, each with `encode` and `decode_step` signatures, builtins only."""
     module = DecodingModule(model)
     result = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix=".tflite-savedmodel.", dir=out) as tmp:
         tf.saved_model.save(module, tmp, signatures={
             "encode": module.encode.get_concrete_function(),
             "decode_step": module.decode_step.get_concrete_function()})
@@ -143,21 +189,34 @@ def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
-               quantize: str = "none", translate_signature: bool = True) -> dict:
-    """Export a training run; returns the manifest that is also written to out/manifest.json."""
+               quantize: str = "none", translate_signature: bool = True,
+               overwrite: bool = False) -> dict:
+    """Export a training run; returns the manifest that is also written to out/manifest.json.
+
+    The run is checked (model, tokenizers) and --out with it before anything is written; the
+    export is built in a hidden sibling of `out_dir` and swapped in whole at the end, so a
+    failed or killed export leaves the previous one as it was."""
     run_dir, out = Path(run_dir), Path(out_dir)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         raise ValueError(f"unknown formats {unknown}; choose from {FORMATS}")
     if quantize not in QUANTIZE:
         raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"training run not found: {run_dir}")
+    check_output(run_dir, out, overwrite)
     model = load_float32_model(run_dir)
-    c = model.config
-    out.mkdir(parents=True, exist_ok=True)
-    previous = out / MANIFEST
-    if previous.exists():
-        previous.unlink()
     source_tok, target_tok = _tokenizer_files(run_dir)
+    with staged_directory(out) as stage:
+        manifest = _export_into(stage, run_dir, model, formats, quantize, translate_signature,
+                                source_tok, target_tok)
+        Manifest(stage)  # the manifest as a reader will see it, before it replaces anything
+    return manifest
+
+
+def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
+                 translate_signature: bool, source_tok: str, target_tok: str) -> dict:
+    c = model.config
     for name in {source_tok, target_tok}:
         shutil.copyfile(run_dir / name, out / name)
 
@@ -182,15 +241,18 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                                       "variants": export_tflite(model, out, variants)}
 
     files = {name: file_entry(out, out / name) for name in sorted({source_tok, target_tok})}
-    for fmt in manifest_formats.values():
+    for fmt_name, fmt in manifest_formats.items():
         for variant in fmt["variants"].values():
             for name in variant.values():
-                files[name] = file_entry(out, out / name)
+                if fmt_name in DIRECTORY_FORMATS:
+                    files.update(directory_entries(out, name))
+                else:
+                    files[name] = file_entry(out, out / name)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "run": str(run_dir.resolve()),
         "formats": manifest_formats,
-        "files": files,
+        "files": dict(sorted(files.items())),
         "tokenizer": {"source": source_tok, "target": target_tok},
         "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
         "special_ids": {"pad": c.pad_id, "unk": SentencePieceTokenizer(out / target_tok).unk_id,
@@ -214,5 +276,5 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
         },
         "versions": _versions(),
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -22,14 +22,21 @@ def load_float32_model(run_dir: str | Path) -> Transformer:
     path = run_dir / "model.keras"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: is {run_dir} a finished training run?")
-    trained = keras.models.load_model(path, compile=False)
+    try:
+        trained = keras.models.load_model(path, compile=False)
+    except Exception as err:  # Keras raises many types for a damaged archive
+        raise ValueError(f"{path} could not be loaded (truncated, or not a .keras model "
+                         f"file?): {' '.join(str(err).split())[:300]}") from err
     if not isinstance(trained, Transformer):
         raise ValueError(f"{path} holds a {type(trained).__name__}; only translation runs "
                          f"(a seq2seq Transformer) can be exported")
     config = trained.config
     config_path = run_dir / "model_config.json"
     if config_path.is_file():
-        config = TransformerConfig.from_dict(json.loads(config_path.read_text()))
+        try:
+            config = TransformerConfig.from_dict(json.loads(config_path.read_text()))
+        except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON errors: ValueError
+            raise ValueError(f"{config_path} is not a valid model config: {err}") from err
     model = Transformer(config, dtype="float32")
     model.build()
     model.set_weights(trained.get_weights())

@@ -2,8 +2,10 @@
 
     python -m export.parity --export exports/demo [--run runs/demo]
 
-Checks keras against every format the export holds. Exits 1 when a check fails, 2 when the
-export directory is missing, corrupt or holds no format.
+Checks keras against every format the export holds. Exit codes: 0 every check passes; 1 a
+check fails (or a runtime fails on a sound export); 2 bad usage, or an export directory that
+is missing, corrupt, holds no format, or whose manifest names a path outside it; 130
+interrupted. It reads the export and the run and writes nothing.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from export.common import ExportError, Manifest
+from export.common import ExportError, Manifest, variant_bytes
 from export.runtime import Translator, load_backend
+from keras_transformer.command_line import add_debug_flag, entry_point, int_in
 
 TOLERANCE = 1e-4
 RUNTIMES = ("keras", "savedmodel", "onnx", "tflite")
@@ -67,8 +70,10 @@ def tensor_parity(manifest: Manifest, backends: dict, shapes=SHAPES) -> list[dic
     """Rows {output, shape, runtime: max|Δ| vs the first backend}; the mask counts mismatches."""
     rows = []
     names = list(backends)
-    for shape in shapes:
-        inputs = random_inputs(manifest, *shape)
+    for batch, source_length, cache_length in shapes:
+        # Within the model's lengths: a small model may accept fewer positions than SHAPES.
+        inputs = random_inputs(manifest, batch, min(source_length, manifest["max_source_length"]),
+                               min(cache_length, manifest["max_target_length"]))
         reference = tensor_outputs(backends[names[0]], inputs)
         inputs["memory"] = reference["encode.memory"]
         inputs["memory_mask"] = reference["encode.memory_mask"]
@@ -123,8 +128,8 @@ def present_runtimes(manifest: Manifest) -> tuple[str, ...]:
 
 
 def file_size(manifest: Manifest, fmt: str, variant: str) -> int:
-    files = manifest.format_files(fmt, variant).values()
-    return sum(manifest["files"][name]["bytes"] for name in files)
+    files = manifest.format_files(fmt, variant)
+    return variant_bytes(manifest.data, files)
 
 
 def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: int = 200,
@@ -132,6 +137,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         backends: dict | None = None) -> bool:
     """All checks, printed; True when every one passes. `backends` reuses loaded runtimes."""
     manifest = Manifest(export_dir)
+    manifest.verify()
     runtimes = present_runtimes(manifest)
     missing = [r for r in RUNTIMES if r not in runtimes]
     ok = True
@@ -192,22 +198,24 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     return ok
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m export.parity", description=__doc__)
+@entry_point
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export.parity", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export", required=True, help="export directory")
     parser.add_argument("--run", default=None,
                         help="training run for the keras runtime (default: the manifest's)")
-    parser.add_argument("--sentences", type=int, default=200)
-    parser.add_argument("--beam-sentences", type=int, default=50)
-    parser.add_argument("--bleu-sentences", type=int, default=1000)
+    parser.add_argument("--sentences", type=int_in(1, 5000), default=200,
+                        help="greedy sentences compared token by token, 1 to 5000 (default 200)")
+    parser.add_argument("--beam-sentences", type=int_in(1, 1000), default=50,
+                        help="beam-4 sentences compared, 1 to 1000 (default 50)")
+    parser.add_argument("--bleu-sentences", type=int_in(1, 10000), default=1000,
+                        help="sentences scored with BLEU per variant, 1 to 10000 (default 1000)")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING)
-    try:
-        ok = run(args.export, args.run, args.sentences, args.beam_sentences, args.bleu_sentences)
-    except ExportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    ok = run(args.export, args.run, args.sentences, args.beam_sentences, args.bleu_sentences)
     return 0 if ok else 1
 
 

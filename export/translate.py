@@ -6,6 +6,11 @@ Reads FILE (or stdin) and writes one translation per line. Blank lines give blan
 over-long sentences are truncated to the model's max_source_length with a warning
 (--no-truncate makes them an error); invalid UTF-8 bytes become U+FFFD with a warning.
 The onnx runtime needs only onnxruntime, numpy, sentencepiece and tqdm.
+
+Exit codes: 0 translated; 2 bad usage or input (an option out of range, a missing or damaged
+export, an -o that cannot be written, a runtime whose package is not installed); 1 a runtime
+failed on sound input; 130 interrupted. -o is written only after every line is translated,
+under a temporary name renamed into place.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import os
 import sys
 from pathlib import Path
 
-from export.common import ExportError
+from keras_transformer.command_line import add_debug_flag, entry_point, float_in, int_in
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.lines import decode_lines, read_lines
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+# One search holds batch x beam rows of decoder cache; past this it is memory, not speed.
+MAX_ROWS = 8192
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -30,51 +38,75 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
     parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
                         help="quantized variant (tflite: fp16/int8, onnx: int8)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--beam", type=int_in(1, 64), default=4,
+                        help="beam size, 1 (greedy) to 64 (default 4)")
+    parser.add_argument("--alpha", type=float_in(0, 10), default=0.6,
+                        help="length penalty exponent, in [0, 10] (default 0.6)")
+    parser.add_argument("--batch-size", type=int_in(1, 4096), default=64,
+                        help=f"sentences per search, 1 to 4096, with --batch-size x --beam at "
+                             f"most {MAX_ROWS} (default 64)")
     parser.add_argument("--run", default=None, help="training run (keras runtime only)")
     parser.add_argument("--no-truncate", action="store_true",
                         help="fail on sentences longer than the model accepts")
-    parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
-    return parser.parse_args(argv)
+    parser.add_argument("-o", "--output", default="-",
+                        help="output file (default: stdout), written whole after translating")
+    add_debug_flag(parser)
+    args = parser.parse_args(argv)
+    if args.batch_size * args.beam > MAX_ROWS:
+        parser.error(f"--batch-size {args.batch_size} x --beam {args.beam} is "
+                     f"{args.batch_size * args.beam} rows per search; keep it at most {MAX_ROWS}")
+    return args
 
 
-def main(argv=None) -> int:
+def check_output(args) -> Path | None:
+    """The -o path, refused before any work if it cannot or must not be written: a missing
+    directory, a directory, the input file itself, or a file inside the export."""
+    if args.output == "-":
+        return None
+    out = Path(args.output)
+    if out.is_dir():
+        raise IsADirectoryError(f"-o {out} is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"-o {out}: directory {out.parent} does not exist")
+    if args.input != "-" and out.exists() and Path(args.input).exists() \
+            and out.resolve() == Path(args.input).resolve():
+        raise ValueError(f"-o {out} is the input file; write the translations elsewhere")
+    if out.resolve().is_relative_to(Path(args.export).resolve()):
+        raise ValueError(f"-o {out} is inside the export directory {args.export}; write the "
+                         f"translations elsewhere")
+    return out
+
+
+@entry_point
+def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    if args.beam < 1 or args.batch_size < 1:
-        print("error: --beam and --batch-size must be at least 1", file=sys.stderr)
-        return 2
+    out = check_output(args)
     from export.runtime import load_translator
 
-    try:
-        translator = load_translator(args.export, args.runtime, args.variant, args.run)
-        if args.input == "-":
-            lines = decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
-        else:
-            lines = read_lines(args.input, errors="replace")
-        progress = None
-        if args.input != "-":
-            from tqdm import tqdm
+    translator = load_translator(args.export, args.runtime, args.variant, args.run)
+    if args.input == "-":
+        lines = decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
+    else:
+        lines = read_lines(args.input, errors="replace")
+    progress = None
+    if args.input != "-":
+        from tqdm import tqdm
 
-            progress = tqdm(total=len(lines), unit="sent", file=sys.stderr, leave=False)
-        try:
-            outputs = translator.translate(lines, beam_size=args.beam, alpha=args.alpha,
-                                           batch_size=args.batch_size,
-                                           truncate=not args.no_truncate, progress=progress)
-        finally:
-            if progress is not None:
-                progress.close()
-    except (ExportError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        progress = tqdm(total=len(lines), unit="sent", file=sys.stderr, leave=False)
+    try:
+        outputs = translator.translate(lines, beam_size=args.beam, alpha=args.alpha,
+                                       batch_size=args.batch_size,
+                                       truncate=not args.no_truncate, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     text = "".join(line + "\n" for line in outputs)
-    if args.output == "-":
+    if out is None:
         sys.stdout.write(text)
     else:
-        Path(args.output).write_text(text, encoding="utf-8")
+        atomic_write_text(out, text)
     return 0
 
 

@@ -1,8 +1,9 @@
 """The rules every command follows for the files it writes and the paths it reads.
 
 - Writes are atomic: a file is written under a temporary name beside it and renamed into
-  place; a directory is filled as a hidden sibling and swapped in. An interrupted or failed
-  command leaves the previous good output as it was.
+  place; a directory is filled as a hidden sibling (named after the process) and swapped
+  in. An interrupted or failed command leaves the previous good output as it was; the
+  staging directory of a killed command is removed by the next one writing there.
 - A path read from a file the program wrote earlier (an export's manifest, a backup's state)
   is resolved inside its directory: absolute paths, `..`, symlinks that leave the directory
   and directories where a file is expected are refused.
@@ -13,6 +14,7 @@ Standard library only (the TensorFlow-free tools use it).
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import tempfile
@@ -49,14 +51,30 @@ def _backup_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.previous")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. PermissionError: it exists, owned by someone else
+        return True
+    return True
+
+
 def recover_directory(final: str | Path) -> None:
-    """Put back the previous copy of `final` if a swap was interrupted between its renames."""
+    """Put back the previous copy of `final` if a swap was interrupted between its renames,
+    and remove the staging directories of killed commands (those whose process is gone)."""
     final = Path(final)
     backup = _backup_name(final)
     if backup.is_dir() and not final.exists():
         os.replace(backup, final)
     elif backup.is_dir():
         shutil.rmtree(backup)
+    prefix = f".{final.name}."
+    for stale in final.parent.glob(f"{glob.escape(prefix)}*.staging"):
+        pid = stale.name[len(prefix):].split(".", 1)[0]
+        if stale.is_dir() and not stale.is_symlink() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -67,7 +85,7 @@ def staged_directory(final: str | Path) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     recover_directory(final)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".staging",
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".staging",
                                     dir=final.parent))
     try:
         yield staging

@@ -228,7 +228,7 @@ def test_translate_cli_handles_bad_input(exported, manifest, tmp_path):
     assert "not valid UTF-8" in result.stderr
     strict = _run(["-m", "export.translate", "--export", str(exported[1]), "--no-truncate",
                    str(source_file)])
-    assert strict.returncode == 1 and "max_source_length" in strict.stderr
+    assert strict.returncode == 2 and "max_source_length" in strict.stderr
 
 
 def test_missing_or_corrupt_export_file_is_named(exported, tmp_path):
@@ -236,7 +236,7 @@ def test_missing_or_corrupt_export_file_is_named(exported, tmp_path):
     shutil.copytree(exported[1], broken, ignore=shutil.ignore_patterns("savedmodel"))
     (broken / "decoder_step.onnx").unlink()
     result = _run(["-m", "export.translate", "--export", str(broken)], input="one cat\n")
-    assert result.returncode == 1 and "decoder_step.onnx is missing" in result.stderr
+    assert result.returncode == 2 and "decoder_step.onnx is missing" in result.stderr
     shutil.copyfile(exported[1] / "decoder_step.onnx", broken / "decoder_step.onnx")
     with (broken / "model.tflite").open("r+b") as f:
         f.truncate(1000)

@@ -55,6 +55,24 @@ def test_interrupted_swap_is_recovered(tmp_path):
     assert (final / "old.txt").read_text() == "old" and not backup.exists()
 
 
+def test_staging_of_a_killed_command_is_removed_by_the_next(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f".out.{dead}.abc.staging"
+    live = tmp_path / f".out.{os.getpid()}.def.staging"  # a command still at work: kept
+    other = tmp_path / f".out.v2.{dead}.ghi.staging"  # the staging of "out.v2": not ours
+    for path in (stale, live, other):
+        path.mkdir()
+    with staged_directory(tmp_path / "out") as staging:
+        assert staging.name.startswith(f".out.{os.getpid()}.")
+        (staging / "new.txt").write_text("new")
+    assert not stale.exists() and live.is_dir() and other.is_dir()
+    assert (tmp_path / "out" / "new.txt").read_text() == "new"
+
+
 @pytest.mark.parametrize("relative", ["/etc/passwd", "../x", "a/../../x", "C:\\x", "..\\x", ""])
 def test_resolve_inside_refuses_paths_that_leave(tmp_path, relative):
     with pytest.raises(UnsafePath):

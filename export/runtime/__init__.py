@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.common import Manifest
+from export.common import ExportError, Manifest
 from export.runtime.base import Backend, Translator
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
 __all__ = ["RUNTIMES", "Backend", "Translator", "load_backend", "load_translator"]
 
@@ -31,13 +32,18 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
         from export.runtime.tflite import TFLiteBackend
 
         return TFLiteBackend(manifest, variant)
-    if runtime == "savedmodel":
-        from export.runtime.tf import SavedModelBackend
+    if runtime in ("savedmodel", "keras"):
+        try:
+            import tensorflow_text  # noqa: F401  (the ops of the SavedModel's `translate`)
 
-        return SavedModelBackend(manifest)
-    if runtime == "keras":
-        from export.runtime.tf import keras_backend
-
+            from export.runtime.tf import SavedModelBackend, keras_backend
+        except ImportError as err:
+            missing = getattr(err, "name", None) or "TensorFlow"
+            raise ExportError(f"the {runtime} runtime needs TensorFlow, and {missing} cannot "
+                              f"be imported: pip install {TENSORFLOW} (or use --runtime onnx "
+                              f"or tflite)") from err
+        if runtime == "savedmodel":
+            return SavedModelBackend(manifest)
         return keras_backend(manifest, run_dir)
     raise ValueError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
 

@@ -21,7 +21,7 @@ class SavedModelBackend(Backend, TFBackend):
         super().__init__(manifest)
         import tensorflow_text  # noqa: F401  (registers the ops of the `translate` signature)
 
-        path = manifest.file(manifest.format_files("savedmodel")["model"])
+        path = manifest.directory(manifest.format_files("savedmodel")["model"])
         try:
             self.loaded = self.tf.saved_model.load(str(path))
         except Exception as err:  # TF raises many types for a damaged SavedModel
