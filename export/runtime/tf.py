@@ -43,12 +43,32 @@ class SavedModelBackend(Backend, TFBackend):
 
 
 def keras_backend(manifest: Manifest, run_dir: str | Path | None = None) -> KerasBackend:
-    """The library's KerasBackend over the float32 rebuild of the run's model.keras."""
+    """The library's KerasBackend over the float32 rebuild of the run's model.keras.
+
+    The run is the directory given, else the export directory's parent when the export sits
+    inside its run (`runs/demo/export`). The run path the manifest records is never followed:
+    a path read from a file the program wrote stays inside that file's directory."""
+    import json
+
     from export.module import load_float32_model
 
-    run_dir = Path(run_dir if run_dir is not None else manifest["run"])
+    if run_dir is None:
+        run_dir = manifest.root.resolve().parent
+        if not (run_dir / "model.keras").is_file():
+            raise ExportError(
+                f"the keras runtime needs the training run: {manifest.root} is not inside a run "
+                f"directory; pass it with --run")
+    run_dir = Path(run_dir)
     if not (run_dir / "model.keras").is_file():
-        raise ExportError(
-            f"the keras runtime needs the training run; {run_dir / 'model.keras'} is "
-            f"missing (pass the run directory explicitly)")
+        raise ExportError(f"the keras runtime needs the training run; {run_dir / 'model.keras'} "
+                          f"is missing (pass the run directory with --run)")
+    try:
+        config = json.loads((run_dir / "model_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ExportError(f"{run_dir / 'model_config.json'} could not be read: {err}") from err
+    differ = sorted(key for key, value in manifest.model.items()
+                    if key in config and config[key] != value)
+    if differ:
+        raise ExportError(f"{run_dir} does not hold the model of {manifest.root} ({', '.join(differ)} "
+                          f"differ); pass the run it was exported from with --run")
     return KerasBackend(load_float32_model(run_dir))
