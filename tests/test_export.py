@@ -419,3 +419,29 @@ def test_onnx_step_of_an_older_export_asks_to_export_again(exported, tmp_path):
     (old / MANIFEST).write_text(json.dumps(data))
     with pytest.raises(ExportError, match="export it again"):
         load_backend(Manifest(old), "onnx")
+
+
+def test_keras_runtime_never_follows_the_run_path_of_a_manifest(exported, tmp_path):
+    run_dir, export_dir = exported
+    # Beside its run, the export's manifest records the run's absolute path: not followed.
+    assert json.loads((export_dir / "manifest.json").read_text())["run"] == str(run_dir.resolve())
+    with pytest.raises(ExportError, match="--run"):
+        load_backend(Manifest(export_dir), "keras")
+    # Inside its run (runs/<name>/export), the parent is the run.
+    inside = tmp_path / "run"
+    inside.mkdir()
+    for name in ("model.keras", "model_config.json", "spm.model"):
+        shutil.copyfile(run_dir / name, inside / name)
+    shutil.copytree(export_dir, inside / "export")
+    source = np.array([[5, 6, 7, 3]], np.int32)
+    expected = Translator(Manifest(export_dir), load_backend(Manifest(export_dir), "keras",
+                                                             run_dir=run_dir))
+    actual = Translator(Manifest(inside / "export"), load_backend(Manifest(inside / "export"),
+                                                                  "keras"))
+    np.testing.assert_array_equal(actual.search_ids(source, beam_size=1).tokens,
+                                  expected.search_ids(source, beam_size=1).tokens)
+    # A run holding another model is refused, naming what differs.
+    config = json.loads((inside / "model_config.json").read_text())
+    (inside / "model_config.json").write_text(json.dumps({**config, "d_model": 48}))
+    with pytest.raises(ExportError, match="d_model"):
+        load_backend(Manifest(inside / "export"), "keras")
