@@ -282,3 +282,25 @@ def test_real_vietnews_files_read_completely():
     assert sentences[0].endswith(" .") and sentences[1] == (
         "Alzheimer ảnh_hưởng đến trí_nhớ , ngôn_ngữ và tư_duy .")
     assert len(load_summaries(files[0])) == 20_000
+
+
+def test_baselines_command_prints_the_lead_scores(tmp_path, capsys):
+    from train.baselines import main
+
+    rng = random.Random(3)
+    write_tsv(tmp_path / "dev.tsv", ["\t".join([*make_article(rng), ""]) for _ in range(5)])
+    data = load_summaries(tmp_path / "dev.tsv")
+    lead3 = lead_baselines(data.articles, data.summaries)["lead3"]
+    assert main(["--data", str(tmp_path), "--split", "dev"]) == 0
+    printed = capsys.readouterr().out
+    assert "dev: lead1 ROUGE-1 100.00  ROUGE-2 100.00  ROUGE-L 100.00  (5 articles)" in printed
+    assert (f"dev: lead3 ROUGE-1 {lead3['rouge1']:.2f}  ROUGE-2 {lead3['rouge2']:.2f}  "
+            f"ROUGE-L {lead3['rougeL']:.2f}  (5 articles)") in printed
+    assert main(["--data", str(tmp_path), "--split", "test"]) == 1
+
+
+def test_the_vietnews_recipe_loads():
+    config = load_config(ROOT / "train" / "configs" / "vietnews_summarization.yaml")
+    assert config.task == "summarization" and config.data.word_joints == "keep"
+    assert (config.data.max_source_length, config.data.max_target_length) == (400, 80)
+    assert config.eval.no_repeat_ngram_size == 3 and config.training.max_minutes == 90
