@@ -14,7 +14,7 @@ from pathlib import Path
 from keras_transformer.text.demo_corpus import demo_splits
 from keras_transformer.text.lines import decode_lines, read_lines
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
-from train.config import ConfigError, DataConfig
+from train.config import WORD_JOINTS, ConfigError, DataConfig
 
 DEFAULT_DATA_DIR = Path("..") / "shared" / "data"
 
@@ -245,7 +245,7 @@ def word_joints(text: str, mode: str) -> str:
         return text
     if mode == "split":
         return text.replace("_", " ")
-    raise ConfigError(f"data.word_joints must be keep or split, got {mode!r}")
+    raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got {mode!r}")
 
 
 # A sentence of VNDS ends with a token of sentence-final punctuation, split off by spaces:
