@@ -27,15 +27,18 @@ def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str
               beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
               max_length: int | None = None, jit_compile: bool = False,
               progress=None, no_repeat_ngram_size: int = 0,
-              min_length: int = 0) -> list[str]:
+              min_length: int = 0, truncate: bool = False) -> list[str]:
     """Translate sentences (batched by length, returned in input order).
 
     max_length (generated tokens, EOS included) defaults to `default_max_length` of the
     longest source in each batch; no_repeat_ngram_size and min_length are those of
-    keras_transformer.decoding (0: off).
+    keras_transformer.decoding (0: off). A source longer than the model's
+    max_source_length is an error, or with truncate keeps its first pieces (with a warning;
+    text.sources.encode_sources).
     """
     c = model.config
-    encoded = encode_sources(sentences, source_tokenizer.encode, c.max_source_length, c.eos_id)
+    encoded = encode_sources(sentences, source_tokenizer.encode, c.max_source_length, c.eos_id,
+                             truncate=truncate)
     backend = KerasBackend(model, jit_compile)
 
     def search_batch(source_ids):

@@ -32,6 +32,9 @@ class DataConfig:
     seed: int = 1234
     max_source_length: int = 64
     max_target_length: int = 64
+    # task summarization: VNDS joins a word's syllables with "_"; keep them, or split them
+    # (each "_" becomes a space) before tokenizing, in training text, outputs and references.
+    word_joints: str = "keep"  # keep | split
     tokens_per_batch: int = 4096
     num_buckets: int = 4
 
@@ -82,6 +85,9 @@ class EvalConfig:
     samples: int = 5
     dev_bleu_sentences: int = 200  # scored after every epoch for the best checkpoint; 0: off
     dev_bleu_beam: int = 1
+    # Search constraints (keras_transformer.decoding); 0: off. Used by task summarization.
+    no_repeat_ngram_size: int = 0
+    min_length: int = 0
 
 
 @dataclass
@@ -173,8 +179,13 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         _apply_override(values, assignment)
     config = _build(RunConfig, values, "")
     _check_ranges(config)
+    if config.data.word_joints not in WORD_JOINTS:
+        raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got "
+                          f"{config.data.word_joints!r}")
     return config
 
+
+WORD_JOINTS = ("keep", "split")
 
 # (section.key, lowest, highest or None, whether the lowest is excluded): checked when the
 # config is loaded, so that a bad value fails before the corpus is read and training starts,
@@ -194,7 +205,8 @@ _RANGES = [
     ("eval.beam_size", 1, None, False), ("eval.alpha", 0, None, False),
     ("eval.batch_size", 1, None, False), ("eval.max_sentences", 0, None, False),
     ("eval.samples", 0, None, False), ("eval.dev_bleu_sentences", 0, None, False),
-    ("eval.dev_bleu_beam", 1, None, False),
+    ("eval.dev_bleu_beam", 1, None, False), ("eval.no_repeat_ngram_size", 0, None, False),
+    ("eval.min_length", 0, None, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2"}

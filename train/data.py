@@ -1,19 +1,24 @@
 """Where a run's text comes from: sentence pairs from the embedded demo corpus or files on
-disk, labeled sentences from TSV files."""
+disk, labeled sentences from TSV files, articles and their summaries from TSV files."""
 
 from __future__ import annotations
 
+import gzip
+import logging
 import os
 import random
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from keras_transformer.text.demo_corpus import demo_splits
-from keras_transformer.text.lines import read_lines
+from keras_transformer.text.lines import decode_lines, read_lines
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
-from train.config import ConfigError, DataConfig
+from train.config import WORD_JOINTS, ConfigError, DataConfig
 
 DEFAULT_DATA_DIR = Path("..") / "shared" / "data"
+
+log = logging.getLogger("train")
 
 
 @dataclass
@@ -148,3 +153,116 @@ def load_classification(config: DataConfig) -> tuple[LabeledSplit, LabeledSplit]
     train = load_labeled_tsv(resolve(config, config.train_source))
     dev = load_labeled_tsv(resolve(config, config.dev_source))
     return train, dev
+
+
+@dataclass
+class Summaries:
+    articles: list[str]
+    summaries: list[str]
+    skipped_empty: int = 0  # rows whose article or summary is empty (or blank lines)
+
+    def __len__(self) -> int:
+        return len(self.articles)
+
+
+def load_summaries(path: str | Path) -> Summaries:
+    """Articles and summaries of a TSV file (gzip-compressed if its name ends in .gz).
+
+    The first line is a header naming the columns; `article` and `summary` are required, in
+    any order (VNDS: article, summary, title). Lines follow keras_transformer.text.lines.
+    - invalid UTF-8, a NUL byte, or a row with another number of columns than the header
+      (a tab or a newline inside a field shifts every later column): a ValueError naming
+      the file and line, since the file is broken and no row after it can be trusted;
+    - a blank line or a row whose article or summary is empty: skipped, counted in
+      `skipped_empty` and logged with its line number, since it holds nothing to learn
+      or score and leaves the other rows intact.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    raw = path.read_bytes()
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as err:
+            raise ValueError(f"{path} is not a readable gzip file ({err})") from err
+    lines = decode_lines(raw, str(path))
+    if not lines:
+        raise ValueError(f"{path} is empty; expected a header line article<TAB>summary...")
+    header = lines[0].split("\t")
+    if "article" not in header or "summary" not in header:
+        raise ValueError(f"{path} line 1: the header {lines[0][:80]!r} must name the columns "
+                         f"article and summary (tab-separated)")
+    columns, a, s = len(header), header.index("article"), header.index("summary")
+    articles, summaries, skipped = [], [], []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            skipped.append(number)
+            continue
+        fields = line.split("\t")
+        if len(fields) != columns:
+            raise ValueError(f"{path} line {number} has {len(fields)} tab-separated columns, "
+                             f"the header {columns} ({', '.join(header)})")
+        article, summary = fields[a].strip(), fields[s].strip()
+        if not article or not summary:
+            skipped.append(number)
+            continue
+        articles.append(article)
+        summaries.append(summary)
+    if skipped:
+        log.warning("%s: %d rows with an empty article or summary skipped (lines %s%s)", path,
+                    len(skipped), ", ".join(map(str, skipped[:10])),
+                    ", ..." if len(skipped) > 10 else "")
+    if not articles:
+        raise ValueError(f"{path} holds no article with a summary")
+    return Summaries(articles, summaries, len(skipped))
+
+
+def load_summarization(config: DataConfig) -> dict[str, Summaries]:
+    """{"train", "dev"[, "test"]}: the files data.train_source, dev_source[, test_source],
+    with VNDS's word joints kept or split by data.word_joints."""
+    if config.corpus != "tsv":
+        raise ConfigError(f"task summarization reads data.corpus tsv, got {config.corpus!r}")
+    names = {"train": config.train_source, "dev": config.dev_source,
+             "test": config.test_source}
+    splits = {}
+    for split, name in names.items():
+        if not name:
+            if split == "test":
+                continue
+            raise ConfigError(f"task summarization needs data.{split}_source (a TSV file)")
+        loaded = load_summaries(resolve(config, name))
+        splits[split] = Summaries([word_joints(t, config.word_joints) for t in loaded.articles],
+                                  [word_joints(t, config.word_joints) for t in loaded.summaries],
+                                  loaded.skipped_empty)
+    return splits
+
+
+def word_joints(text: str, mode: str) -> str:
+    """VNDS text with its word joints kept ("keep") or split into plain syllables ("split":
+    every "_" becomes a space)."""
+    if mode == "keep":
+        return text
+    if mode == "split":
+        return text.replace("_", " ")
+    raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got {mode!r}")
+
+
+# A sentence of VNDS ends with a token of sentence-final punctuation, split off by spaces:
+# ".", "!", "?" or a run of them ("...", "?!").
+_SENTENCE_END = frozenset(".!?")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Space-tokenized text -> its sentences, each ending after a token made only of ".", "!"
+    and "?" (a trailing part without one is a sentence too); tokens are re-joined by one
+    space."""
+    sentences, current = [], []
+    for token in text.split():
+        current.append(token)
+        if set(token) <= _SENTENCE_END:
+            sentences.append(" ".join(current))
+            current = []
+    if current:
+        sentences.append(" ".join(current))
+    return sentences

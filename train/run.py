@@ -7,9 +7,11 @@ from pathlib import Path
 from train.config import RunConfig
 from train.engine import train
 from train.tasks.classification import ClassificationTask
+from train.tasks.summarization import SummarizationTask
 from train.tasks.translation import TranslationTask
 
-TASKS = {"translation": TranslationTask, "classification": ClassificationTask}
+TASKS = {"translation": TranslationTask, "classification": ClassificationTask,
+         "summarization": SummarizationTask}
 
 
 def run(config: RunConfig, out: Path) -> dict:

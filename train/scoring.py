@@ -1,13 +1,20 @@
-"""Scoring translations: which sources fit the model, decoding them, sacreBLEU's BLEU and chrF."""
+"""Scoring: which sources fit the model, decoding them, sacreBLEU's BLEU and chrF for
+translations, ROUGE and the Lead baselines for summaries."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
+from importlib.metadata import version
 from pathlib import Path
 
+import numpy as np
 import sacrebleu
+from rouge_score import rouge_scorer
 from tqdm import tqdm
 
 from keras_transformer.translator import translate
+from train.data import split_sentences
 
 
 def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
@@ -25,11 +32,14 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
 
 
 def score_translations(model, source_tok, target_tok, sources, references, *, beam_size,
-                       alpha, batch_size, hypotheses_path: Path | None = None) -> dict:
+                       alpha, batch_size, hypotheses_path: Path | None = None,
+                       no_repeat_ngram_size: int = 0, min_length: int = 0) -> dict:
     """Translate `sources`, optionally write the translations one per line, score them."""
     with tqdm(total=len(sources), desc="decoding", unit="sent", leave=False) as bar:
         hypotheses = translate(model, source_tok, target_tok, sources, beam_size=beam_size,
-                               alpha=alpha, batch_size=batch_size, progress=bar)
+                               alpha=alpha, batch_size=batch_size, progress=bar,
+                               no_repeat_ngram_size=no_repeat_ngram_size,
+                               min_length=min_length)
     if hypotheses_path is not None:
         hypotheses_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     return bleu_chrf(hypotheses, references)
@@ -45,3 +55,63 @@ def fitting_pairs(sources, references, source_tok, max_source_length: int):
     keep = fitting_mask(sources, source_tok, max_source_length)
     return ([s for s, k in zip(sources, keep, strict=True) if k],
             [r for r, k in zip(references, keep, strict=True) if k], keep.count(False))
+
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+class VietnameseRougeTokenizer:
+    """Text -> ROUGE tokens (rouge-score's tokenizer interface): NFC, lower-cased, "_" word
+    joints split, every maximal run of Unicode letters and digits one token, punctuation and
+    other symbols dropped. rouge-score's default tokenizer keeps only [a-z0-9], so every
+    Vietnamese letter with a diacritic would vanish ("Hà_Nội" -> "h", "n", "i")."""
+
+    _token = re.compile(r"[^\W_]+")
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._token.findall(unicodedata.normalize("NFC", text).lower())
+
+
+ROUGE_SIGNATURE = (f"rouge-score:{version('rouge-score')}|f1:mean-over-docs|"
+                   f"tok:unicode-letters-digits|nfc|lc:yes|underscore:split|punct:dropped|"
+                   f"stem:no")
+
+
+def rouge(hypotheses, references) -> dict:
+    """ROUGE-1, ROUGE-2 and ROUGE-L F1 (x100, 2 decimals): the mean over documents of each
+    document's F1, by rouge-score with VietnameseRougeTokenizer and no stemming; with the
+    settings' signature."""
+    hypotheses, references = list(hypotheses), list(references)
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} summaries for {len(references)} references")
+    if not references:
+        raise ValueError("no summaries to score")
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=False,
+                                      tokenizer=VietnameseRougeTokenizer())
+    f1 = {kind: [] for kind in ROUGE_TYPES}
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
+        scores = scorer.score(reference, hypothesis)  # (target, prediction)
+        for kind in ROUGE_TYPES:
+            f1[kind].append(scores[kind].fmeasure)
+    return {**{kind: round(float(np.mean(v)) * 100, 2) for kind, v in f1.items()},
+            "rouge_signature": ROUGE_SIGNATURE}
+
+
+def lead(article: str, sentences: int) -> str:
+    """The article's first `sentences` sentences (train.data.split_sentences)."""
+    return " ".join(split_sentences(article)[:sentences])
+
+
+LEADS = {"lead1": 1, "lead3": 3}
+
+
+def lead_baselines(articles, references) -> dict:
+    """{"lead1": ROUGE F1s, "lead3": ...} of the articles' first 1 and 3 sentences."""
+    return {name: {k: v for k, v in rouge([lead(a, n) for a in articles], references).items()
+                   if k in ROUGE_TYPES}
+            for name, n in LEADS.items()}
+
+
+def format_rouge(scores: dict) -> str:
+    """"ROUGE-1 a  ROUGE-2 b  ROUGE-L c" of a dict with rouge1, rouge2 and rougeL."""
+    return "  ".join(f"ROUGE-{k[5:]} {scores[k]:.2f}" for k in ROUGE_TYPES)

@@ -141,6 +141,7 @@ def make_translation_dataset(
     repeat: bool = False,
     drop_long: bool = True,
     drop_remainder: bool = False,
+    fixed_target_length: bool = False,
     pad_id: int | None = None,
     bos_id: int | None = None,
     eos_id: int | None = None,
@@ -154,10 +155,11 @@ def make_translation_dataset(
     PAD, BOS and EOS are ``pad_id``, ``bos_id``, ``eos_id`` where given, else the
     tokenizers' own (``shared_special_ids``: source and target must agree).
 
-    All three share L, one of ``boundary - 1`` for ``boundary`` in
-    ``bucket_boundaries`` (default ``bucket_boundaries_for(max(max_source_length,
-    max_target_length))``), chosen by the longer of source and target; so the model's
-    position table must cover the largest padded length. B is
+    All three share L (but see ``fixed_target_length`` below), one of ``boundary - 1``
+    for ``boundary`` in ``bucket_boundaries`` (default
+    ``bucket_boundaries_for(max(max_source_length, max_target_length))``), chosen by the
+    longer of source and target; so the model's position table must cover the largest
+    padded length. B is
     ``max(1, tokens_per_batch // L)`` except for a bucket's last, partial batch of an
     epoch (none when ``repeat`` or ``drop_remainder``).
 
@@ -165,6 +167,11 @@ def make_translation_dataset(
     ``max_source_length`` or target ids + BOS exceed ``max_target_length``. With
     ``drop_long`` such pairs are dropped (``count_too_long`` gives how many); otherwise
     ids are truncated and EOS/BOS kept.
+
+    With ``fixed_target_length`` (long sources, short targets: summarization), batches are
+    bucketed by source length alone: sources are padded to their bucket's length (default
+    boundaries ``bucket_boundaries_for(max_source_length)``; B counts source tokens) and
+    targets to ``max_target_length``, so the decoder never runs over the source's padding.
     """
     if len(sources) != len(targets):
         raise ValueError(f"sources and targets differ in length: {len(sources)} vs {len(targets)}")
@@ -173,7 +180,8 @@ def make_translation_dataset(
     _length_limits(max_source_length, max_target_length)
     if tokens_per_batch < 1:
         raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
-    longest = max(max_source_length, max_target_length)
+    longest = max_source_length if fixed_target_length else max(max_source_length,
+                                                                 max_target_length)
     if bucket_boundaries is None:
         bucket_boundaries = bucket_boundaries_for(longest)
     boundaries = _check_boundaries(bucket_boundaries, longest)
@@ -209,12 +217,22 @@ def make_translation_dataset(
 
     ds = ds.map(to_example, num_parallel_calls=AUTOTUNE, deterministic=True)
 
+    if fixed_target_length:
+        def length(inputs, target_out):
+            return tf.shape(inputs[0])[0]
+
+        # A fixed dimension stays as given; the open one becomes the bucket's length.
+        padded_shapes = (([None], [max_target_length]), [max_target_length])
+    else:
+        def length(inputs, target_out):
+            return tf.maximum(tf.shape(inputs[0])[0], tf.shape(target_out)[0])
+
+        padded_shapes = None
     ds = ds.bucket_by_sequence_length(
-        element_length_func=lambda inputs, target_out: tf.maximum(
-            tf.shape(inputs[0])[0], tf.shape(target_out)[0]
-        ),
+        element_length_func=length,
         bucket_boundaries=boundaries,
         bucket_batch_sizes=batch_sizes,
+        padded_shapes=padded_shapes,
         padding_values=((pad_id, pad_id), pad_id),
         pad_to_bucket_boundary=True,
         drop_remainder=drop_remainder,

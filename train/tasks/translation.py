@@ -103,7 +103,9 @@ class TranslationTask(Task):
         def score(model):
             hypotheses = translate(model, self.source_tok, self.target_tok, sources,
                                    beam_size=e.dev_bleu_beam, alpha=e.alpha,
-                                   batch_size=e.batch_size)
+                                   batch_size=e.batch_size,
+                                   no_repeat_ngram_size=e.no_repeat_ngram_size,
+                                   min_length=e.min_length)
             return bleu_chrf(hypotheses, references)["bleu"]
 
         return DevScore(score, {"dev_bleu_sentences": min(e.dev_bleu_sentences, len(dev))})
@@ -133,7 +135,9 @@ class TranslationTask(Task):
             scores = score_translations(model, self.source_tok, self.target_tok, sources,
                                         references, beam_size=e.beam_size, alpha=e.alpha,
                                         batch_size=e.batch_size,
-                                        hypotheses_path=out / f"{name}.hyp")
+                                        hypotheses_path=out / f"{name}.hyp",
+                                        no_repeat_ngram_size=e.no_repeat_ngram_size,
+                                        min_length=e.min_length)
             prefix = "" if name == "test" or corpus.test is None else f"{name}_"
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             print(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "

@@ -1,0 +1,43 @@
+"""Lead-1 and Lead-3 ROUGE of a summarization split, without training.
+
+    python -m train.baselines --data ../shared/data/vietnews --split dev --split test
+
+reads <data>/<split>.tsv.gz (or <split>.tsv) with train.data.load_summaries and scores the
+articles' first 1 and 3 sentences against the summaries with train.scoring.rouge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.baselines", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="folder of <split>.tsv.gz files")
+    parser.add_argument("--split", action="append", required=True,
+                        help="a split to score (repeatable), e.g. dev or test")
+    args = parser.parse_args(argv)
+    from train.data import load_summaries
+    from train.scoring import ROUGE_SIGNATURE, format_rouge, lead_baselines
+
+    for split in args.split:
+        path = Path(args.data) / f"{split}.tsv.gz"
+        if not path.is_file() and (Path(args.data) / f"{split}.tsv").is_file():
+            path = Path(args.data) / f"{split}.tsv"
+        try:
+            data = load_summaries(path)
+        except (FileNotFoundError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        scores = lead_baselines(data.articles, data.summaries)
+        for name, values in scores.items():
+            print(f"{split}: {name:5s} {format_rouge(values)}  ({len(data)} articles)")
+    print(f"  {ROUGE_SIGNATURE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Summarization: articles and their summaries (VNDS), an encoder-decoder Transformer, ROUGE
+beside the Lead-1 and Lead-3 baselines."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.text.pipeline import bucket_boundaries_for, make_translation_dataset
+from keras_transformer.translator import translate
+from train.data import load_summarization, split_sentences
+from train.engine import ReplicaTokenMeanLoss, replayable
+from train.scoring import ROUGE_TYPES, format_rouge, lead_baselines, rouge
+from train.tasks.base import DevScore, Task, transformer_config
+from train.tokenizers import build_tokenizers
+
+log = logging.getLogger("train")
+
+
+def count_longer(texts, tokenizer, max_length: int) -> int:
+    """How many texts have more than max_length - 1 pieces (one place is EOS, or BOS): those
+    the training pipeline and the search cut to their first max_length - 1 pieces."""
+    return sum(len(ids) + 1 > max_length for ids in tokenizer.encode(list(texts)))
+
+
+@contextmanager
+def truncation_counted():
+    """Silence encode_sources' warning per truncated source while decoding: most articles are
+    cut, and the task logs and records their count once."""
+    logger = logging.getLogger("keras_transformer.text.sources")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class SummarizationTask(Task):
+    """data.train_source / dev_source [/ test_source]: TSV files with article and summary
+    columns (train.data.load_summaries). The source is the article's first
+    data.max_source_length - 1 pieces, the target the summary's first
+    data.max_target_length - 1; scored with ROUGE (train.scoring.rouge)."""
+
+    def prepare(self, out: Path):
+        config, d = self.config, self.config.data
+        self.splits = splits = load_summarization(d)
+        train = splits["train"]
+        log.info("summarization: %s articles (word joints: %s)",
+                 ", ".join(f"{len(v)} {k}" for k, v in splits.items()), d.word_joints)
+        # SentencePiece trains on sentences: a whole article is longer than its 4,192-byte
+        # sentence limit and would be left out of training.
+        sentences = [s for article in train.articles for s in split_sentences(article)]
+        self.source_tok, self.target_tok = build_tokenizers(config, sentences, train.summaries,
+                                                            out)
+        self.counts = {"empty_skipped": {k: v.skipped_empty for k, v in splits.items()},
+                       "articles_truncated": {}, "summaries_truncated": {}}
+        for name, split in splits.items():
+            cut = count_longer(split.articles, self.source_tok, d.max_source_length)
+            self.counts["articles_truncated"][name] = cut
+            message = (f"{name}: {cut} of {len(split)} articles are cut to their first "
+                       f"{d.max_source_length - 1} pieces")
+            if name != "test":  # test summaries are references only, never cut
+                cut = count_longer(split.summaries, self.target_tok, d.max_target_length)
+                self.counts["summaries_truncated"][name] = cut
+                message += f", {cut} summaries to {d.max_target_length - 1}"
+            log.info("%s (data.max_source_length / max_target_length, with EOS)", message)
+        self.model_config = transformer_config(config, self.source_tok, self.target_tok,
+                                               max_source_length=d.max_source_length,
+                                               max_target_length=d.max_target_length)
+        return self.model_config
+
+    def datasets(self):
+        config, d, splits = self.config, self.config.data, self.splits
+        common = dict(max_source_length=d.max_source_length,
+                      max_target_length=d.max_target_length,
+                      tokens_per_batch=d.tokens_per_batch,
+                      bucket_boundaries=bucket_boundaries_for(d.max_source_length,
+                                                              d.num_buckets),
+                      drop_long=False, fixed_target_length=True)
+
+        def make_train():
+            repeat = config.training.steps_per_epoch > 0
+            return replayable(lambda: make_translation_dataset(
+                splits["train"].articles, splits["train"].summaries, self.source_tok,
+                self.target_tok, shuffle=True, seed=config.training.seed, repeat=repeat,
+                **common), repeat)
+
+        def make_dev():
+            return make_translation_dataset(splits["dev"].articles, splits["dev"].summaries,
+                                            self.source_tok, self.target_tok, shuffle=False,
+                                            **common)
+
+        return make_train, make_dev
+
+    def build_model(self, model_config):
+        model = Transformer(model_config)
+        model.build()
+        return model
+
+    def loss_and_metrics(self, model, replicas: int):
+        kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
+        return (kind(self.config.training.label_smoothing, model.config.pad_id),
+                [MaskedAccuracy(model.config.pad_id)])
+
+    def describe(self, model) -> str:
+        c = model.config
+        return (f", articles cut to {c.max_source_length - 1} pieces, summaries to "
+                f"{c.max_target_length - 1}")
+
+    def summarize(self, model, articles, *, beam_size: int, progress=None) -> list[str]:
+        """The model's summaries of `articles` (each cut to the model's max_source_length),
+        decoded by eval.alpha, eval.no_repeat_ngram_size and eval.min_length."""
+        e = self.config.eval
+        with truncation_counted():
+            return translate(model, self.source_tok, self.target_tok, articles,
+                             beam_size=beam_size, alpha=e.alpha, batch_size=e.batch_size,
+                             no_repeat_ngram_size=e.no_repeat_ngram_size,
+                             min_length=e.min_length, truncate=True, progress=progress)
+
+    def dev_score(self):
+        e = self.config.eval
+        if not e.dev_bleu_sentences:
+            return None
+        dev = self.splits["dev"]
+        articles = dev.articles[: e.dev_bleu_sentences]
+        references = dev.summaries[: e.dev_bleu_sentences]
+
+        def score(model):
+            scores = rouge(self.summarize(model, articles, beam_size=e.dev_bleu_beam),
+                           references)
+            return float(np.mean([scores[k] for k in ROUGE_TYPES]))
+
+        return DevScore(score, {"dev_score": "mean of ROUGE-1, ROUGE-2 and ROUGE-L F1",
+                                "dev_score_articles": len(articles)})
+
+    def data_metrics(self):
+        return dict(self.counts)
+
+    def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
+        e, splits = self.config.eval, self.splits
+        last = "test" if "test" in splits else "dev"
+        for name in ("dev", "test"):
+            if name not in splits:
+                continue
+            articles, references = splits[name].articles, splits[name].summaries
+            if e.max_sentences:
+                articles, references = articles[: e.max_sentences], references[: e.max_sentences]
+            with tqdm(total=len(articles), desc="decoding", unit="article", leave=False) as bar:
+                hypotheses = self.summarize(model, articles, beam_size=e.beam_size,
+                                            progress=bar)
+            for suffix, lines in (("hyp", hypotheses), ("ref", references)):
+                (out / f"{name}.{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            scores = rouge(hypotheses, references)
+            leads = lead_baselines(articles, references)
+            prefix = "" if name == last else f"{name}_"
+            metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
+            metrics.update({f"{prefix}{k}": v for k, v in leads.items()})
+            metrics[f"{prefix}articles"] = len(articles)
+            print(f"{name}: model {format_rouge(scores)}  ({len(articles)} articles, beam "
+                  f"{e.beam_size}, no_repeat_ngram_size {e.no_repeat_ngram_size}, "
+                  f"min_length {e.min_length})")
+            for lead_name, values in leads.items():
+                print(f"{name}: {lead_name:5s} {format_rouge(values)}")
+            print(f"  {scores['rouge_signature']}")
+            if name == last:
+                for article, hypothesis, reference in list(zip(
+                        articles, hypotheses, references, strict=True))[: e.samples]:
+                    shown = article if len(article) <= 300 else article[:300] + " ..."
+                    print(f"  ARTICLE {shown}\n  OUT     {hypothesis}\n  REF     {reference}")
