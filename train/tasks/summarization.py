@@ -10,15 +10,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
-from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.models.transformer import Transformer
-from keras_transformer.text.pipeline import bucket_boundaries_for, make_translation_dataset
+from keras_transformer.text.pipeline import bucket_boundaries_for
 from keras_transformer.translator import translate
 from train.data import load_summarization, split_sentences
-from train.engine import ReplicaTokenMeanLoss, replayable
 from train.scoring import ROUGE_TYPES, format_rouge, lead_baselines, rouge
-from train.tasks.base import DevScore, Task, transformer_config
+from train.tasks.base import DevScore, transformer_config
+from train.tasks.seq2seq import Seq2SeqTask
 from train.tokenizers import build_tokenizers
 
 log = logging.getLogger("train")
@@ -43,7 +40,7 @@ def truncation_counted():
         logger.setLevel(level)
 
 
-class SummarizationTask(Task):
+class SummarizationTask(Seq2SeqTask):
     """data.train_source / dev_source [/ test_source]: TSV files with article and summary
     columns (train.data.load_summaries). The source is the article's first
     data.max_source_length - 1 pieces, the target the summary's first
@@ -78,37 +75,14 @@ class SummarizationTask(Task):
         return self.model_config
 
     def datasets(self):
-        config, d, splits = self.config, self.config.data, self.splits
-        common = dict(max_source_length=d.max_source_length,
-                      max_target_length=d.max_target_length,
-                      tokens_per_batch=d.tokens_per_batch,
-                      bucket_boundaries=bucket_boundaries_for(d.max_source_length,
-                                                              d.num_buckets),
-                      drop_long=False, fixed_target_length=True)
-
-        def make_train():
-            repeat = config.training.steps_per_epoch > 0
-            return replayable(lambda: make_translation_dataset(
-                splits["train"].articles, splits["train"].summaries, self.source_tok,
-                self.target_tok, shuffle=True, seed=config.training.seed, repeat=repeat,
-                **common), repeat)
-
-        def make_dev():
-            return make_translation_dataset(splits["dev"].articles, splits["dev"].summaries,
-                                            self.source_tok, self.target_tok, shuffle=False,
-                                            **common)
-
-        return make_train, make_dev
-
-    def build_model(self, model_config):
-        model = Transformer(model_config)
-        model.build()
-        return model
-
-    def loss_and_metrics(self, model, replicas: int):
-        kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
-        return (kind(self.config.training.label_smoothing, model.config.pad_id),
-                [MaskedAccuracy(model.config.pad_id)])
+        d, splits = self.config.data, self.splits
+        return self.pair_datasets(
+            (splits["train"].articles, splits["train"].summaries),
+            (splits["dev"].articles, splits["dev"].summaries),
+            max_source_length=d.max_source_length, max_target_length=d.max_target_length,
+            tokens_per_batch=d.tokens_per_batch,
+            bucket_boundaries=bucket_boundaries_for(d.max_source_length, d.num_buckets),
+            drop_long=False, fixed_target_length=True)
 
     def describe(self, model) -> str:
         c = model.config

@@ -5,26 +5,19 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
-from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.models.transformer import Transformer
 from keras_transformer.text.lines import read_lines
-from keras_transformer.text.pipeline import (
-    bucket_boundaries_for,
-    count_too_long,
-    make_translation_dataset,
-)
+from keras_transformer.text.pipeline import bucket_boundaries_for, count_too_long
 from keras_transformer.translator import translate
 from train.data import load_corpus
-from train.engine import ReplicaTokenMeanLoss, replayable
 from train.scoring import bleu_chrf, fitting_pairs, score_translations
-from train.tasks.base import DevScore, Task, transformer_config
+from train.tasks.base import DevScore, transformer_config
+from train.tasks.seq2seq import Seq2SeqTask
 from train.tokenizers import build_tokenizers
 
 log = logging.getLogger("train")
 
 
-class TranslationTask(Task):
+class TranslationTask(Seq2SeqTask):
     """data.corpus demo, parallel or tsv (train.data); scored on dev and test with sacreBLEU."""
 
     def prepare(self, out: Path):
@@ -59,36 +52,13 @@ class TranslationTask(Task):
         return self.model_config
 
     def datasets(self):
-        config, d, corpus = self.config, self.config.data, self.corpus
+        d, corpus = self.config.data, self.corpus
         longest = max(d.max_source_length, d.max_target_length)
-        common = dict(max_source_length=d.max_source_length,
-                      max_target_length=d.max_target_length,
-                      tokens_per_batch=d.tokens_per_batch,
-                      bucket_boundaries=bucket_boundaries_for(longest, d.num_buckets))
-
-        def make_train():
-            repeat = config.training.steps_per_epoch > 0
-            return replayable(lambda: make_translation_dataset(
-                corpus.train.sources, corpus.train.targets, self.source_tok, self.target_tok,
-                shuffle=True, seed=config.training.seed, repeat=repeat, **common), repeat)
-
-        def make_dev():
-            return make_translation_dataset(corpus.dev.sources, corpus.dev.targets,
-                                            self.source_tok, self.target_tok, shuffle=False,
-                                            **common)
-
-        return make_train, make_dev
-
-    def build_model(self, model_config):
-        model = Transformer(model_config)
-        model.build()
-        return model
-
-    def loss_and_metrics(self, model, replicas: int):
-        # The plain loss on one device keeps saved models free of a train/ class.
-        kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
-        return (kind(self.config.training.label_smoothing, model.config.pad_id),
-                [MaskedAccuracy(model.config.pad_id)])
+        return self.pair_datasets(
+            (corpus.train.sources, corpus.train.targets), (corpus.dev.sources, corpus.dev.targets),
+            max_source_length=d.max_source_length, max_target_length=d.max_target_length,
+            tokens_per_batch=d.tokens_per_batch,
+            bucket_boundaries=bucket_boundaries_for(longest, d.num_buckets))
 
     def dev_score(self):
         e = self.config.eval
