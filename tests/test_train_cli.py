@@ -56,7 +56,7 @@ def test_missing_data_file_names_the_path(tmp_path):
     result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"),
                      "--set", "data.corpus=parallel", "--set", f"data.data_dir={tmp_path}",
                      "--set", "data.train_source=train.en", "--set", "data.train_target=train.vi")
-    assert result.returncode == 1
+    assert result.returncode == 2  # bad input (it was 1 before the shared exit codes)
     assert f"data file not found: {tmp_path / 'train.en'}" in result.stderr
 
 
@@ -103,6 +103,6 @@ def test_every_pair_too_long_is_an_error_not_an_endless_wait(tmp_path):
                      "--set", "data.test_size=10", "--set", "tokenizer.vocab_size=200",
                      "--set", "data.max_source_length=2", "--set", "data.max_target_length=2",
                      "--set", "training.steps_per_epoch=2")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a config that cannot train: bad input
     assert ("error: all 20 dev pairs are longer than data.max_source_length=2 / "
             "data.max_target_length=2 tokens (EOS included); raise them") in result.stderr

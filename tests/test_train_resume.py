@@ -100,10 +100,14 @@ def test_kill_9_mid_run_then_rerun_resumes_and_matches_an_uninterrupted_run(
     assert result.returncode == 1
     assert f"backup checkpoint {weights} is corrupt or does not fit this model" in result.stderr
 
+    # The run directory refuses another config before anything is touched (exit 2).
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in mismatched.rglob("*"))
     result = run(mismatched, "model.overrides.d_ff=128")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "was written by a run with a different data, tokenizer or model config" in (
         result.stderr)
+    assert "model.overrides.d_ff: 64 -> 128" in result.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in mismatched.rglob("*")) == before
 
 
 KILL_WHEN_SCORING = """

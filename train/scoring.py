@@ -7,6 +7,7 @@ from pathlib import Path
 import sacrebleu
 from tqdm import tqdm
 
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.translator import translate
 
 
@@ -31,7 +32,7 @@ def score_translations(model, source_tok, target_tok, sources, references, *, be
         hypotheses = translate(model, source_tok, target_tok, sources, beam_size=beam_size,
                                alpha=alpha, batch_size=batch_size, progress=bar)
     if hypotheses_path is not None:
-        hypotheses_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        atomic_write_text(hypotheses_path, "".join(f"{h}\n" for h in hypotheses))
     return bleu_chrf(hypotheses, references)
 
 
