@@ -528,8 +528,8 @@ def test_kill_9_at_several_points_then_the_rerun_completes(tmp_path):
     command = [sys.executable, "-m", "train", *train_args(out)]
     killed = 0
     for point in KILL_POINTS:
-        victim = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        log = (tmp_path / f"{point.replace('/', '_')}.log").open("wb")
+        victim = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
         deadline = time.monotonic() + 300
         while (not (out / point).exists() and victim.poll() is None
                and time.monotonic() < deadline):
@@ -540,7 +540,8 @@ def test_kill_9_at_several_points_then_the_rerun_completes(tmp_path):
         victim.wait()
         if victim.returncode == 0:  # it finished before the point appeared
             break
-        assert victim.returncode == -signal.SIGKILL, point
+        log.close()
+        assert victim.returncode == -signal.SIGKILL, (point, (tmp_path / f"{point.replace('/', '_')}.log").read_text()[-3000:])
         assert not (out / "metrics.json").exists()
     assert killed >= 3
     result = run_cli("train", *train_args(out), env={"CUDA_VISIBLE_DEVICES": ""})

@@ -73,9 +73,9 @@ def test_load_config_overrides_and_errors(tmp_path):
 
 
 @pytest.mark.parametrize("assignment, message", [
-    ("eval.batch_size=0", "eval.batch_size must be >= 1, got 0"),
-    ("eval.beam_size=0", "eval.beam_size must be >= 1, got 0"),
-    ("eval.dev_bleu_beam=-1", "eval.dev_bleu_beam must be >= 1, got -1"),
+    ("eval.batch_size=0", "eval.batch_size must be >= 1 and <= 4096, got 0"),
+    ("eval.beam_size=0", "eval.beam_size must be >= 1 and <= 64, got 0"),
+    ("eval.dev_bleu_beam=-1", "eval.dev_bleu_beam must be >= 1 and <= 64, got -1"),
     ("data.num_buckets=0", "data.num_buckets must be >= 1, got 0"),
     ("training.warmup_steps=0", "training.warmup_steps must be >= 1, got 0"),
     ("training.lr_scale=0", "training.lr_scale must be > 0, got 0.0"),
@@ -93,7 +93,7 @@ def test_out_of_range_value_is_reported_by_the_cli_before_any_work(tmp_path):
     result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"), "--set",
                      "eval.batch_size=0")
     assert result.returncode == 2
-    assert "eval.batch_size must be >= 1, got 0" in result.stderr
+    assert "eval.batch_size must be >= 1 and <= 4096, got 0" in result.stderr
     assert not (tmp_path / "run").exists()
 
 

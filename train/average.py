@@ -65,8 +65,6 @@ def main(argv) -> int:
         raise CommandError(f"--out {args.out} is the run's own model; choose another name")
     if out.is_dir():
         raise CommandError(f"--out {out} is a directory")
-    if out.exists() and not args.overwrite:
-        raise CommandError(f"{out} already exists; pass --overwrite to replace it")
     checkpoints = sorted((run / "checkpoints").glob("epoch_*.npz"))
     if len(checkpoints) < args.last:
         raise CommandError(
@@ -84,6 +82,8 @@ def main(argv) -> int:
     model = load_run_model(model_path)
     if [a.shape for a in averaged] != [w.shape for w in model.get_weights()]:
         raise ValueError(f"{chosen[0]} holds weights of another model than {model_path}")
+    if out.exists() and not args.overwrite:  # checked after the inputs, so both are named
+        raise CommandError(f"{out} already exists; pass --overwrite to replace it")
     model.set_weights([np.asarray(a, w.dtype) for a, w in
                        zip(averaged, model.get_weights(), strict=True)])
     save_model(model, out)

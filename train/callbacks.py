@@ -38,8 +38,9 @@ class ResumableBackup(keras.callbacks.Callback):
     Keras' BackupAndRestore restarts an interrupted epoch from its first batch, so a resumed
     run takes more optimizer steps than an uninterrupted one. This one records the global
     step and the position in the epoch, and the run skips the batches already trained on.
-    Each backup is a new weights file, made current by an atomic rename of `state.json`
-    only once written, so a kill during a save leaves the previous backup usable. The last
+    Each backup is a weights file written under a temporary name and renamed into place, made
+    current by an atomic rename of `state.json` only once written, so a kill during a save
+    leaves the previous backup usable. The last
     one is marked finished and lasts until the run's files are written (`train.engine.finish`).
     """
 
@@ -117,7 +118,11 @@ class ResumableBackup(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         name = f"step_{step}.weights.h5"
         previous = self._previous_weights()
-        self.model.save_weights(self.directory / name, overwrite=True)
+        # Under a temporary name, then renamed: the epoch-end save of a step already saved
+        # mid-epoch rewrites the file state.json names, and a kill must not leave it half written.
+        tmp = self.directory / f".{name}.{os.getpid()}.tmp.weights.h5"
+        self.model.save_weights(tmp, overwrite=True)
+        os.replace(tmp, self.directory / name)
         atomic_write_text(self.state_path, json.dumps({
             "step": step, "epoch": epoch, "batch": batch, "weights": name,
             "fingerprint": self.fingerprint, **self.extra_state(), **extra}, indent=2))

@@ -133,6 +133,10 @@ def segments(state: dict | None, epochs: int, steps_per_epoch: int):
     if state is None:
         return [(0, epochs, spe, 0, 0)]
     epoch, batch = int(state["epoch"]), int(state["batch"])
+    if spe and batch >= steps_per_epoch:
+        # Saved after the last step of an epoch, killed before the epoch-end save: that epoch
+        # is done (a segment of 0 steps would mean "until the data ends", i.e. forever).
+        epoch, batch = epoch + batch // steps_per_epoch, batch % steps_per_epoch
     plan = []
     if batch and epoch < epochs:
         skip = epoch * steps_per_epoch + batch if spe else batch

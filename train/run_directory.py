@@ -100,7 +100,9 @@ def prepare_run_directory(out: Path, config: RunConfig, *, overwrite: bool = Fal
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} is a file, not a run directory")
     wanted = json.loads(json.dumps(fingerprint_fields(config)))  # as run.json holds it
-    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    # The other workers of a multi-worker run may have made their .worker<N>/ already.
+    entries = sorted(p.name for p in out.iterdir()
+                     if not p.name.startswith(".worker")) if out.is_dir() else []
     state = "new"
     if entries:
         recorded = _recorded(out)
