@@ -57,7 +57,7 @@ def test_missing_data_file_names_the_path(tmp_path):
     result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"),
                      "--set", "data.corpus=parallel", "--set", f"data.data_dir={tmp_path}",
                      "--set", "data.train_source=train.en", "--set", "data.train_target=train.vi")
-    assert result.returncode == 1
+    assert result.returncode == 2  # bad input (it was 1 before the shared exit codes)
     assert f"data file not found: {tmp_path / 'train.en'}" in result.stderr
 
 
@@ -74,9 +74,9 @@ def test_load_config_overrides_and_errors(tmp_path):
 
 
 @pytest.mark.parametrize("assignment, message", [
-    ("eval.batch_size=0", "eval.batch_size must be >= 1, got 0"),
-    ("eval.beam_size=0", "eval.beam_size must be >= 1, got 0"),
-    ("eval.dev_bleu_beam=-1", "eval.dev_bleu_beam must be >= 1, got -1"),
+    ("eval.batch_size=0", "eval.batch_size must be >= 1 and <= 4096, got 0"),
+    ("eval.beam_size=0", "eval.beam_size must be >= 1 and <= 64, got 0"),
+    ("eval.dev_bleu_beam=-1", "eval.dev_bleu_beam must be >= 1 and <= 64, got -1"),
     ("data.num_buckets=0", "data.num_buckets must be >= 1, got 0"),
     ("training.warmup_steps=0", "training.warmup_steps must be >= 1, got 0"),
     ("training.lr_scale=0", "training.lr_scale must be > 0, got 0.0"),
@@ -94,7 +94,7 @@ def test_out_of_range_value_is_reported_by_the_cli_before_any_work(tmp_path):
     result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"), "--set",
                      "eval.batch_size=0")
     assert result.returncode == 2
-    assert "eval.batch_size must be >= 1, got 0" in result.stderr
+    assert "eval.batch_size must be >= 1 and <= 4096, got 0" in result.stderr
     assert not (tmp_path / "run").exists()
 
 
@@ -105,6 +105,6 @@ def test_every_pair_too_long_is_an_error_not_an_endless_wait(tmp_path):
                      "--set", "data.test_size=10", "--set", "tokenizer.vocab_size=200",
                      "--set", "data.max_source_length=2", "--set", "data.max_target_length=2",
                      "--set", "training.steps_per_epoch=2")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a config that cannot train: bad input
     assert ("error: all 20 dev pairs are longer than data.max_source_length=2 / "
             "data.max_target_length=2 tokens (EOS included); raise them") in result.stderr

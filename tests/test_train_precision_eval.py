@@ -84,13 +84,14 @@ def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path)
     assert "BLEU" in result.stdout and "nrefs:1|case:mixed" in result.stdout
     assert "chrF" in result.stdout
     assert "skipped 1 empty" in result.stderr
-    hypotheses = (out / "src.txt.hyp").read_text(encoding="utf-8").splitlines()
+    hypotheses = (out / "eval" / "model" / "src.txt.hyp").read_text(
+        encoding="utf-8").splitlines()
     assert len(hypotheses) == 3 and hypotheses[1] == ""  # line-aligned with the source
     assert hypotheses[0] and hypotheses[2]
     scores = json.loads((out / "metrics.json").read_text())["evaluations"]["model.keras"][
         "src.txt"]
     assert scores["sentences"] == 2 and 0.0 <= scores["bleu"] <= 100.0
-    plots = sorted((out / "attention").glob("*.png"))
+    plots = sorted((out / "eval" / "model" / "attention").glob("*.png"))
     # Named by --src line: the empty line 2 is skipped.
     assert [p.name for p in plots] == ["attention_001.png", "attention_003.png"]
     assert plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -111,9 +112,10 @@ def test_evaluate_plots_attention_and_average_writes_a_model(bf16_run, tmp_path)
     assert f"checkpoint {last_checkpoint} is unreadable or corrupt" in result.stderr
 
     result = python("-m", "train.evaluate", "--run", str(out), "--src", str(tmp_path / "no"))
-    assert result.returncode == 1 and "file not found" in result.stderr
+    assert result.returncode == 2 and "file not found" in result.stderr
     result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src), "--beam", "0")
-    assert result.returncode == 2 and "--beam must be at least 1, got 0" in result.stderr
+    assert result.returncode == 2
+    assert "--beam: 0 is out of range: give an integer from 1 to 64" in result.stderr
 
 
 def test_mixed_float16_gets_a_loss_scale_optimizer():
@@ -142,9 +144,9 @@ def test_evaluate_reads_lines_as_every_reader_does(bf16_run, tmp_path):
     # The translations as references, behind a BOM: identical text scores chrF 100.
     ref.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(hypotheses).encode() + b"\r\n")
     result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src), "--ref",
-                    str(ref), "--beam", "1", "--hyp", str(hyp))
+                    str(ref), "--beam", "1", "--hyp", str(hyp), "--overwrite")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "chrF 100.00" in result.stdout
     src.write_bytes(b"fine\nbad \xff byte\n")
     result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src))
-    assert result.returncode == 1 and f"{src} line 2 is not valid UTF-8" in result.stderr
+    assert result.returncode == 2 and f"{src} line 2 is not valid UTF-8" in result.stderr

@@ -100,10 +100,14 @@ def test_kill_9_mid_run_then_rerun_resumes_and_matches_an_uninterrupted_run(
     assert result.returncode == 1
     assert f"backup checkpoint {weights} is corrupt or does not fit this model" in result.stderr
 
+    # The run directory refuses another config before anything is touched (exit 2).
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in mismatched.rglob("*"))
     result = run(mismatched, "model.overrides.d_ff=128")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "was written by a run with a different data, tokenizer or model config" in (
         result.stderr)
+    assert "model.overrides.d_ff: 64 -> 128" in result.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in mismatched.rglob("*")) == before
 
 
 KILL_WHEN_SCORING = """
@@ -151,6 +155,9 @@ def test_resume_plan_finishes_the_interrupted_epoch_then_runs_whole_epochs():
         (1, 2, 2, 6, 2), (2, 3, 4, 8, 0)]
     assert segments({"epoch": 2, "batch": 0, "step": 8}, 3, 4) == [(2, 3, 4, 8, 0)]
     assert segments({"epoch": 3, "batch": 0, "step": 12}, 3, 4) == []
+    # Killed between the save after an epoch's last step and the epoch-end save: never a
+    # segment of 0 steps (Keras would read that as "until the data ends", which never comes).
+    assert segments({"epoch": 0, "batch": 4, "step": 4}, 3, 4) == [(1, 3, 4, 4, 0)]
     # One pass per epoch: skip the interrupted epoch's first batches, then full passes.
     assert segments({"epoch": 1, "batch": 5, "step": 30}, 3, 0) == [
         (1, 2, None, 5, 5), (2, 3, None, 0, 0)]

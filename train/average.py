@@ -2,15 +2,18 @@
 
 The paper's base models average the last 5 checkpoints (section 6.1): the mean of weights a
 few updates apart lands nearer the middle of the basin than any one of them. Writes
-<run>/average.keras; score it with `python -m train.evaluate --model average.keras`.
+<run>/average.keras (atomically; an existing file is replaced only with --overwrite, and never
+the run's own model.keras or best.keras); score it with
+`python -m train.evaluate --model average.keras`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
+
+from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
 
 
 def average_weights(paths: list[Path]) -> list:
@@ -30,47 +33,61 @@ def average_weights(paths: list[Path]) -> list:
     return [t / len(paths) for t in total]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m train.average",
-                                     description=__doc__.splitlines()[0])
+MAX_LAST = 1000
+RUN_MODELS = ("model.keras", "best.keras")  # written by the run itself
+
+
+@entry_point
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m train.average",
+        description=f"{__doc__.splitlines()[0]} Exit codes: 0 done, 2 bad usage or input, "
+                    f"1 a failure while working, 130 interrupted.")
     parser.add_argument("--run", required=True, help="run directory, e.g. runs/demo")
-    parser.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")
-    parser.add_argument("--out", default="average.keras", help="file name in the run directory")
+    parser.add_argument("--last", type=int_in(1, MAX_LAST), default=5,
+                        help=f"how many checkpoints, 1 to {MAX_LAST} (default 5)")
+    parser.add_argument("--out", default="average.keras",
+                        help="file name (ending .keras) in the run directory")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out file")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     run = Path(args.run)
+    if not run.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run}")
+    if Path(args.out).name != args.out or not args.out.endswith(".keras") or (
+            args.out.startswith(".")):
+        raise CommandError(f"--out {args.out!r} must be a file name ending in .keras (it is "
+                           f"written in {run})")
+    out = run / args.out
+    if args.out in RUN_MODELS:
+        raise CommandError(f"--out {args.out} is the run's own model; choose another name")
+    if out.is_dir():
+        raise CommandError(f"--out {out} is a directory")
     checkpoints = sorted((run / "checkpoints").glob("epoch_*.npz"))
-    if args.last < 1:
-        print("error: --last must be at least 1", file=sys.stderr)
-        return 2
     if len(checkpoints) < args.last:
-        print(f"error: {run / 'checkpoints'} holds {len(checkpoints)} epoch checkpoints, "
-              f"fewer than --last {args.last} (training.keep_checkpoints sets how many are "
-              f"kept)", file=sys.stderr)
-        return 1
-    model_path = run / "model.keras"
-    if not model_path.is_file():
-        print(f"error: model not found: {model_path}", file=sys.stderr)
-        return 1
-    import keras
+        raise CommandError(
+            f"{run / 'checkpoints'} holds {len(checkpoints)} epoch checkpoints, fewer than "
+            f"--last {args.last} (training.keep_checkpoints sets how many are kept)", 1)
     import numpy as np
 
     import train.run  # noqa: F401  (registers the model classes for load_model)
-    from train.callbacks import CheckpointError
+    from train.engine import save_model
+    from train.evaluate import load_run_model
 
     chosen = checkpoints[-args.last:]
-    try:
-        averaged = average_weights(chosen)
-        model = keras.models.load_model(model_path, compile=False)
-        if [a.shape for a in averaged] != [w.shape for w in model.get_weights()]:
-            raise ValueError(f"{chosen[0]} holds weights of another model than {model_path}")
-    except (ValueError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    averaged = average_weights(chosen)
+    model_path = run / "model.keras"
+    model = load_run_model(model_path)
+    if [a.shape for a in averaged] != [w.shape for w in model.get_weights()]:
+        raise ValueError(f"{chosen[0]} holds weights of another model than {model_path}")
+    if out.exists() and not args.overwrite:  # checked after the inputs, so both are named
+        raise CommandError(f"{out} already exists; pass --overwrite to replace it")
     model.set_weights([np.asarray(a, w.dtype) for a, w in
                        zip(averaged, model.get_weights(), strict=True)])
-    model.save(run / args.out)
-    print(f"averaged {', '.join(p.name for p in chosen)} -> {run / args.out}")
+    save_model(model, out)
+    print(f"averaged {', '.join(p.name for p in chosen)} -> {out}")
     return 0
 
 

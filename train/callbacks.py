@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 import zipfile
 from pathlib import Path
 
 import keras
 import numpy as np
+
+from keras_transformer.file_safety import UnsafePath, atomic_write_text, resolve_inside
 
 log = logging.getLogger("train")
 
@@ -19,10 +22,9 @@ class CheckpointError(RuntimeError):
     """A backup that cannot be restored; the message names the file and the fix."""
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+# The weights files a backup writes; only a file of this name inside the backup directory is
+# ever deleted as "the previous backup".
+BACKUP_WEIGHTS = re.compile(r"step_[0-9]+\.weights\.h5")
 
 
 def _finite(logs) -> bool:
@@ -36,8 +38,9 @@ class ResumableBackup(keras.callbacks.Callback):
     Keras' BackupAndRestore restarts an interrupted epoch from its first batch, so a resumed
     run takes more optimizer steps than an uninterrupted one. This one records the global
     step and the position in the epoch, and the run skips the batches already trained on.
-    Each backup is a new weights file, made current by an atomic rename of `state.json`
-    only once written, so a kill during a save leaves the previous backup usable. The last
+    Each backup is a weights file written under a temporary name and renamed into place, made
+    current by an atomic rename of `state.json` only once written, so a kill during a save
+    leaves the previous backup usable. The last
     one is marked finished and lasts until the run's files are written (`train.engine.finish`).
     """
 
@@ -62,10 +65,17 @@ class ResumableBackup(keras.callbacks.Callback):
             return None
         try:
             state = json.loads(self.state_path.read_text(encoding="utf-8"))
-            weights = self.directory / state["weights"]
+            for key in ("step", "epoch", "batch"):
+                if isinstance(state[key], bool) or not isinstance(state[key], int) or (
+                        state[key] < 0):
+                    raise ValueError(f"{key} must be a whole number, got {state[key]!r}")
+            # The file names its weights: they must be a file inside the backup directory.
+            weights = resolve_inside(self.directory, state["weights"],
+                                     source=str(self.state_path))
         except (OSError, ValueError, KeyError, TypeError) as err:
+            kind = "unsafe" if isinstance(err, UnsafePath) else "unreadable"
             raise CheckpointError(
-                f"backup {self.state_path} is unreadable ({err}); delete {self.directory} to "
+                f"backup {self.state_path} is {kind} ({err}); delete {self.directory} to "
                 f"train from scratch") from err
         if state.get("fingerprint") != self.fingerprint:
             raise CheckpointError(
@@ -107,15 +117,29 @@ class ResumableBackup(keras.callbacks.Callback):
         self.directory.mkdir(parents=True, exist_ok=True)
         step = int(self.model.optimizer.iterations.numpy())
         name = f"step_{step}.weights.h5"
-        previous = None
-        if self.state_path.is_file():
-            previous = json.loads(self.state_path.read_text(encoding="utf-8")).get("weights")
-        self.model.save_weights(self.directory / name, overwrite=True)
-        _write_json_atomic(self.state_path, {
+        previous = self._previous_weights()
+        # Under a temporary name, then renamed: the epoch-end save of a step already saved
+        # mid-epoch rewrites the file state.json names, and a kill must not leave it half written.
+        tmp = self.directory / f".{name}.{os.getpid()}.tmp.weights.h5"
+        self.model.save_weights(tmp, overwrite=True)
+        os.replace(tmp, self.directory / name)
+        atomic_write_text(self.state_path, json.dumps({
             "step": step, "epoch": epoch, "batch": batch, "weights": name,
-            "fingerprint": self.fingerprint, **self.extra_state(), **extra})
-        if previous and previous != name:
-            (self.directory / previous).unlink(missing_ok=True)
+            "fingerprint": self.fingerprint, **self.extra_state(), **extra}, indent=2))
+        if previous is not None and previous.name != name:
+            previous.unlink(missing_ok=True)
+
+    def _previous_weights(self) -> Path | None:
+        """The weights file the current state.json names, if it is one a backup writes: a
+        plain file named step_<N>.weights.h5 directly in the backup directory."""
+        try:
+            name = json.loads(self.state_path.read_text(encoding="utf-8")).get("weights")
+        except (OSError, ValueError, AttributeError):
+            return None
+        if not isinstance(name, str) or not BACKUP_WEIGHTS.fullmatch(name):
+            return None
+        path = self.directory / name
+        return path if path.is_file() and not path.is_symlink() else None
 
 
 class EpochCheckpoints(keras.callbacks.Callback):

@@ -5,44 +5,48 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from pathlib import Path
+
+from keras_transformer.command_line import CommandError, add_debug_flag, entry_point
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m train",
-        description="Train a Transformer from a YAML config, then decode and score it.")
+        description="Train a Transformer from a YAML config, then decode and score it. "
+                    "Exit codes: 0 done, 2 bad usage or input, 1 a failure while training, "
+                    "130 interrupted.")
     parser.add_argument("--config", required=True, help="YAML file, e.g. train/configs/demo.yaml")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set training.epochs=2")
-    parser.add_argument("--out", required=True, help="run directory, e.g. runs/demo")
+    parser.add_argument("--out", required=True,
+                        help="run directory, e.g. runs/demo; an interrupted run of the same "
+                             "config there resumes, anything else there is refused")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a finished run or a run of another config in --out "
+                             "(deletes what a run wrote there; other files stay)")
+    add_debug_flag(parser)
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+@entry_point
+def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from train.config import ConfigError, load_config
+    from train.config import load_config
+    from train.data import check_data_files
 
-    try:
-        config = load_config(args.config, args.set)
-    except (ConfigError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    from train.callbacks import CheckpointError
-    from train.engine import TrainingDiverged
+    config = load_config(args.config, args.set)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"--out {out} is a file, not a run directory")
+    check_data_files(config.data)  # every input before the run directory is touched
     from train.run import TASKS, run
 
     if config.task not in TASKS:
-        print(f"error: task {config.task!r} is not supported (use {' or '.join(TASKS)})",
-              file=sys.stderr)
-        return 2
-    try:
-        run(config, Path(args.out))
-    except (FileNotFoundError, ValueError, CheckpointError, TrainingDiverged) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        raise CommandError(f"task {config.task!r} is not supported (use "
+                           f"{' or '.join(TASKS)})")
+    run(config, out, overwrite=args.overwrite)
     return 0

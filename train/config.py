@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from keras_transformer.file_safety import atomic_write_text
 
 
 @dataclass
@@ -141,7 +144,7 @@ def _build(cls, values: dict[str, Any], where: str):
         raise ConfigError(f"{where or 'config'} must be a mapping, got {values!r}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
+    unknown = sorted(map(str, set(values) - known))
     if unknown:
         raise ConfigError(f"unknown key(s) {unknown} in {where or 'config'}; known: {sorted(known)}")
     kwargs = {}
@@ -164,7 +167,18 @@ def _apply_override(values: dict[str, Any], assignment: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"--set {key}: {part} is not a section")
-    node[parts[-1]] = yaml.safe_load(raw)
+    node[parts[-1]] = _parse_yaml(raw, f"--set {key}")
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """yaml.safe_load, with a YAML syntax error as a ConfigError naming `source` and the line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{source}{where}: invalid YAML ({problem})") from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
@@ -174,7 +188,16 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file not found: {path}")
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path} is not UTF-8 text (byte {err.start + 1})") from None
+        values = _parse_yaml(text, str(path))
+        if values is None:
+            values = {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path} must hold a YAML mapping of sections, got "
+                              f"{type(values).__name__}")
     for assignment in overrides:
         _apply_override(values, assignment)
     config = _build(RunConfig, values, "")
@@ -192,9 +215,9 @@ WORD_JOINTS = ("keep", "split")
 # not in the evaluation after it.
 _RANGES = [
     ("data.train_size", 1, None, False), ("data.dev_size", 1, None, False),
-    ("data.test_size", 0, None, False), ("data.max_source_length", 2, None, False),
-    ("data.max_target_length", 2, None, False), ("data.tokens_per_batch", 1, None, False),
-    ("data.num_buckets", 1, None, False), ("tokenizer.vocab_size", 8, None, False),
+    ("data.test_size", 0, None, False), ("data.max_source_length", 2, 4096, False),
+    ("data.max_target_length", 2, 4096, False), ("data.tokens_per_batch", 1, None, False),
+    ("data.num_buckets", 1, None, False), ("tokenizer.vocab_size", 8, 1_000_000, False),
     ("training.epochs", 1, None, False), ("training.steps_per_epoch", 0, None, False),
     ("training.warmup_steps", 1, None, False), ("training.lr_scale", 0, None, True),
     ("training.label_smoothing", 0, 1, False), ("training.beta_1", 0, 1, False),
@@ -202,11 +225,11 @@ _RANGES = [
     ("training.save_every_steps", 0, None, False), ("training.keep_checkpoints", 0, None, False),
     ("training.early_stopping_patience", 0, None, False),
     ("training.max_minutes", 0, None, False), ("training.verbose", 0, 2, False),
-    ("eval.beam_size", 1, None, False), ("eval.alpha", 0, None, False),
-    ("eval.batch_size", 1, None, False), ("eval.max_sentences", 0, None, False),
+    ("eval.beam_size", 1, 64, False), ("eval.alpha", 0, 10, False),
+    ("eval.batch_size", 1, 4096, False), ("eval.max_sentences", 0, None, False),
     ("eval.samples", 0, None, False), ("eval.dev_bleu_sentences", 0, None, False),
-    ("eval.dev_bleu_beam", 1, None, False), ("eval.no_repeat_ngram_size", 0, None, False),
-    ("eval.min_length", 0, None, False),
+    ("eval.dev_bleu_beam", 1, 64, False), ("eval.no_repeat_ngram_size", 0, 16, False),
+    ("eval.min_length", 0, 4096, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2"}
@@ -216,7 +239,8 @@ def _check_ranges(config: RunConfig) -> None:
     for key, low, high, exclusive in _RANGES:
         section, name = key.split(".")
         value = getattr(getattr(config, section), name)
-        bad = (value <= low if exclusive else value < low) or value != value  # NaN too
+        # NaN fails every comparison, and no value may be infinite.
+        bad = (value <= low if exclusive else value < low) or not math.isfinite(value)
         if high is not None:
             bad |= value >= high if key in _BELOW_HIGH else value > high
         if bad:
@@ -227,4 +251,4 @@ def _check_ranges(config: RunConfig) -> None:
 
 
 def save_config(config: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

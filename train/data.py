@@ -54,6 +54,31 @@ def resolve(config: DataConfig, name: str) -> Path:
     return path
 
 
+def check_data_files(config: DataConfig) -> None:
+    """That every data file the config names exists (FileNotFoundError naming it otherwise):
+    `python -m train` checks it before it touches the run directory."""
+    if config.corpus == "parallel":
+        names = [config.train_source, config.train_target, config.dev_source,
+                 config.dev_target]
+        if config.test_source:
+            names += [config.test_source, config.test_target]
+    elif config.corpus == "tsv":
+        names = [config.tsv] if config.tsv else [config.train_source, config.dev_source]
+    elif config.corpus == "demo":
+        return
+    else:
+        raise ConfigError(f"data.corpus must be demo, parallel or tsv, got {config.corpus!r}")
+    for name in names:
+        resolve(config, name)
+
+
+def _nonempty(split: Split, *paths: Path) -> Split:
+    if not len(split):
+        raise ValueError(f"{' and '.join(map(str, paths))} hold no sentence pairs (every line "
+                         f"is empty, or a side of it is)")
+    return split
+
+
 def _split(pairs) -> Split:
     return Split([s for s, _ in pairs], [t for _, t in pairs])
 
@@ -64,19 +89,22 @@ def load_corpus(config: DataConfig) -> Corpus:
         splits = demo_splits(config.train_size, config.dev_size, config.test_size, config.seed)
         return Corpus(_split(splits["train"]), _split(splits["dev"]), _split(splits["test"]))
     if config.corpus == "parallel":
-        train = load_parallel_text(resolve(config, config.train_source),
-                                   resolve(config, config.train_target))
-        dev = load_parallel_text(resolve(config, config.dev_source),
-                                 resolve(config, config.dev_target))
-        test = None
+        def load(source: str, target: str):
+            paths = resolve(config, source), resolve(config, target)
+            loaded = load_parallel_text(*paths)
+            return _nonempty(Split(loaded.sources, loaded.targets), *paths), loaded.dropped
+
+        (train, train_dropped), (dev, dev_dropped) = (
+            load(config.train_source, config.train_target),
+            load(config.dev_source, config.dev_target))
+        test, test_dropped = None, 0
         if config.test_source:
-            test = load_parallel_text(resolve(config, config.test_source),
-                                      resolve(config, config.test_target))
-        dropped = train.dropped + dev.dropped + (test.dropped if test else 0)
-        return Corpus(Split(train.sources, train.targets), Split(dev.sources, dev.targets),
-                      Split(test.sources, test.targets) if test else None, dropped)
+            test, test_dropped = load(config.test_source, config.test_target)
+        return Corpus(train, dev, test, train_dropped + dev_dropped + test_dropped)
     if config.corpus == "tsv":
-        loaded = load_tsv_pairs(resolve(config, config.tsv))
+        tsv = resolve(config, config.tsv)
+        loaded = load_tsv_pairs(tsv)
+        _nonempty(Split(loaded.sources, loaded.targets), tsv)
         pairs = list(zip(loaded.sources, loaded.targets, strict=True))
         if config.group_by_source:
             return _grouped_split(config, pairs, loaded.dropped)

@@ -7,9 +7,9 @@ A task (train.tasks) says what to read, which model to build and how to score it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +17,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
 from keras_transformer.schedules import TransformerSchedule
 from train.callbacks import (
@@ -38,6 +39,7 @@ from train.distribute import (
     strategy_name,
     worker_task,
 )
+from train.run_directory import fingerprint, prepare_run_directory
 from train.tasks.base import Task
 
 log = logging.getLogger("train")
@@ -99,15 +101,6 @@ def compile_model(model, config: RunConfig, loss, metrics, jit_compile: bool | N
                   metrics=metrics, jit_compile=jit)
 
 
-def fingerprint(config: RunConfig) -> str:
-    """What a backup must agree on to be resumed: data, tokenizer, model and step plan."""
-    d = config.to_dict()
-    keyed = {k: d[k] for k in ("task", "data", "tokenizer", "model")}
-    keyed["steps_per_epoch"] = d["training"]["steps_per_epoch"]
-    keyed["seed"] = d["training"]["seed"]
-    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
-
-
 class BatchTap:
     """Records the distinct (batch, length) shapes the train step gets (one XLA compile each)
     and counts the target tokens it trains on, for tokens/second."""
@@ -140,6 +133,10 @@ def segments(state: dict | None, epochs: int, steps_per_epoch: int):
     if state is None:
         return [(0, epochs, spe, 0, 0)]
     epoch, batch = int(state["epoch"]), int(state["batch"])
+    if spe and batch >= steps_per_epoch:
+        # Saved after the last step of an epoch, killed before the epoch-end save: that epoch
+        # is done (a segment of 0 steps would mean "until the data ends", i.e. forever).
+        epoch, batch = epoch + batch // steps_per_epoch, batch % steps_per_epoch
     plan = []
     if batch and epoch < epochs:
         skip = epoch * steps_per_epoch + batch if spe else batch
@@ -233,19 +230,22 @@ def finish(out: Path) -> None:
     shutil.rmtree(out / "backup", ignore_errors=True)
 
 
-def setup(config: RunConfig, out: Path):
-    """Strategy first (MultiWorkerMirroredStrategy must exist before other TF ops), then seeds
-    and policy; the seed comes before any tokenizer is used, as the seed frees TF-Text state."""
+def setup(config: RunConfig, out: Path, overwrite: bool = False):
+    """Strategy first (MultiWorkerMirroredStrategy must exist before other TF ops), then the
+    run directory's check (train.run_directory), seeds and policy; the seed comes before any
+    tokenizer is used, as the seed frees TF-Text state."""
     t = config.training
     check_precision(t.precision)
     strategy = make_strategy(t.strategy)
     jit = resolve_jit(t.jit_compile)
     check_jit_devices(strategy, jit)
     chief = is_chief(strategy)
-    if not chief:
+    if chief:
+        prepare_run_directory(out, config, overwrite=overwrite)
+    else:
         # Every worker runs the same command; only the chief writes the run directory.
         out = out / f".worker{worker_task()[1]}"
-    out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
     save_config(config, out / "config.yaml")
     keras.utils.set_random_seed(t.seed)
     keras.mixed_precision.set_global_policy(t.precision)
@@ -285,11 +285,22 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
     return metrics
 
 
-def train(task: Task, config: RunConfig, out: Path) -> dict:
+def save_model(model, path: Path) -> None:
+    """model.save through a temporary name beside `path` and a rename (Keras wants the
+    .keras suffix on the temporary file too)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.keras")
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> dict:
     """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
-    strategy, chief, out, jit = setup(config, out)
+    strategy, chief, out, jit = setup(config, out, overwrite)
     model_cfg = task.prepare(out)
-    (out / "model_config.json").write_text(json.dumps(model_cfg.to_dict(), indent=2))
+    atomic_write_text(out / "model_config.json", json.dumps(model_cfg.to_dict(), indent=2))
     make_train, make_dev = task.datasets()
     with strategy.scope():
         model = task.build_model(model_cfg)
@@ -309,15 +320,15 @@ def train(task: Task, config: RunConfig, out: Path) -> dict:
     if not chief:
         finish(out)
         return metrics
-    model.save(out / "model.keras")
+    save_model(model, out / "model.keras")
     if dev_bleu is not None and (out / "best.npz").is_file():
         metrics.update(best_dev_bleu=dev_bleu.best, best_epoch=dev_bleu.best_epoch,
                        **dev_score.metrics)
         last = model.get_weights()
         model.set_weights(load_weights_npz(out / "best.npz"))
-        model.save(out / "best.keras")
+        save_model(model, out / "best.keras")
         model.set_weights(last)
     task.evaluate(model, out, strategy, metrics)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False))
     finish(out)
     return metrics

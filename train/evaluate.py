@@ -1,14 +1,32 @@
 """python -m train.evaluate: translate a file with a trained run, score it with sacreBLEU
-(BLEU and chrF, with signatures), and draw cross-attention heatmaps."""
+(BLEU and chrF, with signatures), and draw cross-attention heatmaps.
+
+It reads the run and never replaces the run's own files: the translations go to
+`<run>/eval/<model>/<src name>.hyp` (its own directory, replaced on a rerun) or to `--hyp FILE`
+(an existing FILE is replaced only with `--overwrite`, never when it is a file of the run),
+written atomically; scores are added to the run's metrics.json under "evaluations". Every
+input and the output path are checked before the model is loaded.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
+from keras_transformer.command_line import (
+    CommandError,
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
+)
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.lines import read_lines
 from keras_transformer.translator import translate
 from train.scoring import bleu_chrf, fitting_mask
@@ -89,98 +107,169 @@ def write_attention_plots(model, source_tok, target_tok, sentences: list[str], o
     return paths
 
 
-def main(argv=None) -> int:
+EVAL_DIR = "eval"  # train.evaluate's own directory in a run
+MAX_BEAM, MAX_BATCH, MAX_PLOTS = 64, 4096, 100
+
+
+def load_run_model(path: Path):
+    """keras.models.load_model, with a missing or unreadable file named as such."""
+    import keras
+
+    if not path.is_file():
+        raise FileNotFoundError(f"model not found: {path}")
+    try:
+        return keras.models.load_model(path, compile=False)
+    except Exception as err:  # zipfile, h5py and Keras raise many types for a bad file
+        detail = " ".join(str(err).split())[:200]
+        if "not found" in detail.lower():  # Keras' words for a file that is not a zip
+            detail = "not a readable .keras zip file"
+        raise CommandError(f"{path} is corrupt or not a Keras model ({type(err).__name__}: "
+                           f"{detail})") from err
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def output_path(args, run: Path) -> Path:
+    """Where the translations go, checked before any work: never a file of the run (outside
+    its eval/ directory), --src or --ref; an existing file only with --overwrite."""
+    model_stem = Path(args.model).name.removesuffix(".keras")
+    if args.hyp is None:
+        return run / EVAL_DIR / model_stem / f"{Path(args.src).name}.hyp"
+    hyp = Path(args.hyp)
+    if hyp.is_dir():
+        raise CommandError(f"--hyp {hyp} is a directory; give a file name")
+    if not hyp.parent.is_dir():
+        raise CommandError(f"--hyp {hyp}: directory {hyp.parent} does not exist")
+    for flag, other in (("--src", args.src), ("--ref", args.ref)):
+        if other and Path(other).exists() and _same_file(hyp, Path(other)):
+            raise CommandError(f"--hyp {hyp} is the {flag} file; give another name")
+    resolved_run = run.resolve()
+    inside_run = hyp.resolve().is_relative_to(resolved_run)
+    if inside_run and not hyp.resolve().is_relative_to(resolved_run / EVAL_DIR):
+        raise CommandError(f"--hyp {hyp} is inside the run directory {run}; the run's files "
+                           f"are never replaced (leave --hyp out for {run / EVAL_DIR}/)")
+    if hyp.exists() and not args.overwrite:
+        raise CommandError(f"--hyp {hyp} already exists; pass --overwrite to replace it")
+    return hyp
+
+
+def record_scores(run: Path, model: str, src_name: str, entry: dict) -> None:
+    """Add the scores to the run's metrics.json (per model, then source file), atomically;
+    an unreadable metrics.json is left as it is, with a warning."""
+    metrics_path = run / "metrics.json"
+    metrics = {}
+    if metrics_path.is_file():
+        try:
+            metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            metrics = err
+        if not isinstance(metrics, dict):
+            print(f"warning: {metrics_path} is not a JSON object; the scores are not recorded "
+                  f"there", file=sys.stderr)
+            return
+    # Per model, then source file: best.keras and average.keras on one dev set both stay.
+    metrics.setdefault("evaluations", {}).setdefault(model, {})[src_name] = entry
+    atomic_write_text(metrics_path, json.dumps(metrics, indent=2, ensure_ascii=False))
+
+
+@entry_point
+def main(argv) -> int:
     import argparse
-    import json
-    import os
-    import sys
 
     parser = argparse.ArgumentParser(
         prog="python -m train.evaluate",
-        description="Translate a file with a trained run, score it with sacreBLEU and chrF.")
+        description="Translate a file with a trained run, score it with sacreBLEU and chrF. "
+                    "Exit codes: 0 done, 2 bad usage or input, 1 a failure while working, "
+                    "130 interrupted.")
     parser.add_argument("--run", required=True, help="run directory, e.g. runs/demo")
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", help="reference translations, line-aligned with --src")
     parser.add_argument("--model", default="model.keras",
                         help="model file in the run directory (e.g. best.keras, average.keras)")
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--hyp", help="where to write the translations "
-                                      "(default: <run>/<src name>.hyp)")
-    parser.add_argument("--plot-attention", type=int, default=0, metavar="K",
-                        help="write cross-attention heatmaps of the first K scored sentences, "
-                             "named by their --src line")
+    parser.add_argument("--beam", type=int_in(1, MAX_BEAM), default=4,
+                        help=f"beam size, 1 to {MAX_BEAM} (default 4)")
+    parser.add_argument("--alpha", type=float_in(0, 10), default=0.6,
+                        help="length penalty exponent, 0 to 10 (default 0.6)")
+    parser.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=64,
+                        help=f"sentences per batch, 1 to {MAX_BATCH} (default 64)")
+    parser.add_argument("--hyp", "--out", dest="hyp",
+                        help="file to write the translations to (default: "
+                             "<run>/eval/<model>/<src name>.hyp)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --hyp file")
+    parser.add_argument("--plot-attention", type=int_in(0, MAX_PLOTS), default=0, metavar="K",
+                        help="write cross-attention heatmaps of the first K scored sentences "
+                             f"(0 to {MAX_PLOTS}), named by their --src line, to "
+                             "<run>/eval/<model>/attention/")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
-    for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
-        if value < 1:
-            parser.error(f"{flag} must be at least 1, got {value}")
-    if not args.alpha >= 0:
-        parser.error(f"--alpha must be >= 0, got {args.alpha}")
-    if args.plot_attention < 0:
-        parser.error(f"--plot-attention must be >= 0, got {args.plot_attention}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-    import keras
+    run = Path(args.run)
+    if not run.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run}")
+    model_path = run / args.model
+    if Path(args.model).name != args.model:
+        raise CommandError(f"--model {args.model!r} must be a file name in the run directory")
+    hyp_path = output_path(args, run)
+    sources = read_lines(Path(args.src))
+    references = read_lines(Path(args.ref)) if args.ref else None
+    if references is not None and len(references) != len(sources):
+        raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has "
+                         f"{len(references)}")
+    if references is not None and not any(s.strip() for s in sources):
+        raise ValueError(f"{args.src} holds no non-empty line to score")
+
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
     import keras_transformer.models.transformer  # noqa: F401  (registers it for load_model)
 
-    run = Path(args.run)
-    try:
-        sources = read_lines(Path(args.src))
-        references = read_lines(Path(args.ref)) if args.ref else None
-        if references is not None and len(references) != len(sources):
-            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has "
-                             f"{len(references)}")
-        model_path = run / args.model
-        if not model_path.is_file():
-            raise FileNotFoundError(f"model not found: {model_path}")
-        model = keras.models.load_model(model_path, compile=False)
-        source_tok, target_tok = load_run_tokenizers(run)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    model = load_run_model(model_path)
+    source_tok, target_tok = load_run_tokenizers(run)
     lines = sources
     nonempty = [i for i, s in enumerate(lines) if s.strip()]
     fits = fitting_mask([lines[i] for i in nonempty], source_tok, model.config.max_source_length)
     scored = [i for i, keep in zip(nonempty, fits, strict=True) if keep]
     dropped, too_long = len(lines) - len(nonempty), len(nonempty) - len(scored)
+    if references is not None and not scored:
+        raise ValueError(f"every non-empty line of {args.src} is longer than the model's "
+                         f"{model.config.max_source_length} source tokens; nothing to score")
     sources = [lines[i] for i in scored]
     if references is not None:
         references = [references[i] for i in scored]
     if dropped or too_long:
         print(f"skipped {dropped} empty and {too_long} over-long source lines (their lines "
               f"in the translations are empty)", file=sys.stderr)
-    with tqdm(total=len(sources), desc="translating", unit="sent") as bar:
-        hypotheses = translate(model, source_tok, target_tok, sources, beam_size=args.beam,
-                               alpha=args.alpha, batch_size=args.batch_size, progress=bar)
+    hypotheses = []
+    if sources:
+        with tqdm(total=len(sources), desc="translating", unit="sent") as bar:
+            hypotheses = translate(model, source_tok, target_tok, sources,
+                                   beam_size=args.beam, alpha=args.alpha,
+                                   batch_size=args.batch_size, progress=bar)
     # Line i of the file translates line i of --src, as export.translate writes it.
     aligned = [""] * len(lines)
     for i, hypothesis in zip(scored, hypotheses, strict=True):
         aligned[i] = hypothesis
-    hyp_path = Path(args.hyp) if args.hyp else run / (Path(args.src).name + ".hyp")
-    hyp_path.write_text("\n".join(aligned) + "\n", encoding="utf-8")
+    hyp_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(hyp_path, "".join(f"{line}\n" for line in aligned))
     print(f"translations: {hyp_path}")
     if references is not None:
         scores = bleu_chrf(hypotheses, references)
         print(f"BLEU {scores['bleu']:.2f}  {scores['sacrebleu_signature']}")
         print(f"chrF {scores['chrf']:.2f}  {scores['chrf_signature']}")
-        metrics_path = run / "metrics.json"
-        metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
-        # Per model, then source file: best.keras and average.keras on one dev set both stay.
-        evaluations = metrics.setdefault("evaluations", {}).setdefault(args.model, {})
-        evaluations[Path(args.src).name] = {
+        record_scores(run, args.model, Path(args.src).name, {
             **scores, "model": args.model, "beam": args.beam, "alpha": args.alpha,
             "sentences": len(sources), "skipped": dropped + too_long,
-            "hypotheses": str(hyp_path)}
-        metrics_path.write_text(json.dumps(metrics, indent=2, ensure_ascii=False))
+            "hypotheses": str(hyp_path)})
     if args.plot_attention:
+        plots = run / EVAL_DIR / args.model.removesuffix(".keras") / "attention"
         paths = write_attention_plots(model, source_tok, target_tok,
-                                      sources[: args.plot_attention], run / "attention",
+                                      sources[: args.plot_attention], plots,
                                       beam_size=args.beam, alpha=args.alpha,
                                       line_numbers=[i + 1 for i in scored[: args.plot_attention]])
-        print(f"attention heatmaps: {len(paths)} PNG files in {run / 'attention'}")
+        print(f"attention heatmaps: {len(paths)} PNG files in {plots}")
     return 0
 
 

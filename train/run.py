@@ -14,9 +14,10 @@ TASKS = {"translation": TranslationTask, "classification": ClassificationTask,
          "summarization": SummarizationTask}
 
 
-def run(config: RunConfig, out: Path) -> dict:
-    """Train config.task into the run directory `out`; its metrics (also in metrics.json)."""
+def run(config: RunConfig, out: Path, overwrite: bool = False) -> dict:
+    """Train config.task into the run directory `out` (train.run_directory says when it may,
+    and what `overwrite` replaces); its metrics (also in metrics.json)."""
     if config.task not in TASKS:
         raise ValueError(f"task {config.task!r} is not supported (use "
                          f"{' or '.join(TASKS)})")
-    return train(TASKS[config.task](config), config, out)
+    return train(TASKS[config.task](config), config, out, overwrite)

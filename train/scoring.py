@@ -13,6 +13,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 from tqdm import tqdm
 
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.translator import translate
 from train.data import split_sentences
 
@@ -41,7 +42,7 @@ def score_translations(model, source_tok, target_tok, sources, references, *, be
                                no_repeat_ngram_size=no_repeat_ngram_size,
                                min_length=min_length)
     if hypotheses_path is not None:
-        hypotheses_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        atomic_write_text(hypotheses_path, "".join(f"{h}\n" for h in hypotheses))
     return bleu_chrf(hypotheses, references)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.lines import read_lines
 from keras_transformer.text.pipeline import bucket_boundaries_for, count_too_long
 from keras_transformer.translator import translate
@@ -101,7 +102,7 @@ class TranslationTask(Seq2SeqTask):
             # The scored sentences, so that `train.evaluate` can score other weights on them
             # (e.g. averaged checkpoints) after the run.
             for suffix, lines in (("src", sources), ("ref", references)):
-                (out / f"{name}.{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+                atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores = score_translations(model, self.source_tok, self.target_tok, sources,
                                         references, beam_size=e.beam_size, alpha=e.alpha,
                                         batch_size=e.batch_size,
