@@ -72,7 +72,6 @@ def main(argv) -> int:
             f"--last {args.last} (training.keep_checkpoints sets how many are kept)", 1)
     import numpy as np
 
-    import train.run  # noqa: F401  (registers the model classes for load_model)
     from train.engine import save_model
     from train.evaluate import load_run_model
 

@@ -115,6 +115,10 @@ def load_run_model(path: Path):
     """keras.models.load_model, with a missing or unreadable file named as such."""
     import keras
 
+    import keras_transformer
+
+    keras_transformer.register_serializables()
+
     if not path.is_file():
         raise FileNotFoundError(f"model not found: {path}")
     try:
@@ -223,8 +227,6 @@ def main(argv) -> int:
         raise ValueError(f"{args.src} holds no non-empty line to score")
 
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
-
-    import keras_transformer.models.transformer  # noqa: F401  (registers it for load_model)
 
     model = load_run_model(model_path)
     source_tok, target_tok = load_run_tokenizers(run)
