@@ -43,8 +43,8 @@ def main(argv) -> int:
                         datefmt="%H:%M:%S")
     for noisy in ("tf2onnx", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    from export.common import variant_bytes
-    from export.exporters import FORMATS, export_run
+    from .common import variant_bytes
+    from .exporters import FORMATS, export_run
 
     formats = FORMATS if args.format == "all" else (args.format,)
     manifest = export_run(Path(args.run), Path(args.out), formats, args.quantize,

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from export.common import (
+from keras_transformer.file_safety import atomic_write_text, staged_directory
+from keras_transformer.text.tokenizer import SentencePieceTokenizer
+
+from .common import (
     DIRECTORY_FORMATS,
     MANIFEST,
     MANIFEST_VERSION,
@@ -20,10 +23,8 @@ from export.common import (
     directory_entries,
     file_entry,
 )
-from export.module import DecodingModule, load_float32_model
-from export.onnx_graph import ONNX_OPSET
-from keras_transformer.file_safety import atomic_write_text, staged_directory
-from keras_transformer.text.tokenizer import SentencePieceTokenizer
+from .module import DecodingModule, load_float32_model
+from .onnx_graph import ONNX_OPSET
 
 log = logging.getLogger("export")
 
@@ -100,7 +101,7 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
     signatures = {"encode": module.encode.get_concrete_function(),
                   "decode_step": module.decode_step.get_concrete_function()}
     if source_tokenizer_path is not None:
-        from export.translate_graph import add_translate
+        from .translate_graph import add_translate
 
         signatures["translate"] = add_translate(module, source_tokenizer_path,
                                                 target_tokenizer_path)
@@ -140,7 +141,7 @@ def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
     import onnx
     import tf2onnx
 
-    from export.onnx_graph import build_decoder_step
+    from .onnx_graph import build_decoder_step
 
     module = DecodingModule(model)
     files = {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"}

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from export.common import ExportError, Manifest, variant_bytes
-from export.runtime import Translator, load_backend
 from keras_transformer.command_line import add_debug_flag, entry_point, int_in
+
+from .common import ExportError, Manifest, variant_bytes
+from .runtime import Translator, load_backend
 
 TOLERANCE = 1e-4
 RUNTIMES = ("keras", "savedmodel", "onnx", "tflite")

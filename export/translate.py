@@ -83,7 +83,7 @@ def main(argv) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     out = check_output(args)
-    from export.runtime import load_translator
+    from .runtime import load_translator
 
     translator = load_translator(args.export, args.runtime, args.variant, args.run)
     if args.input == "-":

@@ -1,6 +1,6 @@
 """python -m train --config train/configs/<name>.yaml [--set key=value ...] --out runs/<name>"""
 
-from train.cli import main
+from .cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

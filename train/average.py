@@ -19,7 +19,7 @@ from keras_transformer.command_line import CommandError, add_debug_flag, entry_p
 def average_weights(paths: list[Path]) -> list:
     import numpy as np
 
-    from train.callbacks import load_weights_npz
+    from .callbacks import load_weights_npz
 
     total = None
     for path in paths:
@@ -72,8 +72,8 @@ def main(argv) -> int:
             f"--last {args.last} (training.keep_checkpoints sets how many are kept)", 1)
     import numpy as np
 
-    from train.engine import save_model
-    from train.evaluate import load_run_model
+    from .engine import save_model
+    from .evaluate import load_run_model
 
     chosen = checkpoints[-args.last:]
     averaged = average_weights(chosen)

@@ -20,8 +20,8 @@ def main(argv=None) -> int:
     parser.add_argument("--split", action="append", required=True,
                         help="a split to score (repeatable), e.g. dev or test")
     args = parser.parse_args(argv)
-    from train.data import load_summaries
-    from train.scoring import ROUGE_SIGNATURE, format_rouge, lead_baselines
+    from .data import load_summaries
+    from .scoring import ROUGE_SIGNATURE, format_rouge, lead_baselines
 
     for split in args.split:
         path = Path(args.data) / f"{split}.tsv.gz"

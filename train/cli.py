@@ -35,15 +35,15 @@ def main(argv) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from train.config import load_config
-    from train.data import check_data_files
+    from .config import load_config
+    from .data import check_data_files
 
     config = load_config(args.config, args.set)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} is a file, not a run directory")
     check_data_files(config.data)  # every input before the run directory is touched
-    from train.run import TASKS, run
+    from .run import TASKS, run
 
     if config.task not in TASKS:
         raise CommandError(f"task {config.task!r} is not supported (use "

@@ -14,7 +14,8 @@ from pathlib import Path
 from keras_transformer.text.demo_corpus import demo_splits
 from keras_transformer.text.lines import decode_lines, read_lines
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
-from train.config import WORD_JOINTS, ConfigError, DataConfig
+
+from .config import WORD_JOINTS, ConfigError, DataConfig
 
 DEFAULT_DATA_DIR = Path("..") / "shared" / "data"
 

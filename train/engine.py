@@ -20,7 +20,8 @@ import tensorflow as tf
 from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
 from keras_transformer.schedules import TransformerSchedule
-from train.callbacks import (
+
+from .callbacks import (
     DevBleu,
     EpochCheckpoints,
     NaNGuard,
@@ -28,8 +29,8 @@ from train.callbacks import (
     TimeBudget,
     load_weights_npz,
 )
-from train.config import RunConfig, save_config
-from train.distribute import (
+from .config import RunConfig, save_config
+from .distribute import (
     check_jit_devices,
     check_precision,
     distribute,
@@ -39,8 +40,8 @@ from train.distribute import (
     strategy_name,
     worker_task,
 )
-from train.run_directory import fingerprint, prepare_run_directory
-from train.tasks.base import Task
+from .run_directory import fingerprint, prepare_run_directory
+from .tasks.base import Task
 
 log = logging.getLogger("train")
 

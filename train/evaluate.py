@@ -29,8 +29,9 @@ from keras_transformer.command_line import (
 from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.lines import read_lines
 from keras_transformer.translator import translate
-from train.scoring import bleu_chrf, fitting_mask
-from train.tokenizers import load_run_tokenizers
+
+from .scoring import bleu_chrf, fitting_mask
+from .tokenizers import load_run_tokenizers
 
 
 def cross_attention(model, source_ids: np.ndarray, output_ids: list[int]) -> np.ndarray:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from train.config import RunConfig
-from train.engine import train
-from train.tasks.classification import ClassificationTask
-from train.tasks.summarization import SummarizationTask
-from train.tasks.translation import TranslationTask
+from .config import RunConfig
+from .engine import train
+from .tasks.classification import ClassificationTask
+from .tasks.summarization import SummarizationTask
+from .tasks.translation import TranslationTask
 
 TASKS = {"translation": TranslationTask, "classification": ClassificationTask,
          "summarization": SummarizationTask}

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from keras_transformer.command_line import CommandError
 from keras_transformer.file_safety import atomic_write_text
-from train.config import RunConfig
+
+from .config import RunConfig
 
 RUN_FILE = "run.json"
 # What `python -m train` writes in a run directory (the chief; each other worker of a
@@ -85,7 +86,7 @@ def _recorded(out: Path) -> dict | None:
         return fields if isinstance(fields, dict) else None
     config_file = out / "config.yaml"
     if config_file.is_file() and all(_ours(p.name) for p in out.iterdir()):
-        from train.config import load_config
+        from .config import load_config
 
         try:
             return fingerprint_fields(load_config(config_file))

@@ -15,7 +15,8 @@ from tqdm import tqdm
 
 from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.translator import translate
-from train.data import split_sentences
+
+from .data import split_sentences
 
 
 def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:

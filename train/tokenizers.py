@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
-from train.config import RunConfig
+
+from .config import RunConfig
 
 SPECIAL_IDS = ("pad_id", "bos_id", "eos_id")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.common import ExportError, Manifest
-from export.runtime.base import Backend, Translator
+from ..common import ExportError, Manifest
+from ..runtime.base import Backend, Translator
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
@@ -25,18 +25,18 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
         raise ValueError(f"the {runtime} runtime runs float32 weights only, not {variant}; "
                          f"the onnx runtime has int8, tflite fp16 and int8")
     if runtime == "onnx":
-        from export.runtime.onnx import OnnxBackend
+        from ..runtime.onnx import OnnxBackend
 
         return OnnxBackend(manifest, variant)
     if runtime == "tflite":
-        from export.runtime.tflite import TFLiteBackend
+        from ..runtime.tflite import TFLiteBackend
 
         return TFLiteBackend(manifest, variant)
     if runtime in ("savedmodel", "keras"):
         try:
             import tensorflow_text  # noqa: F401  (the ops of the SavedModel's `translate`)
 
-            from export.runtime.tf import SavedModelBackend, keras_backend
+            from ..runtime.tf import SavedModelBackend, keras_backend
         except ImportError as err:
             missing = getattr(err, "name", None) or "TensorFlow"
             raise ExportError(f"the {runtime} runtime needs TensorFlow, and {missing} cannot "

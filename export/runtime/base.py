@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 import sentencepiece as spm
 
-from export.common import ExportError, Manifest
 from keras_transformer import generation
 from keras_transformer.decoding import SearchResult
 from keras_transformer.text.sources import encode_sources
+
+from ..common import ExportError, Manifest
 
 
 class Backend(generation.Backend):

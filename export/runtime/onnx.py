@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from export.common import ExportError, Manifest
-from export.runtime.base import Backend
+from ..common import ExportError, Manifest
+from ..runtime.base import Backend
 
 
 class OnnxBackend(Backend):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.common import ExportError, Manifest
-from export.runtime.base import Backend
 from keras_transformer.tf_backend import KerasBackend, TFBackend
+
+from ..common import ExportError, Manifest
+from ..runtime.base import Backend
 
 
 class SavedModelBackend(Backend, TFBackend):
@@ -50,7 +51,7 @@ def keras_backend(manifest: Manifest, run_dir: str | Path | None = None) -> Kera
     a path read from a file the program wrote stays inside that file's directory."""
     import json
 
-    from export.module import load_float32_model
+    from ..module import load_float32_model
 
     if run_dir is None:
         run_dir = manifest.root.resolve().parent

@@ -13,8 +13,8 @@ import weakref
 
 import numpy as np
 
-from export.common import ExportError, Manifest
-from export.runtime.base import Backend
+from ..common import ExportError, Manifest
+from ..runtime.base import Backend
 
 
 class ResidentCache:

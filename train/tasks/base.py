@@ -10,7 +10,8 @@ from typing import Any
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.text.tokenizer import shared_special_ids
-from train.config import RunConfig
+
+from ..config import RunConfig
 
 
 @dataclass

@@ -9,11 +9,12 @@ import keras
 
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
-from train.data import load_classification
-from train.distribute import distribute
-from train.engine import replayable
-from train.tasks.base import Task, transformer_config
-from train.tokenizers import train_tokenizer
+
+from ..data import load_classification
+from ..distribute import distribute
+from ..engine import replayable
+from ..tasks.base import Task, transformer_config
+from ..tokenizers import train_tokenizer
 
 log = logging.getLogger("train")
 

@@ -9,8 +9,9 @@ from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.text.pipeline import make_translation_dataset
-from train.engine import ReplicaTokenMeanLoss, replayable
-from train.tasks.base import Task
+
+from ..engine import ReplicaTokenMeanLoss, replayable
+from ..tasks.base import Task
 
 
 class Seq2SeqTask(Task):

@@ -12,11 +12,12 @@ from tqdm import tqdm
 
 from keras_transformer.text.pipeline import bucket_boundaries_for
 from keras_transformer.translator import translate
-from train.data import load_summarization, split_sentences
-from train.scoring import ROUGE_TYPES, format_rouge, lead_baselines, rouge
-from train.tasks.base import DevScore, transformer_config
-from train.tasks.seq2seq import Seq2SeqTask
-from train.tokenizers import build_tokenizers
+
+from ..data import load_summarization, split_sentences
+from ..scoring import ROUGE_TYPES, format_rouge, lead_baselines, rouge
+from ..tasks.base import DevScore, transformer_config
+from ..tasks.seq2seq import Seq2SeqTask
+from ..tokenizers import build_tokenizers
 
 log = logging.getLogger("train")
 

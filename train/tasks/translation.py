@@ -9,11 +9,12 @@ from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.lines import read_lines
 from keras_transformer.text.pipeline import bucket_boundaries_for, count_too_long
 from keras_transformer.translator import translate
-from train.data import load_corpus
-from train.scoring import bleu_chrf, fitting_pairs, score_translations
-from train.tasks.base import DevScore, transformer_config
-from train.tasks.seq2seq import Seq2SeqTask
-from train.tokenizers import build_tokenizers
+
+from ..data import load_corpus
+from ..scoring import bleu_chrf, fitting_pairs, score_translations
+from ..tasks.base import DevScore, transformer_config
+from ..tasks.seq2seq import Seq2SeqTask
+from ..tokenizers import build_tokenizers
 
 log = logging.getLogger("train")
 
