@@ -80,8 +80,8 @@ def test_every_reader_sees_the_same_lines(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export.runtime, "load_translator", lambda *args: Echo())
     out = tmp_path / "out.txt"
-    assert main(["--export", str(tmp_path), str(path), "-o", str(out)]) == 0
+    assert main(["--export", str(tmp_path / "export"), str(path), "-o", str(out)]) == 0
     assert read_lines(out) == EXPECTED
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(RAW)))
-    assert main(["--export", str(tmp_path), "-o", str(out)]) == 0
+    assert main(["--export", str(tmp_path / "export"), "-o", str(out)]) == 0
     assert read_lines(out) == EXPECTED
