@@ -9,16 +9,22 @@ articles' first 1 and 3 sentences against the summaries with train.scoring.rouge
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from keras_transformer.command_line import add_debug_flag, entry_point
 
-def main(argv=None) -> int:
+
+@entry_point
+def main(argv) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(prog="python -m train.baselines", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="folder of <split>.tsv.gz files")
     parser.add_argument("--split", action="append", required=True,
                         help="a split to score (repeatable), e.g. dev or test")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     from .data import load_summaries
     from .scoring import ROUGE_SIGNATURE, format_rouge, lead_baselines
@@ -27,11 +33,7 @@ def main(argv=None) -> int:
         path = Path(args.data) / f"{split}.tsv.gz"
         if not path.is_file() and (Path(args.data) / f"{split}.tsv").is_file():
             path = Path(args.data) / f"{split}.tsv"
-        try:
-            data = load_summaries(path)
-        except (FileNotFoundError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
+        data = load_summaries(path)
         scores = lead_baselines(data.articles, data.summaries)
         for name, values in scores.items():
             print(f"{split}: {name:5s} {format_rouge(values)}  ({len(data)} articles)")
