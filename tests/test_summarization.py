@@ -296,7 +296,9 @@ def test_baselines_command_prints_the_lead_scores(tmp_path, capsys):
     assert "dev: lead1 ROUGE-1 100.00  ROUGE-2 100.00  ROUGE-L 100.00  (5 articles)" in printed
     assert (f"dev: lead3 ROUGE-1 {lead3['rouge1']:.2f}  ROUGE-2 {lead3['rouge2']:.2f}  "
             f"ROUGE-L {lead3['rougeL']:.2f}  (5 articles)") in printed
-    assert main(["--data", str(tmp_path), "--split", "test"]) == 1
+    # A missing split is bad input: exit 2 with one line naming the file.
+    assert main(["--data", str(tmp_path), "--split", "test"]) == 2
+    assert "test.tsv.gz" in capsys.readouterr().err
 
 
 def test_the_vietnews_recipe_loads():
