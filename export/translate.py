@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from keras_transformer.command_line import add_debug_flag, entry_point, float_in, int_in
-from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import decode_lines, read_lines
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
@@ -63,14 +63,8 @@ def check_output(args) -> Path | None:
     directory, a directory, the input file itself, or a file inside the export."""
     if args.output == "-":
         return None
-    out = Path(args.output)
-    if out.is_dir():
-        raise IsADirectoryError(f"-o {out} is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"-o {out}: directory {out.parent} does not exist")
-    if args.input != "-" and out.exists() and Path(args.input).exists() \
-            and out.resolve() == Path(args.input).resolve():
-        raise ValueError(f"-o {out} is the input file; write the translations elsewhere")
+    out = check_output_file(args.output, "-o",
+                            inputs={"input": None if args.input == "-" else args.input})
     if out.resolve().is_relative_to(Path(args.export).resolve()):
         raise ValueError(f"-o {out} is inside the export directory {args.export}; write the "
                          f"translations elsewhere")

@@ -47,6 +47,23 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def check_output_file(path: str | Path, flag: str, *,
+                      inputs: dict[str, str | Path | None] | None = None) -> Path:
+    """The output file a command was given with `flag`, refused before any work when it cannot
+    or must not be written: a directory, a file in a missing directory, or one of the command's
+    own `inputs` ({name: path}, e.g. {"--src": ...})."""
+    out = Path(path)
+    if out.is_dir():
+        raise IsADirectoryError(f"{flag} {out} is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"{flag} {out}: directory {out.parent} does not exist")
+    for name, other in (inputs or {}).items():
+        if other is not None and Path(other).exists() \
+                and out.resolve() == Path(other).resolve():
+            raise ValueError(f"{flag} {out} is the {name} file; give another name")
+    return out
+
+
 def _backup_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.previous")
 

@@ -90,3 +90,18 @@ def test_resolve_inside_refuses_symlinks_out_and_directories(tmp_path):
         resolve_inside(root, "sub")
     (root / "sub" / "f").write_text("ok")
     assert resolve_inside(root, "sub/f") == root / "sub" / "f"
+
+
+def test_check_output_file_refuses_what_must_not_be_written(tmp_path):
+    from keras_transformer.file_safety import check_output_file
+
+    src = tmp_path / "in.txt"
+    src.write_text("x")
+    assert check_output_file(tmp_path / "out.txt", "-o", inputs={"input": src}) == \
+        tmp_path / "out.txt"
+    with pytest.raises(IsADirectoryError, match="-o .* is a directory"):
+        check_output_file(tmp_path, "-o")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        check_output_file(tmp_path / "missing" / "out.txt", "-o")
+    with pytest.raises(ValueError, match="is the --src file"):
+        check_output_file(tmp_path / "." / "in.txt", "--hyp", inputs={"--src": src, "--ref": None})

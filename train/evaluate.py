@@ -26,7 +26,7 @@ from keras_transformer.command_line import (
     float_in,
     int_in,
 )
-from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import read_lines
 from keras_transformer.translator import translate
 
@@ -132,24 +132,13 @@ def load_run_model(path: Path):
                            f"{detail})") from err
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve()
-
-
 def output_path(args, run: Path) -> Path:
     """Where the translations go, checked before any work: never a file of the run (outside
     its eval/ directory), --src or --ref; an existing file only with --overwrite."""
     model_stem = Path(args.model).name.removesuffix(".keras")
     if args.hyp is None:
         return run / EVAL_DIR / model_stem / f"{Path(args.src).name}.hyp"
-    hyp = Path(args.hyp)
-    if hyp.is_dir():
-        raise CommandError(f"--hyp {hyp} is a directory; give a file name")
-    if not hyp.parent.is_dir():
-        raise CommandError(f"--hyp {hyp}: directory {hyp.parent} does not exist")
-    for flag, other in (("--src", args.src), ("--ref", args.ref)):
-        if other and Path(other).exists() and _same_file(hyp, Path(other)):
-            raise CommandError(f"--hyp {hyp} is the {flag} file; give another name")
+    hyp = check_output_file(args.hyp, "--hyp", inputs={"--src": args.src, "--ref": args.ref})
     resolved_run = run.resolve()
     inside_run = hyp.resolve().is_relative_to(resolved_run)
     if inside_run and not hyp.resolve().is_relative_to(resolved_run / EVAL_DIR):
