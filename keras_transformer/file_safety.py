@@ -47,6 +47,20 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+@contextlib.contextmanager
+def written_in_place_of(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """For writers that take a file name (Keras, NumPy): yield a hidden temporary name beside
+    `path`, ending in `suffix` where the writer insists on one; when the block ends normally
+    the file written there replaces `path`, and in any case the temporary name is gone."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def check_output_file(path: str | Path, flag: str, *,
                       inputs: dict[str, str | Path | None] | None = None) -> Path:
     """The output file a command was given with `flag`, refused before any work when it cannot

@@ -105,3 +105,20 @@ def test_check_output_file_refuses_what_must_not_be_written(tmp_path):
         check_output_file(tmp_path / "missing" / "out.txt", "-o")
     with pytest.raises(ValueError, match="is the --src file"):
         check_output_file(tmp_path / "." / "in.txt", "--hyp", inputs={"--src": src, "--ref": None})
+
+
+def test_written_in_place_of_replaces_only_on_success(tmp_path):
+    from keras_transformer.file_safety import written_in_place_of
+
+    path = tmp_path / "epoch_0001.npz"
+    path.write_text("old")
+    with written_in_place_of(path, ".npz") as tmp:
+        # Hidden, so a glob of the real files (epoch_*.npz) never counts it.
+        assert tmp.name.startswith(".") and tmp.suffix == ".npz"
+        tmp.write_text("new")
+    assert path.read_text() == "new"
+    with pytest.raises(RuntimeError), written_in_place_of(path, ".npz") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
+    assert path.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch_0001.npz"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 import zipfile
@@ -13,7 +12,12 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_transformer.file_safety import UnsafePath, atomic_write_text, resolve_inside
+from keras_transformer.file_safety import (
+    UnsafePath,
+    atomic_write_text,
+    resolve_inside,
+    written_in_place_of,
+)
 
 log = logging.getLogger("train")
 
@@ -120,9 +124,8 @@ class ResumableBackup(keras.callbacks.Callback):
         previous = self._previous_weights()
         # Under a temporary name, then renamed: the epoch-end save of a step already saved
         # mid-epoch rewrites the file state.json names, and a kill must not leave it half written.
-        tmp = self.directory / f".{name}.{os.getpid()}.tmp.weights.h5"
-        self.model.save_weights(tmp, overwrite=True)
-        os.replace(tmp, self.directory / name)
+        with written_in_place_of(self.directory / name, ".weights.h5") as tmp:
+            self.model.save_weights(tmp, overwrite=True)
         atomic_write_text(self.state_path, json.dumps({
             "step": step, "epoch": epoch, "batch": batch, "weights": name,
             "fingerprint": self.fingerprint, **self.extra_state(), **extra}, indent=2))
@@ -160,9 +163,8 @@ class EpochCheckpoints(keras.callbacks.Callback):
 
 
 def save_weights_npz(model, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, *[np.asarray(w) for w in model.get_weights()])
-    os.replace(tmp, path)
+    with written_in_place_of(path, ".npz") as tmp:
+        np.savez(tmp, *[np.asarray(w) for w in model.get_weights()])
 
 
 def load_weights_npz(path: Path) -> list[np.ndarray]:

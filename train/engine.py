@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.file_safety import atomic_write_text, written_in_place_of
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
 from keras_transformer.schedules import TransformerSchedule
 
@@ -289,12 +288,8 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
 def save_model(model, path: Path) -> None:
     """model.save through a temporary name beside `path` and a rename (Keras wants the
     .keras suffix on the temporary file too)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.keras")
-    try:
+    with written_in_place_of(path, ".keras") as tmp:
         model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> dict:
