@@ -244,8 +244,17 @@ def test_summarization_run_writes_rouge_and_lead_baselines(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     for key in ("rouge1", "rouge2", "rougeL", "dev_rouge1", "lead1", "lead3", "dev_lead3",
-                "best_dev_bleu", "rouge_signature", "articles_truncated"):
+                "best_dev_rouge", "rouge_signature", "articles_truncated"):
         assert key in metrics, key
+    # Per epoch: the dev loss and ROUGE with its parts, their mean the score that picks best.
+    dev = metrics["epoch_dev"]
+    assert len(dev["rouge"]) == len(dev["loss"]) == len(metrics["epoch_minutes"]) \
+        == metrics["epochs"]
+    for i, mean in enumerate(dev["rouge"]):
+        assert mean == pytest.approx(np.mean([dev[k][i] for k in ("rouge1", "rouge2", "rougeL")]),
+                                     abs=1e-3)
+    assert metrics["best_dev_rouge"] == pytest.approx(max(dev["rouge"]), abs=1e-3)
+    assert metrics["epoch_minutes"] == sorted(metrics["epoch_minutes"])
     test = load_summaries(tmp_path / "test.tsv")
     hypotheses = (out / "test.hyp").read_text(encoding="utf-8").splitlines()
     assert len(hypotheses) == 30

@@ -1,4 +1,5 @@
-"""Callbacks of a run: resumable backups, per-epoch checkpoints, dev BLEU with early stopping."""
+"""Callbacks of a run: resumable backups, per-epoch checkpoints, the task's dev score with early
+stopping."""
 
 from __future__ import annotations
 
@@ -176,13 +177,14 @@ def load_weights_npz(path: Path) -> list[np.ndarray]:
                               f"({type(err).__name__}: {err}); delete it") from err
 
 
-class DevBleu(keras.callbacks.Callback):
-    """After each epoch: BLEU on the first dev sentences, `val_bleu` in the logs (so TensorBoard
-    and the history get it), the best weights to `best.npz`, and early stopping on no gain."""
+class DevScoring(keras.callbacks.Callback):
+    """After each epoch: the task's dev score (train.tasks.base.DevScore: BLEU, ROUGE, ...) as
+    `val_<name>` in the logs (so TensorBoard and the history get it, with its parts), the best
+    weights to `best.npz`, and early stopping on no gain."""
 
-    def __init__(self, score_fn, best_path: Path | None, patience: int = 0):
+    def __init__(self, dev_score, best_path: Path | None, patience: int = 0):
         super().__init__()
-        self.score_fn = score_fn
+        self.dev_score = dev_score
         self.best_path = best_path
         self.patience = patience
         self.best = -1.0
@@ -190,36 +192,42 @@ class DevBleu(keras.callbacks.Callback):
         self.bad_epochs = 0
 
     def state(self) -> dict:
-        return {"best_bleu": self.best, "best_epoch": self.best_epoch,
+        return {"best_score": self.best, "best_epoch": self.best_epoch,
                 "bad_epochs": self.bad_epochs}
 
     def load_state(self, state: dict) -> None:
-        self.best = state.get("best_bleu", -1.0)
+        # "best_bleu": backups written before the score was named by its task.
+        self.best = state.get("best_score", state.get("best_bleu", -1.0))
         self.best_epoch = state.get("best_epoch", 0)
         self.bad_epochs = state.get("bad_epochs", 0)
 
     def on_epoch_end(self, epoch, logs=None):
-        bleu = float(self.score_fn(self.model))
+        name, label = self.dev_score.name, f"dev {self.dev_score.label}"
+        result = self.dev_score.score(self.model)
+        values = ({k: float(v) for k, v in result.items()} if isinstance(result, dict)
+                  else {name: float(result)})
+        score = values[name]
         if logs is not None:
-            logs["val_bleu"] = bleu
-        if bleu > self.best:
-            self.best, self.best_epoch, self.bad_epochs = bleu, epoch + 1, 0
+            logs.update({f"val_{k}": v for k, v in values.items()})
+        parts = "".join(f", {k} {v:.2f}" for k, v in values.items() if k != name)
+        if score > self.best:
+            self.best, self.best_epoch, self.bad_epochs = score, epoch + 1, 0
             if self.best_path is not None:
                 save_weights_npz(self.model, self.best_path)
-            log.info("epoch %d: dev BLEU %.2f (best so far)", epoch + 1, bleu)
+            log.info("epoch %d: %s %.2f%s (best so far)", epoch + 1, label, score, parts)
         else:
             self.bad_epochs += 1
-            log.info("epoch %d: dev BLEU %.2f (best %.2f at epoch %d)", epoch + 1, bleu,
-                     self.best, self.best_epoch)
+            log.info("epoch %d: %s %.2f%s (best %.2f at epoch %d)", epoch + 1, label, score,
+                     parts, self.best, self.best_epoch)
             if self.patience and self.bad_epochs >= self.patience:
-                log.info("early stopping: no better dev BLEU for %d epochs", self.bad_epochs)
+                log.info("early stopping: no better %s for %d epochs", label, self.bad_epochs)
                 self.model.stop_training = True
 
 
 class TimeBudget(keras.callbacks.Callback):
     """Stops training once `minutes` of wall clock are spent, counting time before a resume.
 
-    The stop comes after the current batch; the epoch then ends as usual (validation, dev BLEU,
+    The stop comes after the current batch; the epoch then ends as usual (validation, dev score,
     epoch checkpoint), so the budget is a floor plus at most one evaluation.
     """
 
@@ -245,6 +253,12 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
             log.info("time budget of %.1f minutes spent: stopping after step %d",
                      self.budget / 60, int(self.model.optimizer.iterations.numpy()))
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Wall clock of training at each epoch's end (including earlier epochs' validation,
+        # excluding this one's dev score, which runs after): the x axis of score-vs-minutes.
+        if logs is not None:
+            logs["minutes"] = round(self.elapsed() / 60.0, 2)
 
 
 class NaNGuard(keras.callbacks.TerminateOnNaN):

@@ -21,7 +21,7 @@ from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoo
 from keras_transformer.schedules import TransformerSchedule
 
 from .callbacks import (
-    DevBleu,
+    DevScoring,
     EpochCheckpoints,
     NaNGuard,
     ResumableBackup,
@@ -147,14 +147,14 @@ def segments(state: dict | None, epochs: int, steps_per_epoch: int):
     return plan
 
 
-def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, dev_bleu=None,
+def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, dev_scoring=None,
         chief: bool = True) -> dict:
     """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need."""
     t = config.training
     budget = TimeBudget(t.max_minutes)
     backup = ResumableBackup(
         out / "backup", t.save_every_steps, fingerprint(config),
-        extra_state=lambda: {**budget.state(), **(dev_bleu.state() if dev_bleu else {})})
+        extra_state=lambda: {**budget.state(), **(dev_scoring.state() if dev_scoring else {})})
     with strategy.scope():
         # Under a strategy, Keras builds the compiled loss and metrics from a batch it pulls
         # and averages across replicas: the ids become float32, and replicas holding different
@@ -166,8 +166,8 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
     resumed = int(state["step"]) if state else 0
     if state:
         log.info("resumed from %s at step %d", backup.directory / state["weights"], resumed)
-        if dev_bleu:
-            dev_bleu.load_state(state)
+        if dev_scoring:
+            dev_scoring.load_state(state)
         budget.load_state(state)
         if state.get("finished"):
             # Killed after training, while saving or scoring: only that part is redone.
@@ -175,8 +175,8 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
             return {**state["finished"], "resumed_from_step": resumed}
     nan_guard = NaNGuard()
     callbacks = [nan_guard, budget]
-    if dev_bleu:
-        callbacks.append(dev_bleu)  # before TensorBoard, so that val_bleu is logged
+    if dev_scoring:
+        callbacks.append(dev_scoring)  # before TensorBoard, so that val_<score> is logged
     if chief:
         callbacks.append(EpochCheckpoints(out / "checkpoints", t.keep_checkpoints))
         if t.tensorboard:
@@ -272,10 +272,15 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
         metrics["final_loss"] = float(history["loss"][-1])
     if history.get("val_loss"):
         metrics["dev_loss"] = float(history["val_loss"][-1])
+    # Per epoch: the dev loss and the task's dev scores (val_*), and the training minutes.
+    metrics["epoch_dev"] = {k[4:]: [round(float(v), 4) for v in values]
+                            for k, values in history.items() if k.startswith("val_")}
+    if history.get("minutes"):
+        metrics["epoch_minutes"] = [float(v) for v in history["minutes"]]
     if result["distinct_batch_shapes"] is not None:
         metrics["distinct_batch_shapes"] = result["distinct_batch_shapes"]
     if result["target_tokens"]:
-        # Wall clock of model.fit, so per-epoch validation and dev BLEU are included.
+        # Wall clock of model.fit, so per-epoch validation and dev scores are included.
         metrics["train_target_tokens"] = result["target_tokens"]
         metrics["target_tokens_per_second"] = round(
             result["target_tokens"] / max(result["train_seconds"], 1e-9), 1)
@@ -305,11 +310,11 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
     log.info("model: %s parameters%s", f"{model.count_params():,}", task.describe(model))
 
     dev_score = task.dev_score()
-    dev_bleu = None
+    dev_scoring = None
     if dev_score is not None:
-        dev_bleu = DevBleu(dev_score.score, out / "best.npz" if chief else None,
+        dev_scoring = DevScoring(dev_score, out / "best.npz" if chief else None,
                            config.training.early_stopping_patience)
-    result = fit(model, strategy, config, out, make_train, make_dev, dev_bleu=dev_bleu,
+    result = fit(model, strategy, config, out, make_train, make_dev, dev_scoring=dev_scoring,
                  chief=chief)
     metrics = base_metrics(config, strategy, jit, result, model)
     metrics.update(task.data_metrics())
@@ -317,9 +322,9 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
         finish(out)
         return metrics
     save_model(model, out / "model.keras")
-    if dev_bleu is not None and (out / "best.npz").is_file():
-        metrics.update(best_dev_bleu=dev_bleu.best, best_epoch=dev_bleu.best_epoch,
-                       **dev_score.metrics)
+    if dev_scoring is not None and (out / "best.npz").is_file():
+        metrics.update({f"best_dev_{dev_score.name}": dev_scoring.best,
+                        "best_epoch": dev_scoring.best_epoch, **dev_score.metrics})
         last = model.get_weights()
         model.set_weights(load_weights_npz(out / "best.npz"))
         save_model(model, out / "best.keras")

@@ -17,10 +17,16 @@ from ..config import RunConfig
 @dataclass
 class DevScore:
     """A score of the dev set taken after every epoch (higher is better) that picks best.keras,
-    and what metrics.json records about it."""
+    and what metrics.json records about it.
 
-    score: Callable[[Any], float]
+    `score(model)` returns the score, or a dict holding it under `name` plus its parts (e.g.
+    ROUGE-1/2/L beside their mean), all logged per epoch as `val_<key>`. `name` names it in
+    the logs and metrics.json (`best_dev_<name>`); `label` in the log lines."""
+
+    score: Callable[[Any], float | dict]
     metrics: dict = field(default_factory=dict)
+    name: str = "bleu"
+    label: str = "BLEU"
 
 
 class Task:

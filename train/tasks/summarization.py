@@ -111,10 +111,12 @@ class SummarizationTask(Seq2SeqTask):
         def score(model):
             scores = rouge(self.summarize(model, articles, beam_size=e.dev_bleu_beam),
                            references)
-            return float(np.mean([scores[k] for k in ROUGE_TYPES]))
+            parts = {k: scores[k] for k in ROUGE_TYPES}
+            return {"rouge": float(np.mean(list(parts.values()))), **parts}
 
-        return DevScore(score, {"dev_score": "mean of ROUGE-1, ROUGE-2 and ROUGE-L F1",
-                                "dev_score_articles": len(articles)})
+        return DevScore(score, {"dev_rouge": "mean of ROUGE-1, ROUGE-2 and ROUGE-L F1",
+                                "dev_score_articles": len(articles)},
+                        name="rouge", label="ROUGE (mean of 1, 2, L)")
 
     def data_metrics(self):
         return dict(self.counts)
