@@ -44,7 +44,7 @@ def cross_attention(model, source_ids: np.ndarray, output_ids: list[int]) -> np.
     memory, mask = model.encode(tf.constant(source_ids[None, :], tf.int32), training=False)
     _, weights = model.decode(tf.constant(target_in), memory, mask, training=False,
                               return_attention_scores=True)
-    return np.stack([np.asarray(w, np.float32)[0] for w in weights])
+    return np.stack([np.asarray(w, np.float32)[0] for w in weights["cross"]])
 
 
 def plot_attention(weights: np.ndarray, source_pieces: list[str], target_pieces: list[str],

@@ -96,7 +96,9 @@ class DecoderLayer(keras.layers.Layer):
              return_attention_scores=False):
         length = ops.shape(x)[1]
         h = self.self_attention_norm.normalize_input(x)
-        attended = self.self_attention(h, h, causal_mask(length), training=training)
+        attended, self_weights = self.self_attention(h, h, causal_mask(length),
+                                                     training=training,
+                                                     return_attention_scores=True)
         x = self.self_attention_norm(x, attended, training=training)
         cross_keys = cross_values = None
         if self.cross_attention:
@@ -105,7 +107,9 @@ class DecoderLayer(keras.layers.Layer):
             cross_keys, cross_values = self.cross_attention_layer.key_value_heads(memory)
         x, weights = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask,
                                                   training)
-        return (x, weights) if return_attention_scores else x
+        if return_attention_scores:
+            return x, {"self": self_weights, "cross": weights}
+        return x
 
     def step(self, x, cache_keys, cache_values, index, cross_keys=None, cross_values=None,
              memory_mask=None):
@@ -194,14 +198,19 @@ class Decoder(keras.layers.Layer):
 
     def call(self, x, memory=None, memory_mask=None, training=None,
              return_attention_scores=False):
-        """Teacher forcing: all target positions at once, the causal mask hiding the future."""
-        all_weights = []
+        """Teacher forcing: all target positions at once, the causal mask hiding the future.
+
+        With return_attention_scores, also {"self": [per layer (B,H,T,T)], "cross": [per
+        layer (B,H,T,S)]} ("cross" empty without cross-attention)."""
+        weights = {"self": [], "cross": []}
         for layer in self.decoder_layers:
-            x, weights = layer(x, memory, memory_mask, training=training,
-                               return_attention_scores=True)
-            all_weights.append(weights)
+            x, layer_weights = layer(x, memory, memory_mask, training=training,
+                                     return_attention_scores=True)
+            weights["self"].append(layer_weights["self"])
+            if layer_weights["cross"] is not None:
+                weights["cross"].append(layer_weights["cross"])
         x = self._close(x)
-        return (x, all_weights) if return_attention_scores else x
+        return (x, weights) if return_attention_scores else x
 
     def init_cache(self, batch_size, max_length, dtype="float32"):
         """Self-attention keys and values per layer: zeros [keys_0, values_0, keys_1, ...],

@@ -120,7 +120,9 @@ class Transformer(keras.Model):
 
     def decode(self, target_in_ids, memory, memory_mask, training=None,
                return_attention_scores=False):
-        """Teacher forcing: target_in (B,T) and memory -> logits (B,T,V) (+ cross-attention)."""
+        """Teacher forcing: target_in (B,T) and memory -> logits (B,T,V); with
+        return_attention_scores also {"self": [per layer (B,H,T,T)], "cross": [per layer
+        (B,H,T,S)]}, the decoder's masked self-attention and its attention over the source."""
         check_ids(target_in_ids, "target_in_ids")
         x = self.target_embedding(target_in_ids, training=training)
         out = self.decoder(x, memory, memory_mask, training=training,
