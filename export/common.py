@@ -21,6 +21,11 @@ FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "i
                    "savedmodel": ("float32",)}
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
+# The run's search settings a manifest may carry (its `decoding`): the defaults of
+# export.translate, with the bounds its options allow.
+DECODING_BOUNDS = {"beam_size": (1, 64), "alpha": (0, 10), "no_repeat_ngram_size": (0, 16),
+                   "min_length": (0, 4096)}
+DECODING_DEFAULTS = {"beam_size": 4, "alpha": 0.6, "no_repeat_ngram_size": 0, "min_length": 0}
 # Bounds on the numbers a manifest gives the runtimes (array sizes and loop lengths).
 _LIMIT = 1 << 20
 
@@ -121,6 +126,20 @@ def validate(data) -> None:
                           f"'model.num_heads' ({model['num_heads']})")
     if "run" in data:
         _check(data, "run", str, "")
+    if "task" in data:
+        _check(data, "task", str, "")
+    if "decoding" in data:
+        decoding = _check(data, "decoding", dict, "")
+        for key, (low, high) in DECODING_BOUNDS.items():
+            if key in decoding:
+                value = decoding[key]
+                if key == "alpha":
+                    if isinstance(value, bool) or not isinstance(value, int | float) \
+                            or not low <= value <= high:
+                        raise ExportError(f"key 'decoding.alpha' must be a number in "
+                                          f"[{low}, {high}]")
+                else:
+                    _check(decoding, key, int, "decoding", minimum=low, maximum=high)
 
 
 def variant_bytes(data: dict, files: dict[str, str]) -> int:
@@ -170,6 +189,17 @@ class Manifest:
     @property
     def model(self) -> dict:
         return self.data["model"]
+
+    @property
+    def task(self) -> str:
+        """The run's task (translation, summarization, ...); translation when unrecorded."""
+        return self.data.get("task", "translation")
+
+    @property
+    def decoding(self) -> dict:
+        """The run's search settings (beam_size, alpha, no_repeat_ngram_size, min_length),
+        the defaults where the manifest records none."""
+        return {**DECODING_DEFAULTS, **self.data.get("decoding", {})}
 
     @property
     def special_ids(self) -> dict:

@@ -11,11 +11,13 @@ from importlib import metadata
 from pathlib import Path
 
 import tensorflow as tf
+import yaml
 
 from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
 from .common import (
+    DECODING_DEFAULTS,
     DIRECTORY_FORMATS,
     MANIFEST,
     MANIFEST_VERSION,
@@ -215,6 +217,24 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     return manifest
 
 
+def run_settings(run_dir: Path) -> dict:
+    """The run's task and the search settings of its config.yaml `eval:` section (the
+    manifest's `task` and `decoding`); only what the config holds (an older run may hold
+    fewer keys)."""
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        config = None
+    if not isinstance(config, dict):
+        return {}
+    evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
+    decoding = {k: evaluation[k] for k in DECODING_DEFAULTS if k in evaluation}
+    settings = {"decoding": decoding} if decoding else {}
+    if isinstance(config.get("task"), str):
+        settings["task"] = config["task"]
+    return settings
+
+
 def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                  translate_signature: bool, source_tok: str, target_tok: str) -> dict:
     c = model.config
@@ -252,6 +272,7 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "run": str(run_dir.resolve()),
+        **run_settings(run_dir),
         "formats": manifest_formats,
         "files": dict(sorted(files.items())),
         "tokenizer": {"source": source_tok, "target": target_tok},

@@ -1,8 +1,11 @@
 """Cross-runtime parity of an export: tensors, greedy/beam tokens, and BLEU of the variants.
 
-    python -m export.parity --export exports/demo [--run runs/demo]
+    python -m export.parity --export exports/demo [--run runs/demo] [--src FILE --ref FILE]
 
-Checks keras against every format the export holds. Exit codes: 0 every check passes; 1 a
+Checks keras against every format the export holds, on the demo corpus' test sentences or
+the lines of --src (a summarization export needs --src: articles, one per line), with the
+run's search constraints (the manifest's `decoding`); quality is BLEU for translation and
+ROUGE-L for summaries. Exit codes: 0 every check passes; 1 a
 check fails (or a runtime fails on a sound export); 2 bad usage, or an export directory that
 is missing, corrupt, holds no format, or whose manifest names a path outside it; 130
 interrupted. It reads the export and the run and writes nothing.
@@ -20,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.command_line import add_debug_flag, entry_point, int_in
+from keras_transformer.text.lines import read_lines
 
 from .common import ExportError, Manifest, variant_bytes
 from .runtime import Translator, load_backend
@@ -120,6 +124,16 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
     return float(sacrebleu.metrics.BLEU().corpus_score(hypotheses, [references]).score)
 
 
+def quality(task: str):
+    """(name, score function) of the outputs of a `task` export: BLEU, or ROUGE-L F1 for
+    summaries (keras_transformer.text.rouge)."""
+    if task == "summarization":
+        from keras_transformer.text.rouge import rouge
+
+        return "ROUGE-L", lambda hyps, refs: rouge(hyps, refs)["rougeL"]
+    return "BLEU", bleu
+
+
 def present_runtimes(manifest: Manifest) -> tuple[str, ...]:
     """keras (from the training run) and every runtime whose format the export holds."""
     present = tuple(r for r in RUNTIMES[1:] if r in manifest["formats"])
@@ -135,10 +149,21 @@ def file_size(manifest: Manifest, fmt: str, variant: str) -> int:
 
 def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: int = 200,
         beam_sentences: int = 50, bleu_sentences: int = 1000, out=print,
-        backends: dict | None = None) -> bool:
-    """All checks, printed; True when every one passes. `backends` reuses loaded runtimes."""
+        backends: dict | None = None, sources: list[str] | None = None,
+        references: list[str] | None = None) -> bool:
+    """All checks, printed; True when every one passes. `backends` reuses loaded runtimes;
+    `sources` (and `references`, line-aligned) replace the demo corpus' test split."""
     manifest = Manifest(export_dir)
     manifest.verify()
+    if sources is None:
+        if manifest.task != "translation":
+            raise ExportError(f"{export_dir} holds a {manifest.task} model; give --src with "
+                              f"its inputs, one per line (and --ref), e.g. the run's test.src "
+                              f"and test.ref")
+        sources, references = demo_test_split(max(sentences, bleu_sentences))
+    # The run's search constraints (summaries: no repeated n-gram, a minimum length), so the
+    # searches checked are those its users get.
+    search = {k: manifest.decoding[k] for k in ("no_repeat_ngram_size", "min_length")}
     runtimes = present_runtimes(manifest)
     missing = [r for r in RUNTIMES if r not in runtimes]
     ok = True
@@ -158,13 +183,15 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     ok &= passed
     out(f"   {'PASS' if passed else 'FAIL'}: worst {worst:.2e}\n")
 
-    sources, references = demo_test_split(max(sentences, bleu_sentences))
     translators = {name: Translator(manifest, b) for name, b in backends.items()}
-    out(f"2. greedy token ids on {sentences} demo test sentences")
+    sentences = min(sentences, len(sources))
+    constraints = ", ".join(f"{k} {v}" for k, v in search.items() if v)
+    out(f"2. greedy token ids on {sentences} test sentences"
+        + (f" ({constraints})" if constraints else ""))
     ids = {}
     for name, translator in translators.items():
         start = time.perf_counter()
-        ids[name] = translator.translate_ids(sources[:sentences], beam_size=1)
+        ids[name] = translator.translate_ids(sources[:sentences], beam_size=1, **search)
         out(f"   {name:<11} {time.perf_counter() - start:6.1f} s")
     for name in others:
         diff = first_difference(ids["keras"], ids[name])
@@ -174,8 +201,10 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
 
     # One exported runtime suffices for beam search: the search is the same NumPy code in all.
     beam_runtime = "onnx" if "onnx" in others else others[0]
+    beam_sentences = min(beam_sentences, len(sources))
     out(f"\n3. beam-4 token ids on {beam_sentences} sentences, keras vs {beam_runtime}")
-    beams = {name: translators[name].translate_ids(sources[:beam_sentences], beam_size=4)
+    beams = {name: translators[name].translate_ids(sources[:beam_sentences], beam_size=4,
+                                                   **search)
              for name in ("keras", beam_runtime)}
     diff = first_difference(beams["keras"], beams[beam_runtime])
     ok &= diff is None
@@ -183,18 +212,26 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
 
     variants = [("tflite", v) for v in manifest["formats"].get("tflite", {}).get("variants", {})]
     variants += [("onnx", v) for v in manifest["formats"].get("onnx", {}).get("variants", {})]
-    out(f"\n4. greedy BLEU of each variant on {bleu_sentences} demo test sentences "
-        f"(quantized: within 1.0 of float32)")
+    if references is None:
+        out("\n4. no references (--ref): the variants' quality is not scored")
+        variants = []
+    else:
+        bleu_sentences = min(bleu_sentences, len(sources))
+        metric, score = quality(manifest.task)
+        out(f"\n4. greedy {metric} of each variant on {bleu_sentences} test sentences "
+            f"(quantized: within 1.0 of float32)")
     scores = {}
     for fmt, variant in variants:
         backend = backends[fmt] if variant == "float32" else load_backend(manifest, fmt, variant)
-        hyps = Translator(manifest, backend).translate(sources[:bleu_sentences], beam_size=1)
-        scores[(fmt, variant)] = bleu(hyps, references[:bleu_sentences])
+        hyps = Translator(manifest, backend).translate(sources[:bleu_sentences], beam_size=1,
+                                                       **search)
+        scores[(fmt, variant)] = score(hyps, references[:bleu_sentences])
         delta = scores[(fmt, variant)] - scores.get((fmt, "float32"), scores[(fmt, variant)])
         passed = abs(delta) <= 1.0
         ok &= passed
         out(f"   {fmt:<7} {variant:<8} {file_size(manifest, fmt, variant) / 1e6:7.2f} MB  "
-            f"BLEU {scores[(fmt, variant)]:6.2f}  Δ {delta:+.2f}  {'ok' if passed else 'FAIL'}")
+            f"{metric} {scores[(fmt, variant)]:6.2f}  Δ {delta:+.2f}  "
+            f"{'ok' if passed else 'FAIL'}")
     out(f"\n{'PASS' if ok else 'FAIL'}")
     return ok
 
@@ -206,6 +243,10 @@ def main(argv) -> int:
     parser.add_argument("--export", required=True, help="export directory")
     parser.add_argument("--run", default=None,
                         help="training run for the keras runtime (default: the manifest's)")
+    parser.add_argument("--src", default=None,
+                        help="inputs, one per line (default: the demo corpus' test split; "
+                             "needed for a summarization export)")
+    parser.add_argument("--ref", default=None, help="references, line-aligned with --src")
     parser.add_argument("--sentences", type=int_in(1, 5000), default=200,
                         help="greedy sentences compared token by token, 1 to 5000 (default 200)")
     parser.add_argument("--beam-sentences", type=int_in(1, 1000), default=50,
@@ -216,7 +257,21 @@ def main(argv) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING)
-    ok = run(args.export, args.run, args.sentences, args.beam_sentences, args.bleu_sentences)
+    sources = references = None
+    if args.ref and not args.src:
+        raise ValueError("--ref needs --src")
+    if args.src:
+        sources = [line for line in read_lines(args.src) if line.strip()]
+        if not sources:
+            raise ValueError(f"{args.src} holds no non-empty line")
+    if args.ref:
+        lines, ref_lines = read_lines(args.src), read_lines(args.ref)
+        if len(lines) != len(ref_lines):
+            raise ValueError(f"{args.src} has {len(lines)} lines but {args.ref} has "
+                             f"{len(ref_lines)}")
+        references = [r for line, r in zip(lines, ref_lines, strict=True) if line.strip()]
+    ok = run(args.export, args.run, args.sentences, args.beam_sentences, args.bleu_sentences,
+             sources=sources, references=references)
     return 0 if ok else 1
 
 

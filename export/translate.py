@@ -1,8 +1,11 @@
-"""Translate text with an export directory, one sentence per line.
+"""Translate (or summarize) text with an export directory, one sentence (article) per line.
 
     python -m export.translate --export exports/demo --runtime onnx [--beam 1] [FILE] [-o OUT]
 
-Reads FILE (or stdin) and writes one translation per line. Blank lines give blank lines;
+Reads FILE (or stdin) and writes one output per line. The search settings default to those
+of the exported run (its config's `eval:` section, recorded in manifest.json as `decoding`):
+for a summarization run, e.g., beam 4, alpha 1.0, no repeated trigram and a minimum length.
+Blank lines give blank lines;
 over-long sentences are truncated to the model's max_source_length with a warning
 (--no-truncate makes them an error); invalid UTF-8 bytes become U+FFFD with a warning.
 The onnx runtime needs only onnxruntime, numpy, sentencepiece and tqdm.
@@ -38,10 +41,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
     parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
                         help="quantized variant (tflite: fp16/int8, onnx: int8)")
-    parser.add_argument("--beam", type=int_in(1, 64), default=4,
-                        help="beam size, 1 (greedy) to 64 (default 4)")
-    parser.add_argument("--alpha", type=float_in(0, 10), default=0.6,
-                        help="length penalty exponent, in [0, 10] (default 0.6)")
+    parser.add_argument("--beam", type=int_in(1, 64), default=None,
+                        help="beam size, 1 (greedy) to 64 (default: the run's, else 4)")
+    parser.add_argument("--alpha", type=float_in(0, 10), default=None,
+                        help="length penalty exponent, in [0, 10] (default: the run's, "
+                             "else 0.6)")
+    parser.add_argument("--no-repeat-ngram-size", type=int_in(0, 16), default=None,
+                        metavar="N", help="never generate an n-gram of N tokens twice, 0 (off) "
+                                          "to 16 (default: the run's, else 0)")
+    parser.add_argument("--min-length", type=int_in(0, 4096), default=None, metavar="N",
+                        help="generated tokens before EOS may end an output, 0 to 4096 "
+                             "(default: the run's, else 0)")
     parser.add_argument("--batch-size", type=int_in(1, 4096), default=64,
                         help=f"sentences per search, 1 to 4096, with --batch-size x --beam at "
                              f"most {MAX_ROWS} (default 64)")
@@ -52,10 +62,26 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="output file (default: stdout), written whole after translating")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
-    if args.batch_size * args.beam > MAX_ROWS:
-        parser.error(f"--batch-size {args.batch_size} x --beam {args.beam} is "
-                     f"{args.batch_size * args.beam} rows per search; keep it at most {MAX_ROWS}")
+    if args.beam is not None and args.batch_size * args.beam > MAX_ROWS:
+        parser.error(rows_message(args.batch_size, args.beam))
     return args
+
+
+def rows_message(batch_size: int, beam: int) -> str:
+    return (f"--batch-size {batch_size} x --beam {beam} is {batch_size * beam} rows per "
+            f"search; keep it at most {MAX_ROWS}")
+
+
+def search_settings(args, manifest) -> dict:
+    """The search's keyword arguments: each option given, else the run's (manifest.decoding)."""
+    run = manifest.decoding
+    settings = {"beam_size": args.beam, "alpha": args.alpha,
+                "no_repeat_ngram_size": args.no_repeat_ngram_size,
+                "min_length": args.min_length}
+    settings = {k: run[k] if v is None else v for k, v in settings.items()}
+    if args.batch_size * settings["beam_size"] > MAX_ROWS:
+        raise ValueError(rows_message(args.batch_size, settings["beam_size"]))
+    return settings
 
 
 def check_output(args) -> Path | None:
@@ -77,8 +103,10 @@ def main(argv) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     out = check_output(args)
+    from .common import Manifest
     from .runtime import load_translator
 
+    settings = search_settings(args, Manifest(args.export))
     translator = load_translator(args.export, args.runtime, args.variant, args.run)
     if args.input == "-":
         lines = decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
@@ -90,8 +118,7 @@ def main(argv) -> int:
 
         progress = tqdm(total=len(lines), unit="sent", file=sys.stderr, leave=False)
     try:
-        outputs = translator.translate(lines, beam_size=args.beam, alpha=args.alpha,
-                                       batch_size=args.batch_size,
+        outputs = translator.translate(lines, **settings, batch_size=args.batch_size,
                                        truncate=not args.no_truncate, progress=progress)
     finally:
         if progress is not None:

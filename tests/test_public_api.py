@@ -176,6 +176,7 @@ TF_FREE_MODULES = (
     "keras_transformer.cache.layout",
     "keras_transformer.text.sources",
     "keras_transformer.text.lines",
+    "keras_transformer.text.rouge",
     "keras_transformer.command_line",
     "keras_transformer.file_safety",
     "export.common",

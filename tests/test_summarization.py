@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +20,16 @@ from rouge_score import rouge_scorer
 from rouge_score import tokenize as rouge_tokenize
 
 from keras_transformer.text.pipeline import make_translation_dataset
+from keras_transformer.text.rouge import VietnameseRougeTokenizer, rouge
 from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
 from train.config import ConfigError, load_config
 from train.data import load_summaries, split_sentences, word_joints
-from train.scoring import VietnameseRougeTokenizer, lead, lead_baselines, rouge
+from train.scoring import lead, lead_baselines
 from train.tasks.summarization import count_longer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("KT_DATA_DIR") or ROOT.parent / "shared" / "data") / "vietnews"
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
 HEADER = "article\tsummary\ttitle"
 
 # Words of a made-up news language, some joined by "_" as VNDS joins a word's syllables.
@@ -228,20 +231,27 @@ def tiny_run_config(data_dir: Path) -> dict:
     }
 
 
-@pytest.mark.slow
-def test_summarization_run_writes_rouge_and_lead_baselines(tmp_path):
+@pytest.fixture(scope="module")
+def summary_run(tmp_path_factory):
+    """(data directory, run directory, `python -m train`'s result) of a tiny summarizer."""
+    data = tmp_path_factory.mktemp("vietnews")
     rng = random.Random(2)
     for name, count in (("train.tsv.gz", 600), ("dev.tsv.gz", 30), ("test.tsv", 30)):
-        write_tsv(tmp_path / name, ["\t".join([*make_article(rng), "tiêu đề"])
-                                    for _ in range(count)])
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(tiny_run_config(tmp_path), allow_unicode=True))
-    out = tmp_path / "run"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
+        write_tsv(data / name, ["\t".join([*make_article(rng), "tiêu đề"])
+                                for _ in range(count)])
+    config = data / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(data), allow_unicode=True))
+    out = data / "run"
     result = subprocess.run([sys.executable, "-m", "train", "--config", str(config),
-                             "--out", str(out)], cwd=ROOT, env=env, capture_output=True,
+                             "--out", str(out)], cwd=ROOT, env=ENV, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    return data, out, result
+
+
+@pytest.mark.slow
+def test_summarization_run_writes_rouge_and_lead_baselines(summary_run):
+    tmp_path, out, result = summary_run
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     for key in ("rouge1", "rouge2", "rougeL", "dev_rouge1", "lead1", "lead3", "dev_lead3",
                 "best_dev_rouge", "rouge_signature", "articles_truncated"):
@@ -273,6 +283,88 @@ def test_summarization_run_writes_rouge_and_lead_baselines(tmp_path):
     assert metrics["rouge1"] > 60.0, metrics
     assert "test: model ROUGE-1" in result.stdout and "test: lead3" in result.stdout
     assert result.stdout.count("  ARTICLE ") == 3
+
+
+@pytest.mark.slow
+def test_evaluate_scores_a_summarization_run_by_rouge(summary_run):
+    """train.evaluate on the run's test TSV, with the run's own search settings, writes the
+    run's test summaries again and records the run's own ROUGE; an option replaces a setting."""
+    data, run, _ = summary_run
+    metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    result = subprocess.run([sys.executable, "-m", "train.evaluate", "--run", str(run),
+                             "--tsv", str(data / "test.tsv")], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = run / "eval" / "model" / "test.tsv.hyp"
+    assert written.read_text(encoding="utf-8") == (run / "test.hyp").read_text(encoding="utf-8")
+    entry = json.loads((run / "metrics.json").read_text(encoding="utf-8"))[
+        "evaluations"]["model.keras"]["test.tsv"]
+    assert {k: entry[k] for k in ("rouge1", "rouge2", "rougeL", "lead3")} == \
+        {k: metrics[k] for k in ("rouge1", "rouge2", "rougeL", "lead3")}
+    assert (entry["beam"], entry["min_length"]) == (2, 2)
+    assert "model ROUGE-1" in result.stdout and "lead1 ROUGE-1 100.00" in result.stdout
+    # --src/--ref take the articles the run wrote; --beam 1 is greedy, not the run's 2.
+    greedy = subprocess.run([sys.executable, "-m", "train.evaluate", "--run", str(run),
+                             "--src", str(run / "test.src"), "--ref", str(run / "test.ref"),
+                             "--beam", "1", "--hyp", str(data / "greedy.hyp")], cwd=ROOT,
+                            env=ENV, capture_output=True, text=True, timeout=300)
+    assert greedy.returncode == 0, greedy.stderr[-3000:]
+    entry = json.loads((run / "metrics.json").read_text(encoding="utf-8"))[
+        "evaluations"]["model.keras"]["test.src"]
+    assert entry["beam"] == 1 and entry["sentences"] == 30
+    assert entry["rouge1"] == rouge((data / "greedy.hyp").read_text(
+        encoding="utf-8").splitlines(), load_summaries(data / "test.tsv").summaries)["rouge1"]
+    # A translation-only input form is refused for a summarization run, and the reverse.
+    refused = subprocess.run([sys.executable, "-m", "train.evaluate", "--run", str(run),
+                              "--tsv", str(data / "test.tsv"), "--ref", str(run / "test.ref")],
+                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--tsv holds the references" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow
+def test_summarization_export_summarizes_as_the_run_did(summary_run, tmp_path):
+    """The export records the task and the run's search settings; export.translate with no
+    search option summarizes the test articles exactly as the run did (ONNX, TF-free search),
+    and export.parity passes on the articles."""
+    from export import parity
+    from export.common import Manifest
+    from export.exporters import export_run
+
+    data, run, _ = summary_run
+    out = tmp_path / "export"
+    export_run(run, out, formats=("onnx", "tflite"))
+    manifest = Manifest(out)
+    assert manifest.task == "summarization"
+    assert manifest.decoding == {"beam_size": 2, "alpha": 0.6, "no_repeat_ngram_size": 0,
+                                 "min_length": 2}
+    articles = (run / "test.src").read_bytes()
+    result = subprocess.run([sys.executable, "-m", "export.translate", "--export", str(out)],
+                            input=articles, cwd=ROOT, env=ENV, capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.decode("utf-8") == (run / "test.hyp").read_text(encoding="utf-8")
+    # One warning counts the articles cut to the model's source length.
+    warnings = [line for line in result.stderr.decode().splitlines() if "truncated" in line]
+    assert len(warnings) == 1 and re.match(r"WARNING: \d+ of 30 sentences", warnings[0]), \
+        warnings
+    # The options replace the run's settings: no bigram of pieces twice, so no pair of words
+    # twice either (a word is always cut into the same pieces).
+    loose = subprocess.run([sys.executable, "-m", "export.translate", "--export", str(out),
+                            "--beam", "1", "--min-length", "0", "--no-repeat-ngram-size", "2"],
+                           input=articles, cwd=ROOT, env=ENV, capture_output=True, timeout=300)
+    assert loose.returncode == 0, loose.stderr[-3000:]
+    for line in loose.stdout.decode("utf-8").splitlines():
+        tokens = line.split()
+        bigrams = list(zip(tokens, tokens[1:], strict=False))
+        assert len(bigrams) == len(set(bigrams)), line
+    printed = []
+    sources = (run / "test.src").read_text(encoding="utf-8").splitlines()[:8]
+    references = (run / "test.ref").read_text(encoding="utf-8").splitlines()[:8]
+    assert parity.run(out, run, sentences=8, beam_sentences=4, bleu_sentences=8,
+                      out=printed.append, sources=sources, references=references), printed
+    assert any("ROUGE-L" in line for line in printed)
+    with pytest.raises(Exception, match="give --src"):
+        parity.run(out, run, out=printed.append)
 
 
 # The real corpus

@@ -26,8 +26,10 @@ def main(argv) -> int:
                         help="a split to score (repeatable), e.g. dev or test")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
+    from keras_transformer.text.rouge import ROUGE_SIGNATURE, format_rouge
+
     from .data import load_summaries
-    from .scoring import ROUGE_SIGNATURE, format_rouge, lead_baselines
+    from .scoring import lead_baselines
 
     for split in args.split:
         path = Path(args.data) / f"{split}.tsv.gz"

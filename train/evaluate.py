@@ -1,5 +1,10 @@
-"""python -m train.evaluate: translate a file with a trained run, score it with sacreBLEU
-(BLEU and chrF, with signatures), and draw cross-attention heatmaps.
+"""python -m train.evaluate: run a trained model over a file and score it with its task's
+metric: a translation run by sacreBLEU (BLEU and chrF, with signatures), a summarization run
+by ROUGE-1/2/L beside the Lead-1 and Lead-3 baselines; and draw cross-attention heatmaps.
+
+The search settings default to the run's own (its config.yaml `eval:` section). Translation
+leaves out sentences longer than the model accepts (their output lines stay empty);
+summarization cuts an article to its first pieces, as in training.
 
 It reads the run and never replaces the run's own files: the translations go to
 `<run>/eval/<model>/<src name>.hyp` (its own directory, replaced on a rerun) or to `--hyp FILE`
@@ -10,6 +15,7 @@ input and the output path are checked before the model is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -28,9 +34,8 @@ from keras_transformer.command_line import (
 )
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import read_lines
-from keras_transformer.translator import translate
 
-from .scoring import bleu_chrf, fitting_mask
+from .data import load_summaries
 from .tokenizers import load_run_tokenizers
 
 
@@ -84,9 +89,11 @@ def pieces(tokenizer, ids: list[int]) -> list[str]:
 
 def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
                           *, beam_size: int, alpha: float,
-                          line_numbers: list[int] | None = None) -> list[Path]:
-    """PNG heatmaps of the cross-attention for each sentence's own translation, named
-    attention_<line>.png by `line_numbers` (1-based; default 1, 2, ...)."""
+                          line_numbers: list[int] | None = None, **search) -> list[Path]:
+    """PNG heatmaps of the cross-attention for each sentence's own output (by the search
+    settings given: beam_size, alpha, and keras_transformer.decoding's constraints in
+    `search`; an over-long source is cut as the search cuts it), named attention_<line>.png
+    by `line_numbers` (1-based; default 1, 2, ...)."""
     from keras_transformer.text.sources import encode_sources
     from keras_transformer.translator import search_ids
 
@@ -95,9 +102,11 @@ def write_attention_plots(model, source_tok, target_tok, sentences: list[str], o
     paths = []
     numbers = line_numbers or list(range(1, len(sentences) + 1))
     for number, sentence, ids in zip(numbers, sentences, encode_sources(
-            sentences, source_tok.encode, c.max_source_length, c.eos_id), strict=True):
+            sentences, source_tok.encode, c.max_source_length, c.eos_id, truncate=True),
+            strict=True):
         source = np.array(ids, np.int32)
-        result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha)
+        result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha,
+                            **search)
         output = result.to_lists(c.eos_id)[0]
         generated = [*output, c.eos_id]  # the row that produced EOS is shown too
         weights = cross_attention(model, source, generated)
@@ -137,8 +146,9 @@ def output_path(args, run: Path) -> Path:
     its eval/ directory), --src or --ref; an existing file only with --overwrite."""
     model_stem = Path(args.model).name.removesuffix(".keras")
     if args.hyp is None:
-        return run / EVAL_DIR / model_stem / f"{Path(args.src).name}.hyp"
-    hyp = check_output_file(args.hyp, "--hyp", inputs={"--src": args.src, "--ref": args.ref})
+        return run / EVAL_DIR / model_stem / f"{input_name(args)}.hyp"
+    hyp = check_output_file(args.hyp, "--hyp", inputs={"--src": args.src, "--ref": args.ref,
+                                                         "--tsv": args.tsv})
     resolved_run = run.resolve()
     inside_run = hyp.resolve().is_relative_to(resolved_run)
     if inside_run and not hyp.resolve().is_relative_to(resolved_run / EVAL_DIR):
@@ -147,6 +157,50 @@ def output_path(args, run: Path) -> Path:
     if hyp.exists() and not args.overwrite:
         raise CommandError(f"--hyp {hyp} already exists; pass --overwrite to replace it")
     return hyp
+
+
+def input_name(args) -> str:
+    """The input file's name, which names the output and the scores' entry."""
+    return Path(args.src or args.tsv).name
+
+
+def run_task(run: Path, args):
+    """The run's task (train.run.TASKS by its config.yaml `task:`), its config's eval
+    settings replaced by the options given, with the run's tokenizers."""
+    from .config import load_config
+    from .run import TASKS
+    from .tasks.seq2seq import Seq2SeqTask
+
+    config = load_config(run / "config.yaml")
+    task = TASKS[config.task](config) if config.task in TASKS else None
+    if not isinstance(task, Seq2SeqTask):
+        raise CommandError(f"{run} is a {config.task} run; train.evaluate scores translation "
+                           f"and summarization runs")
+    if args.tsv and config.task != "summarization":
+        raise CommandError(f"--tsv reads article/summary columns, for summarization runs; "
+                           f"give this {config.task} run --src and --ref")
+    given = {"beam_size": args.beam, "alpha": args.alpha, "batch_size": args.batch_size,
+             "no_repeat_ngram_size": args.no_repeat_ngram_size, "min_length": args.min_length}
+    config.eval = dataclasses.replace(config.eval, **{k: v for k, v in given.items()
+                                                      if v is not None})
+    return task
+
+
+def read_inputs(args) -> tuple[list[str], list[str] | None]:
+    """(sources, references or None) from --src/--ref or --tsv, checked line for line."""
+    if args.tsv:
+        if args.ref:
+            raise CommandError("--tsv holds the references; leave --ref out")
+        data = load_summaries(args.tsv)
+        return data.articles, data.summaries
+    sources = read_lines(Path(args.src))
+    references = read_lines(Path(args.ref)) if args.ref else None
+    if references is not None and len(references) != len(sources):
+        raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has "
+                         f"{len(references)}")
+    if references is not None and not any(s.strip() for s in sources):
+        raise ValueError(f"{args.src} holds no non-empty line to score")
+    return sources, references
 
 
 def record_scores(run: Path, model: str, src_name: str, entry: dict) -> None:
@@ -174,28 +228,38 @@ def main(argv) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m train.evaluate",
-        description="Translate a file with a trained run, score it with sacreBLEU and chrF. "
-                    "Exit codes: 0 done, 2 bad usage or input, 1 a failure while working, "
+        description="Run a trained model over a file and score it by its task: BLEU and "
+                    "chrF (translation), ROUGE with Lead-1/Lead-3 (summarization). Exit codes: 0 done, 2 bad usage or input, 1 a failure while working, "
                     "130 interrupted.")
     parser.add_argument("--run", required=True, help="run directory, e.g. runs/demo")
-    parser.add_argument("--src", required=True, help="source sentences, one per line")
-    parser.add_argument("--ref", help="reference translations, line-aligned with --src")
+    inputs = parser.add_mutually_exclusive_group(required=True)
+    inputs.add_argument("--src", help="source sentences (articles), one per line")
+    inputs.add_argument("--tsv", help="summarization: a TSV file with a header naming its "
+                                      "article and summary columns (e.g. VNDS's test.tsv.gz)")
+    parser.add_argument("--ref", help="references, line-aligned with --src")
     parser.add_argument("--model", default="model.keras",
                         help="model file in the run directory (e.g. best.keras, average.keras)")
-    parser.add_argument("--beam", type=int_in(1, MAX_BEAM), default=4,
-                        help=f"beam size, 1 to {MAX_BEAM} (default 4)")
-    parser.add_argument("--alpha", type=float_in(0, 10), default=0.6,
-                        help="length penalty exponent, 0 to 10 (default 0.6)")
-    parser.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=64,
-                        help=f"sentences per batch, 1 to {MAX_BATCH} (default 64)")
+    parser.add_argument("--beam", type=int_in(1, MAX_BEAM), default=None,
+                        help=f"beam size, 1 to {MAX_BEAM} (default: the run's eval.beam_size)")
+    parser.add_argument("--alpha", type=float_in(0, 10), default=None,
+                        help="length penalty exponent, 0 to 10 (default: the run's eval.alpha)")
+    parser.add_argument("--no-repeat-ngram-size", type=int_in(0, 16), default=None,
+                        metavar="N", help="never generate an n-gram of N tokens twice, 0 (off) "
+                                          "to 16 (default: the run's)")
+    parser.add_argument("--min-length", type=int_in(0, 4096), default=None, metavar="N",
+                        help="generated tokens before EOS may end an output, 0 to 4096 "
+                             "(default: the run's)")
+    parser.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=None,
+                        help=f"sentences per batch, 1 to {MAX_BATCH} (default: the run's "
+                             f"eval.batch_size)")
     parser.add_argument("--hyp", "--out", dest="hyp",
-                        help="file to write the translations to (default: "
-                             "<run>/eval/<model>/<src name>.hyp)")
+                        help="file to write the outputs to (default: "
+                             "<run>/eval/<model>/<input name>.hyp)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --hyp file")
     parser.add_argument("--plot-attention", type=int_in(0, MAX_PLOTS), default=0, metavar="K",
                         help="write cross-attention heatmaps of the first K scored sentences "
-                             f"(0 to {MAX_PLOTS}), named by their --src line, to "
+                             f"(0 to {MAX_PLOTS}), named by their input line, to "
                              "<run>/eval/<model>/attention/")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
@@ -208,59 +272,58 @@ def main(argv) -> int:
     if Path(args.model).name != args.model:
         raise CommandError(f"--model {args.model!r} must be a file name in the run directory")
     hyp_path = output_path(args, run)
-    sources = read_lines(Path(args.src))
-    references = read_lines(Path(args.ref)) if args.ref else None
-    if references is not None and len(references) != len(sources):
-        raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has "
-                         f"{len(references)}")
-    if references is not None and not any(s.strip() for s in sources):
-        raise ValueError(f"{args.src} holds no non-empty line to score")
+    task = run_task(run, args)
+    lines, references = read_inputs(args)
+    lines = task.prepare_sources(lines)
 
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
     model = load_run_model(model_path)
     source_tok, target_tok = load_run_tokenizers(run)
-    lines = sources
+    task.use_tokenizers(source_tok, target_tok)
     nonempty = [i for i, s in enumerate(lines) if s.strip()]
-    fits = fitting_mask([lines[i] for i in nonempty], source_tok, model.config.max_source_length)
+    fits = task.scorable([lines[i] for i in nonempty], model.config.max_source_length)
     scored = [i for i, keep in zip(nonempty, fits, strict=True) if keep]
     dropped, too_long = len(lines) - len(nonempty), len(nonempty) - len(scored)
     if references is not None and not scored:
-        raise ValueError(f"every non-empty line of {args.src} is longer than the model's "
-                         f"{model.config.max_source_length} source tokens; nothing to score")
+        raise ValueError(f"every non-empty line of {input_name(args)} is longer than the "
+                         f"model's {model.config.max_source_length} source tokens; nothing "
+                         f"to score")
     sources = [lines[i] for i in scored]
     if references is not None:
         references = [references[i] for i in scored]
     if dropped or too_long:
         print(f"skipped {dropped} empty and {too_long} over-long source lines (their lines "
-              f"in the translations are empty)", file=sys.stderr)
+              f"in the output are empty)", file=sys.stderr)
     hypotheses = []
     if sources:
-        with tqdm(total=len(sources), desc="translating", unit="sent") as bar:
-            hypotheses = translate(model, source_tok, target_tok, sources,
-                                   beam_size=args.beam, alpha=args.alpha,
-                                   batch_size=args.batch_size, progress=bar)
-    # Line i of the file translates line i of --src, as export.translate writes it.
+        with tqdm(total=len(sources), desc="decoding", unit="line") as bar:
+            hypotheses = task.generate(model, sources, progress=bar)
+    # Line i of the file is the output for input line i, as export.translate writes it.
     aligned = [""] * len(lines)
     for i, hypothesis in zip(scored, hypotheses, strict=True):
         aligned[i] = hypothesis
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(hyp_path, "".join(f"{line}\n" for line in aligned))
-    print(f"translations: {hyp_path}")
+    print(f"outputs: {hyp_path}")
+    e = task.config.eval
     if references is not None:
-        scores = bleu_chrf(hypotheses, references)
-        print(f"BLEU {scores['bleu']:.2f}  {scores['sacrebleu_signature']}")
-        print(f"chrF {scores['chrf']:.2f}  {scores['chrf_signature']}")
-        record_scores(run, args.model, Path(args.src).name, {
-            **scores, "model": args.model, "beam": args.beam, "alpha": args.alpha,
+        scores, printed = task.score(hypotheses, references, sources)
+        for line in printed:
+            print(line)
+        record_scores(run, args.model, input_name(args), {
+            **scores, "model": args.model, "beam": e.beam_size, "alpha": e.alpha,
+            "no_repeat_ngram_size": e.no_repeat_ngram_size, "min_length": e.min_length,
             "sentences": len(sources), "skipped": dropped + too_long,
             "hypotheses": str(hyp_path)})
     if args.plot_attention:
         plots = run / EVAL_DIR / args.model.removesuffix(".keras") / "attention"
         paths = write_attention_plots(model, source_tok, target_tok,
                                       sources[: args.plot_attention], plots,
-                                      beam_size=args.beam, alpha=args.alpha,
-                                      line_numbers=[i + 1 for i in scored[: args.plot_attention]])
+                                      beam_size=e.beam_size, alpha=e.alpha,
+                                      line_numbers=[i + 1 for i in scored[: args.plot_attention]],
+                                      no_repeat_ngram_size=e.no_repeat_ngram_size,
+                                      min_length=e.min_length)
         print(f"attention heatmaps: {len(paths)} PNG files in {plots}")
     return 0
 

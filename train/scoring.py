@@ -1,19 +1,15 @@
 """Scoring: which sources fit the model, decoding them, sacreBLEU's BLEU and chrF for
-translations, ROUGE and the Lead baselines for summaries."""
+translations, the Lead baselines for summaries (ROUGE itself: keras_transformer.text.rouge)."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from importlib.metadata import version
 from pathlib import Path
 
-import numpy as np
 import sacrebleu
-from rouge_score import rouge_scorer
 from tqdm import tqdm
 
 from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.text.rouge import ROUGE_TYPES, rouge
 from keras_transformer.translator import translate
 
 from .data import split_sentences
@@ -59,46 +55,6 @@ def fitting_pairs(sources, references, source_tok, max_source_length: int):
             [r for r, k in zip(references, keep, strict=True) if k], keep.count(False))
 
 
-ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
-
-
-class VietnameseRougeTokenizer:
-    """Text -> ROUGE tokens (rouge-score's tokenizer interface): NFC, lower-cased, "_" word
-    joints split, every maximal run of Unicode letters and digits one token, punctuation and
-    other symbols dropped. rouge-score's default tokenizer keeps only [a-z0-9], so every
-    Vietnamese letter with a diacritic would vanish ("Hà_Nội" -> "h", "n", "i")."""
-
-    _token = re.compile(r"[^\W_]+")
-
-    def tokenize(self, text: str) -> list[str]:
-        return self._token.findall(unicodedata.normalize("NFC", text).lower())
-
-
-ROUGE_SIGNATURE = (f"rouge-score:{version('rouge-score')}|f1:mean-over-docs|"
-                   f"tok:unicode-letters-digits|nfc|lc:yes|underscore:split|punct:dropped|"
-                   f"stem:no")
-
-
-def rouge(hypotheses, references) -> dict:
-    """ROUGE-1, ROUGE-2 and ROUGE-L F1 (x100, 2 decimals): the mean over documents of each
-    document's F1, by rouge-score with VietnameseRougeTokenizer and no stemming; with the
-    settings' signature."""
-    hypotheses, references = list(hypotheses), list(references)
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} summaries for {len(references)} references")
-    if not references:
-        raise ValueError("no summaries to score")
-    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=False,
-                                      tokenizer=VietnameseRougeTokenizer())
-    f1 = {kind: [] for kind in ROUGE_TYPES}
-    for hypothesis, reference in zip(hypotheses, references, strict=True):
-        scores = scorer.score(reference, hypothesis)  # (target, prediction)
-        for kind in ROUGE_TYPES:
-            f1[kind].append(scores[kind].fmeasure)
-    return {**{kind: round(float(np.mean(v)) * 100, 2) for kind, v in f1.items()},
-            "rouge_signature": ROUGE_SIGNATURE}
-
-
 def lead(article: str, sentences: int) -> str:
     """The article's first `sentences` sentences (train.data.split_sentences)."""
     return " ".join(split_sentences(article)[:sentences])
@@ -112,8 +68,3 @@ def lead_baselines(articles, references) -> dict:
     return {name: {k: v for k, v in rouge([lead(a, n) for a in articles], references).items()
                    if k in ROUGE_TYPES}
             for name, n in LEADS.items()}
-
-
-def format_rouge(scores: dict) -> str:
-    """"ROUGE-1 a  ROUGE-2 b  ROUGE-L c" of a dict with rouge1, rouge2 and rougeL."""
-    return "  ".join(f"ROUGE-{k[5:]} {scores[k]:.2f}" for k in ROUGE_TYPES)

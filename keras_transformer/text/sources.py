@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 logger = logging.getLogger(__name__)
+TRUNCATED_SHOWN = 5  # line numbers named in the truncation warning
 
 
 def default_max_length(source_length, limit, minimum=min):
@@ -31,10 +32,12 @@ def encode_sources(sentences: Sequence[str], encode: Callable[[list[str]], list[
     """Sentences -> id lists ending in EOS.
 
     Empty or whitespace-only sentences are a ValueError, or None with allow_empty. Over-long
-    sentences are a ValueError, or keep their first max_source_length - 1 pieces (with a
-    warning) with truncate.
+    sentences are a ValueError, or keep their first max_source_length - 1 pieces with
+    truncate: one warning per call counts them and names the first lines (a file of news
+    articles is cut nearly line by line).
     """
     encoded: list[list[int] | None] = []
+    cut: list[int] = []
     for i, (text, ids) in enumerate(zip(sentences, encode(list(sentences)), strict=True)):
         if not text.strip() or not ids:
             if not allow_empty:
@@ -42,14 +45,21 @@ def encode_sources(sentences: Sequence[str], encode: Callable[[list[str]], list[
             encoded.append(None)
             continue
         if len(ids) + 1 > max_source_length:
-            message = (f"sentence {i + 1} has {len(ids) + 1} tokens (with EOS) but the model "
-                       f"accepts at most max_source_length={max_source_length}")
             if not truncate:
-                raise ValueError(f"{message}; split the sentence, or train a model with a "
-                                 f"larger max_source_length")
-            logger.warning("%s; keeping its first %d tokens", message, max_source_length - 1)
+                raise ValueError(
+                    f"sentence {i + 1} has {len(ids) + 1} tokens (with EOS) but the model "
+                    f"accepts at most max_source_length={max_source_length}; split the "
+                    f"sentence, or train a model with a larger max_source_length")
+            cut.append(i + 1)
             ids = ids[: max_source_length - 1]
         encoded.append(list(ids) + [eos_id])
+    if cut:
+        shown = ", ".join(map(str, cut[:TRUNCATED_SHOWN])) + (", ..." if len(cut) >
+                                                              TRUNCATED_SHOWN else "")
+        logger.warning("%d of %d sentences are longer than the model's max_source_length=%d "
+                       "tokens (with EOS) and are truncated to their first %d (sentence %s)",
+                       len(cut), len(sentences), max_source_length, max_source_length - 1,
+                       shown)
     return encoded
 
 

@@ -46,3 +46,28 @@ class Seq2SeqTask(Task):
         kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
         return (kind(self.config.training.label_smoothing, model.config.pad_id),
                 [MaskedAccuracy(model.config.pad_id)])
+
+    # -- scoring a trained run's outputs (train.evaluate) ---------------------------------
+
+    def use_tokenizers(self, source_tok, target_tok) -> None:
+        """The tokenizers of a trained run (train.tokenizers.load_run_tokenizers), for the
+        methods below when `prepare` did not run."""
+        self.source_tok, self.target_tok = source_tok, target_tok
+
+    def prepare_sources(self, sources: list[str]) -> list[str]:
+        """Input lines as the run's training data read them (e.g. VNDS word joints)."""
+        return sources
+
+    def scorable(self, sources: list[str], max_source_length: int) -> list[bool]:
+        """Which non-empty sources the model is given and scored on."""
+        return [True] * len(sources)
+
+    def generate(self, model, sources: list[str], progress=None) -> list[str]:
+        """The model's outputs by the search settings of config.eval."""
+        raise NotImplementedError
+
+    def score(self, hypotheses: list[str], references: list[str],
+              sources: list[str]) -> tuple[dict, list[str]]:
+        """(scores for metrics.json, the lines that print them with their settings)."""
+        raise NotImplementedError
+

@@ -4,17 +4,18 @@ beside the Lead-1 and Lead-3 baselines."""
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.pipeline import bucket_boundaries_for
+from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 from keras_transformer.translator import translate
 
-from ..data import load_summarization, split_sentences
-from ..scoring import ROUGE_TYPES, format_rouge, lead_baselines, rouge
+from ..data import load_summarization, split_sentences, word_joints
+from ..scoring import lead_baselines
 from ..tasks.base import DevScore, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
@@ -26,19 +27,6 @@ def count_longer(texts, tokenizer, max_length: int) -> int:
     """How many texts have more than max_length - 1 pieces (one place is EOS, or BOS): those
     the training pipeline and the search cut to their first max_length - 1 pieces."""
     return sum(len(ids) + 1 > max_length for ids in tokenizer.encode(list(texts)))
-
-
-@contextmanager
-def truncation_counted():
-    """Silence encode_sources' warning per truncated source while decoding: most articles are
-    cut, and the task logs and records their count once."""
-    logger = logging.getLogger("keras_transformer.text.sources")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 class SummarizationTask(Seq2SeqTask):
@@ -94,11 +82,10 @@ class SummarizationTask(Seq2SeqTask):
         """The model's summaries of `articles` (each cut to the model's max_source_length),
         decoded by eval.alpha, eval.no_repeat_ngram_size and eval.min_length."""
         e = self.config.eval
-        with truncation_counted():
-            return translate(model, self.source_tok, self.target_tok, articles,
-                             beam_size=beam_size, alpha=e.alpha, batch_size=e.batch_size,
-                             no_repeat_ngram_size=e.no_repeat_ngram_size,
-                             min_length=e.min_length, truncate=True, progress=progress)
+        return translate(model, self.source_tok, self.target_tok, articles,
+                         beam_size=beam_size, alpha=e.alpha, batch_size=e.batch_size,
+                         no_repeat_ngram_size=e.no_repeat_ngram_size,
+                         min_length=e.min_length, truncate=True, progress=progress)
 
     def dev_score(self):
         e = self.config.eval
@@ -133,22 +120,36 @@ class SummarizationTask(Seq2SeqTask):
             with tqdm(total=len(articles), desc="decoding", unit="article", leave=False) as bar:
                 hypotheses = self.summarize(model, articles, beam_size=e.beam_size,
                                             progress=bar)
-            for suffix, lines in (("hyp", hypotheses), ("ref", references)):
-                (out / f"{name}.{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-            scores = rouge(hypotheses, references)
-            leads = lead_baselines(articles, references)
+            # The articles too, so that train.evaluate and export.parity can take them back.
+            for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
+                atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
+            scores, lines = self.score(hypotheses, references, articles)
             prefix = "" if name == last else f"{name}_"
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
-            metrics.update({f"{prefix}{k}": v for k, v in leads.items()})
             metrics[f"{prefix}articles"] = len(articles)
-            print(f"{name}: model {format_rouge(scores)}  ({len(articles)} articles, beam "
-                  f"{e.beam_size}, no_repeat_ngram_size {e.no_repeat_ngram_size}, "
-                  f"min_length {e.min_length})")
-            for lead_name, values in leads.items():
-                print(f"{name}: {lead_name:5s} {format_rouge(values)}")
-            print(f"  {scores['rouge_signature']}")
+            for line in lines:
+                print(f"{name}: {line}")
             if name == last:
                 for article, hypothesis, reference in list(zip(
                         articles, hypotheses, references, strict=True))[: e.samples]:
                     shown = article if len(article) <= 300 else article[:300] + " ..."
                     print(f"  ARTICLE {shown}\n  OUT     {hypothesis}\n  REF     {reference}")
+
+    def prepare_sources(self, sources):
+        return [word_joints(text, self.config.data.word_joints) for text in sources]
+
+    def generate(self, model, sources, progress=None):
+        return self.summarize(model, sources, beam_size=self.config.eval.beam_size,
+                              progress=progress)
+
+    def score(self, hypotheses, references, sources):
+        scores = rouge(hypotheses, references)
+        leads = lead_baselines(sources, references)
+        e = self.config.eval
+        lines = [f"model {format_rouge(scores)}  ({len(hypotheses)} articles, beam "
+                 f"{e.beam_size}, alpha {e.alpha}, no_repeat_ngram_size "
+                 f"{e.no_repeat_ngram_size}, min_length {e.min_length})"]
+        lines += [f"{name:5s} {format_rouge(values)}" for name, values in leads.items()]
+        lines.append(scores["rouge_signature"])
+        return {**scores, **leads}, lines
+

@@ -11,7 +11,7 @@ from keras_transformer.text.pipeline import bucket_boundaries_for, count_too_lon
 from keras_transformer.translator import translate
 
 from ..data import load_corpus
-from ..scoring import bleu_chrf, fitting_pairs, score_translations
+from ..scoring import bleu_chrf, fitting_mask, fitting_pairs, score_translations
 from ..tasks.base import DevScore, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
@@ -120,3 +120,21 @@ class TranslationTask(Seq2SeqTask):
                 for src, hyp, ref in list(zip(sources, hypotheses, references, strict=True))[
                         : e.samples]:
                     print(f"  EN  {src}\n  OUT {hyp}\n  REF {ref}")
+
+    def scorable(self, sources, max_source_length):
+        # Sentences longer than the model are left out (train.scoring.fitting_mask), as the
+        # run's own dev and test scores leave them out.
+        return fitting_mask(sources, self.source_tok, max_source_length)
+
+    def generate(self, model, sources, progress=None):
+        e = self.config.eval
+        return translate(model, self.source_tok, self.target_tok, sources,
+                         beam_size=e.beam_size, alpha=e.alpha, batch_size=e.batch_size,
+                         no_repeat_ngram_size=e.no_repeat_ngram_size, min_length=e.min_length,
+                         progress=progress)
+
+    def score(self, hypotheses, references, sources):
+        scores = bleu_chrf(hypotheses, references)
+        return scores, [f"BLEU {scores['bleu']:.2f}  {scores['sacrebleu_signature']}",
+                        f"chrF {scores['chrf']:.2f}  {scores['chrf_signature']}"]
+
