@@ -158,7 +158,7 @@ def tiny_config(data_dir: Path) -> dict:
         "model": {"preset": "tiny", "overrides": {"dropout": 0.0}},
         "training": {"epochs": 1, "warmup_steps": 20, "label_smoothing": 0.0, "verbose": 0,
                      "tensorboard": False},
-        "eval": {"dev_bleu_sentences": 10, "samples": 2},
+        "eval": {"dev_bleu_sentences": 10, "samples": 2, "max_sentences": 15},
     }
 
 
@@ -194,13 +194,14 @@ def test_run_writes_perplexities_from_one_summed_nll(lm_run):
     tok = load_run_tokenizers(out)[0]
     model = load_run_model(out / "model.keras")
     for split, path in (("dev", root / "dev.tsv.gz"), ("test", root / "test.tsv")):
-        texts = [word_joints(a, "split") for a in load_summaries(path).articles]
+        # eval.max_sentences: the first 15 articles of each split are scored.
+        texts = [word_joints(a, "split") for a in load_summaries(path).articles][:15]
         tokens = sum(len(ids) + 1 for ids in tok.encode(texts))  # every piece and each EOS
         syllables, characters = syllables_and_characters(texts)
         m = {k.removeprefix(f"{split}_"): v for k, v in metrics.items()
              if k.startswith(f"{split}_")}
         assert (m["tokens"], m["syllables"], m["characters"], m["articles"]) == (
-            tokens, syllables, characters, 20)
+            tokens, syllables, characters, 15)
         assert m["perplexity_token"] == pytest.approx(math.exp(m["nll"] / tokens))
         assert m["perplexity_syllable"] == pytest.approx(math.exp(m["nll"] / syllables))
         assert m["bits_per_character"] == pytest.approx(m["nll"] / characters / math.log(2))

@@ -97,6 +97,9 @@ class LanguageModelTask(Task):
         e = config.eval
         if e.dev_bleu_sentences:
             texts["dev_score"] = texts["dev"][: e.dev_bleu_sentences]
+        for name in ("dev", "test"):
+            if e.max_sentences and name in texts:  # the final scores read the first ones only
+                texts[name] = texts[name][: e.max_sentences]
         log.info("language model: %s articles (word joints: %s)",
                  ", ".join(f"{len(texts[k])} {k}" for k in ("train", "dev", "test")
                            if k in texts), d.word_joints)
