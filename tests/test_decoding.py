@@ -704,6 +704,27 @@ def test_sample_search_is_reproducible_by_seed_and_samples_like_sample_logits():
     assert first[1] == [int(samples[i][1]) for i in range(1, 6)]  # positions 2-6
 
 
+def test_sample_search_frequencies_pass_a_chi_square_test_against_the_filtered_softmax():
+    """20,000 prompts sample one token each from fixed logits at temperature 1.5 with top-k 4
+    and top-p 0.85. softmax(logits / 1.5) = [.237 .121 .087 .062 .032 .461]; the top 4
+    (ids 5, 0, 1, 2) renormalised hold [.509 .261 .134 .096], cumulative .509, .770, .904:
+    the nucleus of 0.85 is ids {5, 0, 1}, the others are never drawn. The counts of the three
+    must pass Pearson's chi-square test against softmax(logits / 1.5) renormalised over them
+    at the 0.1% level (2 degrees of freedom: statistic < 13.816); the seed makes it
+    deterministic."""
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0, 3.0])
+    draws, temperature = 20_000, 1.5
+    got = sample_search(RecordingStepper(logits[None]).step, [[0]] * draws, 1, eos_id=-1,
+                        temperature=temperature, top_k=4, top_p=0.85, seed=2024)
+    counts = np.bincount([row[0] for row in got], minlength=6)
+    kept = [5, 0, 1]
+    assert counts.sum() == counts[kept].sum() == draws
+    probs = np.exp(logits[kept] / temperature)
+    expected = draws * probs / probs.sum()
+    chi_square = float((((counts[kept] - expected) ** 2) / expected).sum())
+    assert chi_square < 13.816, (counts, expected)
+
+
 # ---------------------------------------------------------------------------------------------
 # Constraints: no_repeat_ngram_size and min_length
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import zipfile
@@ -187,7 +188,7 @@ class DevScoring(keras.callbacks.Callback):
         self.dev_score = dev_score
         self.best_path = best_path
         self.patience = patience
-        self.best = -1.0
+        self.best = -math.inf  # scores may be negative (minus a perplexity)
         self.best_epoch = 0
         self.bad_epochs = 0
 
@@ -197,7 +198,7 @@ class DevScoring(keras.callbacks.Callback):
 
     def load_state(self, state: dict) -> None:
         # "best_bleu": backups written before the score was named by its task.
-        self.best = state.get("best_score", state.get("best_bleu", -1.0))
+        self.best = state.get("best_score", state.get("best_bleu", -math.inf))
         self.best_epoch = state.get("best_epoch", 0)
         self.bad_epochs = state.get("bad_epochs", 0)
 

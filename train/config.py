@@ -34,9 +34,10 @@ class DataConfig:
     train_size: int = 60000
     seed: int = 1234
     max_source_length: int = 64
-    max_target_length: int = 64
-    # task summarization: VNDS joins a word's syllables with "_"; keep them, or split them
-    # (each "_" becomes a space) before tokenizing, in training text, outputs and references.
+    max_target_length: int = 64  # task language_model: the context, in tokens
+    # tasks summarization, language_model: VNDS joins a word's syllables with "_"; keep them,
+    # or split them (each "_" becomes a space) before tokenizing, in training text, outputs
+    # and references.
     word_joints: str = "keep"  # keep | split
     tokens_per_batch: int = 4096
     num_buckets: int = 4

@@ -1,5 +1,6 @@
 """Where a run's text comes from: sentence pairs from the embedded demo corpus or files on
-disk, labeled sentences from TSV files, articles and their summaries from TSV files."""
+disk, labeled sentences from TSV files, articles and their summaries from TSV files, and
+articles alone (language models)."""
 
 from __future__ import annotations
 
@@ -264,6 +265,26 @@ def load_summarization(config: DataConfig) -> dict[str, Summaries]:
         splits[split] = Summaries([word_joints(t, config.word_joints) for t in loaded.articles],
                                   [word_joints(t, config.word_joints) for t in loaded.summaries],
                                   loaded.skipped_empty)
+    return splits
+
+
+def load_articles(config: DataConfig) -> dict[str, list[str]]:
+    """{"train", "dev"[, "test"]}: the article column of the TSV files data.train_source,
+    dev_source[, test_source] (load_summaries: VNDS's article/summary files), with the word
+    joints kept or split by data.word_joints; the monolingual text of task language_model."""
+    if config.corpus != "tsv":
+        raise ConfigError(f"task language_model reads data.corpus tsv, got {config.corpus!r}")
+    names = {"train": config.train_source, "dev": config.dev_source,
+             "test": config.test_source}
+    splits = {}
+    for split, name in names.items():
+        if not name:
+            if split == "test":
+                continue
+            raise ConfigError(f"task language_model needs data.{split}_source (a TSV file "
+                              f"with an article column)")
+        articles = load_summaries(resolve(config, name)).articles
+        splits[split] = [word_joints(t, config.word_joints) for t in articles]
     return splits
 
 

@@ -83,6 +83,13 @@ class ReplicaTokenMeanLoss(MaskedLabelSmoothedCrossEntropy):
         return tf.reduce_sum(loss) / tf.maximum(tokens, 1.0)
 
 
+def token_loss(label_smoothing: float, pad_id: int, replicas: int):
+    """The label-smoothed token loss, padding masked, for a strategy of `replicas` replicas.
+    The plain loss on one device keeps saved models free of a train/ class."""
+    kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
+    return kind(label_smoothing, pad_id)
+
+
 def make_optimizer(config: RunConfig, d_model: int):
     t = config.training
     schedule = TransformerSchedule(d_model, t.warmup_steps, t.lr_scale)

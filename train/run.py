@@ -7,11 +7,12 @@ from pathlib import Path
 from .config import RunConfig
 from .engine import train
 from .tasks.classification import ClassificationTask
+from .tasks.language_model import LanguageModelTask
 from .tasks.summarization import SummarizationTask
 from .tasks.translation import TranslationTask
 
 TASKS = {"translation": TranslationTask, "classification": ClassificationTask,
-         "summarization": SummarizationTask}
+         "summarization": SummarizationTask, "language_model": LanguageModelTask}
 
 
 def run(config: RunConfig, out: Path, overwrite: bool = False) -> dict:

@@ -1,8 +1,10 @@
 """Scoring: which sources fit the model, decoding them, sacreBLEU's BLEU and chrF for
-translations, the Lead baselines for summaries (ROUGE itself: keras_transformer.text.rouge)."""
+translations, the Lead baselines for summaries (ROUGE itself: keras_transformer.text.rouge),
+perplexities for language models."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import sacrebleu
@@ -68,3 +70,25 @@ def lead_baselines(articles, references) -> dict:
     return {name: {k: v for k, v in rouge([lead(a, n) for a in articles], references).items()
                    if k in ROUGE_TYPES}
             for name, n in LEADS.items()}
+
+
+def syllables_and_characters(texts) -> tuple[int, int]:
+    """(syllables, characters) of `texts`: syllables are the whitespace-separated tokens after
+    VNDS's "_" word joints are split (so punctuation tokens count too); characters are
+    Unicode code points, spaces included, as the texts are given."""
+    syllables = sum(len(text.replace("_", " ").split()) for text in texts)
+    return syllables, sum(len(text) for text in texts)
+
+
+def perplexities(nll: float, tokens: int, syllables: int, characters: int) -> dict:
+    """A language model's scores from one summed negative log-likelihood `nll` (nats, over
+    `tokens` predicted tokens: every piece and each text's EOS): perplexity per token
+    exp(nll / tokens), per syllable exp(nll / syllables), and bits per character
+    nll / (characters ln 2)."""
+    if min(tokens, syllables, characters) < 1:
+        raise ValueError(f"perplexities need tokens, syllables and characters >= 1, got "
+                         f"{tokens}, {syllables}, {characters}")
+    return {"perplexity_token": math.exp(nll / tokens),
+            "perplexity_syllable": math.exp(nll / syllables),
+            "bits_per_character": nll / (characters * math.log(2)),
+            "nll": nll, "tokens": tokens, "syllables": syllables, "characters": characters}

@@ -1,4 +1,4 @@
-"""``tf.data`` input pipelines for translation and classification.
+"""``tf.data`` input pipelines for translation, classification and language modelling.
 
 Tokenization runs in-graph (tensorflow-text), so the same code path serves
 training and exported models. Translation batches are bucketed by length under
@@ -294,3 +294,82 @@ def make_classification_dataset(
         drop_remainder=drop_remainder,
     )
     return ds.prefetch(AUTOTUNE)
+
+
+# Texts are encoded in chunks: SentencePiece's Python side returns lists of Python ints, which
+# take about 36 bytes a token; a chunk at a time keeps only its own as lists.
+_ENCODE_CHUNK = 1000
+
+
+def language_model_rows(
+    texts: Sequence[str],
+    tokenizer,
+    length: int,
+    *,
+    pad_id: int | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> np.ndarray:
+    """Texts -> (N, length + 1) int32 rows of one token stream, for a decoder-only model.
+
+    Every text becomes BOS + ids + EOS; the texts are concatenated in order into one stream
+    and cut into rows of ``length + 1`` tokens that overlap by one (row i is
+    ``stream[i * length : i * length + length + 1]``), so that a row's inputs
+    (``row[:-1]``) and targets (``row[1:]``) are both ``length`` long and every token after
+    the first is a target of exactly one row. The last row is padded with PAD. Texts longer
+    than ``length`` run on into the next row, so nothing is cut. PAD, BOS and EOS are the
+    given ids, else the tokenizer's own.
+    """
+    if length < 1:
+        raise ValueError(f"length must be >= 1, got {length}")
+    if len(texts) == 0:
+        raise ValueError("language_model_rows got no texts")
+    pad_id, bos_id, eos_id = _special_ids((tokenizer,), pad_id, bos_id, eos_id)
+    pieces = []
+    for start in range(0, len(texts), _ENCODE_CHUNK):
+        for ids in tokenizer.encode(list(texts[start: start + _ENCODE_CHUNK])):
+            pieces.append(np.asarray([bos_id, *ids, eos_id], np.int32))
+    stream = np.concatenate(pieces)
+    rows = -(-(len(stream) - 1) // length)  # ceil: the stream's first token is no target
+    padded = np.full(rows * length + 1, pad_id, np.int32)
+    padded[: len(stream)] = stream
+    starts = np.arange(rows)[:, None] * length + np.arange(length + 1)[None, :]
+    return padded[starts]
+
+
+def make_language_model_dataset(
+    rows: np.ndarray,
+    *,
+    batch_size: int,
+    pad_id: int,
+    bos_id: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    repeat: bool = False,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Batches ``(inputs, targets)`` of ``language_model_rows``, both (B, length) int32.
+
+    inputs = ``row[:-1]``, targets = ``row[1:]`` (the next token of each position), with
+    every BOS target set to PAD: BOS opens a text and is given, never predicted, so the
+    loss, padding masked, covers each text's pieces and its EOS once. Rows are shuffled
+    (seeded, a new order each pass) when ``shuffle``; ``repeat`` repeats them before
+    batching, so no short batch. B is ``batch_size`` except for a last partial batch.
+    """
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or rows.shape[1] < 2 or len(rows) == 0:
+        raise ValueError(f"rows must be (N, length + 1) with N, length >= 1, got {rows.shape}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    ds = tf.data.Dataset.from_tensor_slices(tf.constant(rows, tf.int32))
+    if shuffle:
+        ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+
+    def split(batch):
+        targets = batch[:, 1:]
+        return batch[:, :-1], tf.where(targets == bos_id, tf.constant(pad_id, tf.int32), targets)
+
+    return ds.map(split, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.text.pipeline import make_translation_dataset
 
-from ..engine import ReplicaTokenMeanLoss, replayable
+from ..engine import replayable, token_loss
 from ..tasks.base import Task
 
 
@@ -42,10 +41,8 @@ class Seq2SeqTask(Task):
         return model
 
     def loss_and_metrics(self, model, replicas: int):
-        # The plain loss on one device keeps saved models free of a train/ class.
-        kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
-        return (kind(self.config.training.label_smoothing, model.config.pad_id),
-                [MaskedAccuracy(model.config.pad_id)])
+        return (token_loss(self.config.training.label_smoothing, model.config.pad_id,
+                           replicas), [MaskedAccuracy(model.config.pad_id)])
 
     # -- scoring a trained run's outputs (train.evaluate) ---------------------------------
 

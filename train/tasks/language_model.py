@@ -1,0 +1,198 @@
+"""Language modelling: monolingual text (VNDS articles), a decoder-only `TransformerLM`
+trained on next-token prediction, perplexity per token and per syllable and bits per
+character, and text generation from a prompt."""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_transformer.losses import label_smoothed_nll
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.models.language_model import TransformerLM
+from keras_transformer.text.pipeline import language_model_rows, make_language_model_dataset
+
+from ..data import load_articles, split_sentences
+from ..engine import replayable, token_loss
+from ..scoring import perplexities, syllables_and_characters
+from ..tasks.base import DevScore, Task, transformer_config
+from ..tokenizers import train_tokenizer
+
+log = logging.getLogger("train")
+
+
+# One traced function per model and padding id: every dev score and final score reuses it.
+_NLL_FUNCTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _batch_nll(model, pad_id: int):
+    functions = _NLL_FUNCTIONS.setdefault(model, {})
+    if pad_id not in functions:
+        ids = tf.TensorSpec([None, None], tf.int32)
+
+        @tf.function(input_signature=[ids, ids])
+        def batch_nll(inputs, targets):
+            nll, mask = label_smoothed_nll(targets, model(inputs, training=False), 0.0, pad_id)
+            return (tf.reduce_sum(tf.cast(nll, tf.float64)),
+                    tf.reduce_sum(tf.cast(mask, tf.int64)))
+
+        functions[pad_id] = batch_nll
+    return functions[pad_id]
+
+
+def summed_nll(model, dataset, pad_id: int) -> tuple[float, int]:
+    """(the summed negative log-likelihood in nats, the number of tokens it covers) of
+    `model` (ids (B,T) -> logits (B,T,V)) over the (inputs, targets) batches of `dataset`,
+    targets equal to `pad_id` left out. Summed per batch in float64."""
+    batch_nll = _batch_nll(model, pad_id)
+    total, tokens = 0.0, 0
+    for inputs, targets in dataset:
+        nll, count = batch_nll(inputs, targets)
+        total += float(nll)
+        tokens += int(count)
+    return total, tokens
+
+
+def encode_prompt(tokenizer, prompt: str, max_length: int) -> list[int]:
+    """BOS + the prompt's pieces; ValueError for a prompt with no piece or one that leaves
+    the model (max_length positions) no room for a new token."""
+    ids = tokenizer.encode([prompt])[0]
+    if not prompt.strip() or not ids:
+        raise ValueError("the prompt is empty; give some text to continue")
+    if len(ids) + 1 >= max_length:
+        raise ValueError(f"the prompt is {len(ids)} pieces; the model reads at most "
+                         f"{max_length - 2} (its {max_length} positions hold BOS and at least "
+                         f"one new token): shorten the prompt")
+    return [tokenizer.bos_id, *ids]
+
+
+def generate_texts(model, tokenizer, prompt: str, *, max_new_tokens: int,
+                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                   seed: int | None = 0, num_samples: int = 1) -> list[str]:
+    """`num_samples` continuations of `prompt`, each decoded with the prompt before it:
+    greedy at temperature 0, else sampled (TransformerLM.generate; one generator seeded by
+    `seed` draws every sample, so a seed reproduces them). New tokens stop at EOS or at the
+    model's max_target_length."""
+    ids = encode_prompt(tokenizer, prompt, model.config.max_target_length)
+    max_new_tokens = min(max_new_tokens, model.config.max_target_length - len(ids))
+    new = model.generate([ids] * num_samples, max_new_tokens, temperature=temperature,
+                         top_k=top_k, top_p=top_p, seed=seed)
+    return tokenizer.decode([ids + row for row in new])
+
+
+class LanguageModelTask(Task):
+    """data.train_source / dev_source [/ test_source]: TSV files with an article column
+    (train.data.load_articles). Each split is one stream of BOS + article + EOS cut into
+    windows of data.max_target_length tokens (keras_transformer.text.pipeline.
+    language_model_rows), the model's context. Loss: next-token cross-entropy, padding masked
+    (training.label_smoothing 0 makes it the negative log-likelihood). Scored by
+    train.scoring.perplexities."""
+
+    def prepare(self, out: Path):
+        config, d = self.config, self.config.data
+        self.texts = texts = load_articles(d)
+        e = config.eval
+        if e.dev_bleu_sentences:
+            texts["dev_score"] = texts["dev"][: e.dev_bleu_sentences]
+        for name in ("dev", "test"):
+            if e.max_sentences and name in texts:  # the final scores read the first ones only
+                texts[name] = texts[name][: e.max_sentences]
+        log.info("language model: %s articles (word joints: %s)",
+                 ", ".join(f"{len(texts[k])} {k}" for k in ("train", "dev", "test")
+                           if k in texts), d.word_joints)
+        # SentencePiece trains on sentences: a whole article is longer than its 4,192-byte
+        # sentence limit and would be left out of training.
+        sentences = [s for article in texts["train"] for s in split_sentences(article)]
+        self.tok = train_tokenizer(config, sentences, out / "spm")
+        self.model_config = transformer_config(config, self.tok, self.tok,
+                                               max_source_length=d.max_target_length,
+                                               max_target_length=d.max_target_length)
+        c = self.model_config
+        self.rows = {name: language_model_rows(split, self.tok, d.max_target_length,
+                                               pad_id=c.pad_id, bos_id=c.bos_id,
+                                               eos_id=c.eos_id)
+                     for name, split in texts.items()}
+        self.batch_size = max(1, d.tokens_per_batch // d.max_target_length)
+        self.counts = {"windows": {k: len(v) for k, v in self.rows.items()}}
+        log.info("windows of %d tokens: %s", d.max_target_length,
+                 ", ".join(f"{n} {k}" for k, n in self.counts["windows"].items()))
+        return self.model_config
+
+    def dataset(self, name: str, *, shuffle: bool = False, repeat: bool = False):
+        c = self.model_config
+        return make_language_model_dataset(
+            self.rows[name], batch_size=self.batch_size, pad_id=c.pad_id, bos_id=c.bos_id,
+            shuffle=shuffle, seed=self.config.training.seed, repeat=repeat)
+
+    def datasets(self):
+        repeat = self.config.training.steps_per_epoch > 0
+
+        def make_train():
+            return replayable(lambda: self.dataset("train", shuffle=True, repeat=repeat),
+                              repeat)
+
+        # The per-epoch dev loss reads the dev score's articles (eval.dev_bleu_sentences),
+        # not the whole dev split, which evaluate() scores once at the end.
+        dev = "dev_score" if "dev_score" in self.rows else "dev"
+        return make_train, lambda: self.dataset(dev)
+
+    def build_model(self, model_config):
+        model = TransformerLM(model_config)
+        model.build()
+        return model
+
+    def loss_and_metrics(self, model, replicas: int):
+        return (token_loss(self.config.training.label_smoothing, model.config.pad_id,
+                           replicas), [MaskedAccuracy(model.config.pad_id)])
+
+    def describe(self, model) -> str:
+        return (f", context {model.config.max_target_length} tokens, batch "
+                f"{self.batch_size} windows")
+
+    def scores(self, model, name: str) -> dict:
+        """train.scoring.perplexities of the split `name` under `model`."""
+        nll, tokens = summed_nll(model, self.dataset(name), model.config.pad_id)
+        return perplexities(nll, tokens, *syllables_and_characters(self.texts[name]))
+
+    def dev_score(self):
+        if "dev_score" not in self.rows:
+            return None
+
+        def score(model):
+            s = self.scores(model, "dev_score")
+            return {"neg_perplexity": -s["perplexity_token"],
+                    "perplexity_token": s["perplexity_token"],
+                    "perplexity_syllable": s["perplexity_syllable"],
+                    "bits_per_character": s["bits_per_character"]}
+
+        return DevScore(score, {"dev_neg_perplexity": "minus the per-token perplexity of the "
+                                                      "first dev_score_articles dev articles",
+                                "dev_score_articles": len(self.texts["dev_score"])},
+                        name="neg_perplexity", label="-perplexity per token")
+
+    def data_metrics(self):
+        return dict(self.counts)
+
+    def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
+        for name in ("dev", "test"):
+            if name not in self.texts:
+                continue
+            s = self.scores(model, name)
+            metrics.update({f"{name}_{k}": v for k, v in s.items()})
+            metrics[f"{name}_articles"] = len(self.texts[name])
+            print(f"{name}: perplexity {s['perplexity_token']:.2f} per token, "
+                  f"{s['perplexity_syllable']:.2f} per syllable; "
+                  f"{s['bits_per_character']:.3f} bits per character ({len(self.texts[name])} "
+                  f"articles, {s['tokens']} tokens, {s['syllables']} syllables, "
+                  f"{s['characters']} characters)")
+        e = self.config.eval
+        last = self.texts.get("test", self.texts["dev"])
+        length = min(12, model.config.max_target_length // 2)
+        for ids in self.tok.encode(last[: e.samples]):
+            # A prompt of the article's first pieces, continued greedily.
+            prompt = self.tok.decode([ids[:length]])[0]
+            text = generate_texts(model, self.tok, prompt, max_new_tokens=40)[0]
+            print(f"  PROMPT {prompt}\n  OUT    {text}")
