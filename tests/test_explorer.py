@@ -212,6 +212,35 @@ def test_summaries_truncate_over_long_text_as_export_translate_does(world, tmp_p
 # --- the server -----------------------------------------------------------------------------
 
 
+def test_serve_refuses_what_it_cannot_serve_in_one_line(world, tmp_path):
+    import socket
+
+    def serve(*args):
+        return run_cli("export.serve", *args, env={"PYTHONPATH": _env()["PYTHONPATH"]},
+                       timeout=120)
+
+    assert_clean_failure(serve("--export", tmp_path / "missing"), 2,
+                         "export directory not found")
+    without = tmp_path / "without"
+    shutil.copytree(world["export"], without)
+    data = json.loads((without / "manifest.json").read_text())
+    del data["attention"]
+    (without / "manifest.json").write_text(json.dumps(data))
+    assert_clean_failure(serve("--export", without, "--port", "0"), 2, "--with-attention")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        port = busy.getsockname()[1]
+        assert_clean_failure(serve("--export", world["export"], "--port", port), 2,
+                             f"cannot listen on 127.0.0.1:{port}", "--port")
+    finally:
+        busy.close()
+    usage = serve("--export", world["export"], "--port", "70000")
+    assert usage.code == 2 and "from 0 to 65535" in usage.stderr
+
+
+
 # `python -m export.serve` with TensorFlow and Keras unimportable: a request that needed them
 # would fail.
 SERVE_WITHOUT_TF = """
