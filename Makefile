@@ -19,7 +19,7 @@ DEMO_SENTENCES := she bought three small dogs\nwe will sell two red bicycles\ntw
 # Train -> export every format -> cross-runtime parity -> translate with ONNX Runtime.
 demo: $(STAMP)
 	$(PY) -m train --config train/configs/demo.yaml --out runs/demo --overwrite
-	$(PY) -m export --run runs/demo --format all --quantize all --out runs/demo/export
+	$(PY) -m export --run runs/demo --format all --quantize all --with-attention --out runs/demo/export
 	$(PY) -m export.parity --export runs/demo/export
 	printf '$(DEMO_SENTENCES)' | $(PY) -m export.translate --export runs/demo/export --runtime onnx
 

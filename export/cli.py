@@ -28,6 +28,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", required=True,
                         help="export directory, e.g. exports/demo: built beside it and swapped "
                              "in whole; an earlier export there is replaced")
+    parser.add_argument("--with-attention", action="store_true",
+                        help="also export attention.onnx, every layer's attention weights for "
+                             "one sentence pair (what python -m export.serve shows)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it holds files that are not an export "
                              "made by this tool")
@@ -48,10 +51,14 @@ def main(argv) -> int:
 
     formats = FORMATS if args.format == "all" else (args.format,)
     manifest = export_run(Path(args.run), Path(args.out), formats, args.quantize,
-                          overwrite=args.overwrite)
+                          overwrite=args.overwrite, with_attention=args.with_attention)
     print(f"exported {args.run} to {args.out}")
     for name, fmt in manifest["formats"].items():
         for variant, files in fmt["variants"].items():
             size = variant_bytes(manifest, files)
             print(f"  {name:<10} {variant:<8} {size / 1e6:8.2f} MB  {', '.join(files.values())}")
+    if "attention" in manifest:
+        name = manifest["attention"]["file"]
+        size = manifest["files"][name]["bytes"]
+        print(f"  {'attention':<10} {'float32':<8} {size / 1e6:8.2f} MB  {name}")
     return 0

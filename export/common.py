@@ -13,8 +13,18 @@ from keras_transformer.file_safety import UnsafePath, resolve_inside
 
 MANIFEST = "manifest.json"
 # Version 3 lists every file of the SavedModel directory on its own (version 2 summed the
-# directory into one entry).
-MANIFEST_VERSION = 3
+# directory into one entry). Version 4 may add "task", "decoding" (the run's search
+# settings) and "attention"; it is version 3 plus optional keys, so version 3 manifests are
+# read as they are.
+MANIFEST_VERSION = 4
+READABLE_VERSIONS = (3, 4)
+# The attention-weights graph of `python -m export --with-attention` (export.serve shows it).
+ATTENTION_FILE = "attention.onnx"
+ATTENTION_INTERFACE = (
+    "source_ids int32 (1,S) ending in EOS, target_ids int32 (1,T) = BOS and the generated "
+    "tokens -> per layer stacked: encoder_self float32 (L,H,S,S), decoder_self (L,H,T,T) "
+    "(zero above the diagonal), cross (L,H,T,S); row i of the decoder's weights is the step "
+    "that produced output token i")
 # The weight variants each format can be exported in (export.exporters): ONNX is quantized
 # dynamically to int8 only; the TF formats stay float32.
 FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "int8"),
@@ -140,6 +150,11 @@ def validate(data) -> None:
                                           f"[{low}, {high}]")
                 else:
                     _check(decoding, key, int, "decoding", minimum=low, maximum=high)
+    if "attention" in data:
+        attention = _check(data, "attention", dict, "")
+        name = _check(attention, "file", str, "attention")
+        if name not in files:
+            raise ExportError(f"key 'attention.file' names {name!r}, which 'files' does not list")
 
 
 def variant_bytes(data: dict, files: dict[str, str]) -> int:
@@ -173,10 +188,11 @@ class Manifest:
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ExportError(f"{path} is corrupt (not valid JSON): {err}") from err
         version = self.data.get("manifest_version") if isinstance(self.data, dict) else None
-        if version != MANIFEST_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ExportError(
-                f"{path} has manifest_version {version!r}; this code reads version "
-                f"{MANIFEST_VERSION}. Re-export the run with this version of the code.")
+                f"{path} has manifest_version {version!r}; this code reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}. Re-export the run with this "
+                f"version of the code.")
         try:
             validate(self.data)
         except ExportError as err:
@@ -277,6 +293,17 @@ class Manifest:
                     else:
                         self.file(name)
         self.tokenizer_files()
+
+
+    def attention_file(self) -> Path:
+        """attention.onnx, checked like every file; ExportError with the fix when the export
+        was made without it."""
+        if "attention" not in self.data:
+            raise ExportError(
+                f"{self.root} has no attention weights; export the run again with "
+                f"--with-attention (python -m export --run <run dir> --out {self.root} "
+                f"--with-attention)")
+        return self.file(self.data["attention"]["file"])
 
     def tokenizer_files(self) -> tuple[Path, Path]:
         tok = self.data["tokenizer"]

@@ -17,6 +17,8 @@ from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
 from .common import (
+    ATTENTION_FILE,
+    ATTENTION_INTERFACE,
     DECODING_DEFAULTS,
     DIRECTORY_FORMATS,
     MANIFEST,
@@ -25,7 +27,7 @@ from .common import (
     directory_entries,
     file_entry,
 )
-from .module import DecodingModule, load_float32_model
+from .module import DecodingModule, attention_function, load_float32_model
 from .onnx_graph import ONNX_OPSET
 
 log = logging.getLogger("export")
@@ -169,6 +171,22 @@ def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
     return variants
 
 
+def export_attention_onnx(model, out: Path) -> str:
+    """attention.onnx (tf2onnx, opset 17): one sentence pair, teacher-forced, to every layer's
+    attention weights (export.module.attention_function). Float32 only: it is read by a
+    person, once per sentence."""
+    import onnx
+    import tf2onnx
+
+    function = attention_function(model)
+    with safe_reshape_merging():
+        graph, _ = tf2onnx.convert.from_function(
+            function, input_signature=function.input_signature, opset=ONNX_OPSET)
+    onnx.checker.check_model(graph, full_check=True)
+    onnx.save(graph, str(out / ATTENTION_FILE))
+    return ATTENTION_FILE
+
+
 def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """One .tflite per variant, each with `encode` and `decode_step` signatures, builtins only."""
     module = DecodingModule(model)
@@ -193,18 +211,22 @@ def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict
 
 def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                quantize: str = "none", translate_signature: bool = True,
-               overwrite: bool = False) -> dict:
+               overwrite: bool = False, with_attention: bool = False) -> dict:
     """Export a training run; returns the manifest that is also written to out/manifest.json.
 
     The run is checked (model, tokenizers) and --out with it before anything is written; the
     export is built in a hidden sibling of `out_dir` and swapped in whole at the end, so a
-    failed or killed export leaves the previous one as it was."""
+    failed or killed export leaves the previous one as it was. `with_attention` adds
+    attention.onnx (the weights the attention explorer, export.serve, shows)."""
     run_dir, out = Path(run_dir), Path(out_dir)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         raise ValueError(f"unknown formats {unknown}; choose from {FORMATS}")
     if quantize not in QUANTIZE:
         raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
+    if with_attention and "onnx" not in formats:
+        raise ValueError("--with-attention needs the onnx format, whose runtime reads "
+                         "attention.onnx: export with --format onnx or --format all")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training run not found: {run_dir}")
     check_output(run_dir, out, overwrite)
@@ -212,7 +234,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     source_tok, target_tok = _tokenizer_files(run_dir)
     with staged_directory(out) as stage:
         manifest = _export_into(stage, run_dir, model, formats, quantize, translate_signature,
-                                source_tok, target_tok)
+                                source_tok, target_tok, with_attention)
         Manifest(stage)  # the manifest as a reader will see it, before it replaces anything
     return manifest
 
@@ -236,7 +258,8 @@ def run_settings(run_dir: Path) -> dict:
 
 
 def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
-                 translate_signature: bool, source_tok: str, target_tok: str) -> dict:
+                 translate_signature: bool, source_tok: str, target_tok: str,
+                 with_attention: bool = False) -> dict:
     c = model.config
     for name in {source_tok, target_tok}:
         shutil.copyfile(run_dir / name, out / name)
@@ -261,7 +284,15 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
         manifest_formats["tflite"] = {"signatures": ["decode_step", "encode"],
                                       "variants": export_tflite(model, out, variants)}
 
+    attention = None
+    if with_attention:
+        log.info("exporting the attention weights (ONNX)")
+        attention = {"file": export_attention_onnx(model, out), "opset": ONNX_OPSET,
+                     "interface": ATTENTION_INTERFACE}
+
     files = {name: file_entry(out, out / name) for name in sorted({source_tok, target_tok})}
+    if attention is not None:
+        files[attention["file"]] = file_entry(out, out / attention["file"])
     for fmt_name, fmt in manifest_formats.items():
         for variant in fmt["variants"].values():
             for name in variant.values():
@@ -298,5 +329,7 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
         },
         "versions": _versions(),
     }
+    if attention is not None:
+        manifest["attention"] = attention
     atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -86,3 +86,27 @@ class DecodingModule(tf.Module):
             tokens, list(arrays[:count]), memory_mask, list(arrays[count:]), index)
         return {"logits": tf.identity(logits, name="logits"),
                 "step_key_values": tf.identity(step_key_values, name="step_key_values")}
+
+
+def attention_function(model: Transformer) -> tf.function:
+    """The attention weights of one sentence pair, teacher-forced: source_ids (1,S) and
+    target_ids (1,T) int32 (BOS and the generated tokens) -> encoder_self (L,H,S,S),
+    decoder_self (L,H,T,T) and cross (L,H,T,S) float32, every layer's weights stacked.
+
+    A function of its own, not a method of DecodingModule: the SavedModel and TFLite files
+    are saved from that module and stay as they are. The batch is fixed to one sentence,
+    which is what a person looks at; its rows then hold no padding."""
+
+    def attention(source_ids, target_ids):
+        memory, mask, encoder_self = model.encode(source_ids, training=False,
+                                                  return_attention_scores=True)
+        _, weights = model.decode(target_ids, memory, mask, training=False,
+                                  return_attention_scores=True)
+        stacked = {"encoder_self": encoder_self, "decoder_self": weights["self"],
+                   "cross": weights["cross"]}
+        return {name: tf.identity(tf.cast(tf.stack(layers)[:, 0], tf.float32), name=name)
+                for name, layers in stacked.items()}
+
+    return tf.function(attention, input_signature=[
+        tf.TensorSpec([1, None], tf.int32, name="source_ids"),
+        tf.TensorSpec([1, None], tf.int32, name="target_ids")])

@@ -1,4 +1,5 @@
-"""Cross-runtime parity of an export: tensors, greedy/beam tokens, and BLEU of the variants.
+"""Cross-runtime parity of an export: tensors, greedy/beam tokens, BLEU of the variants, and
+the attention weights of attention.onnx when the export holds it.
 
     python -m export.parity --export exports/demo [--run runs/demo] [--src FILE --ref FILE]
 
@@ -94,6 +95,34 @@ def tensor_parity(manifest: Manifest, backends: dict, shapes=SHAPES) -> list[dic
                 else:
                     row[name] = float(np.max(np.abs(got.astype(np.float64) - ref)))
             rows.append(row)
+    return rows
+
+
+def attention_parity(manifest: Manifest, keras_backend, onnx_backend,
+                     shapes=SHAPES, seed: int = 0) -> list[dict]:
+    """Rows {output, shape, onnx: max|Δ|} of attention.onnx against the Keras model's own
+    weights (export.module.attention_function, the function it was converted from), for one
+    random sentence pair per shape (source length S, target length T; the batch is 1)."""
+    from .module import attention_function
+
+    function = attention_function(keras_backend.model)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _, source_length, target_length in shapes:
+        inputs = random_inputs(manifest, 1, min(source_length, manifest["max_source_length"]),
+                               2, seed=int(rng.integers(1 << 30)))
+        target = rng.integers(4, manifest["vocab"]["target_size"],
+                              size=(1, min(target_length, manifest["max_target_length"])))
+        target[0, 0] = manifest.special_ids["bos"]
+        source_ids, target_ids = inputs["source_ids"], target.astype(np.int32)
+        reference = {name: t.numpy() for name, t in function(source_ids, target_ids).items()}
+        got = onnx_backend.attention(source_ids, target_ids)
+        for name in sorted(reference):
+            ref = reference[name]
+            delta = (float("inf") if got[name].shape != ref.shape else
+                     float(np.max(np.abs(got[name].astype(np.float64) - ref))))
+            rows.append({"output": f"attention.{name}", "shape": "x".join(map(str, ref.shape)),
+                         "onnx": delta})
     return rows
 
 
@@ -232,6 +261,16 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         out(f"   {fmt:<7} {variant:<8} {file_size(manifest, fmt, variant) / 1e6:7.2f} MB  "
             f"{metric} {scores[(fmt, variant)]:6.2f}  Δ {delta:+.2f}  "
             f"{'ok' if passed else 'FAIL'}")
+    if "attention" in manifest.data:
+        onnx_backend = backends.get("onnx") or load_backend(manifest, "onnx")
+        out(f"\n5. attention weights of attention.onnx against keras, max|Δ| (tolerance "
+            f"{TOLERANCE:g})")
+        rows = attention_parity(manifest, backends["keras"], onnx_backend)
+        out(format_table(rows, ["onnx"]))
+        worst = max(row["onnx"] for row in rows)
+        passed = worst <= TOLERANCE
+        ok &= passed
+        out(f"   {'PASS' if passed else 'FAIL'}: worst {worst:.2e}")
     out(f"\n{'PASS' if ok else 'FAIL'}")
     return ok
 

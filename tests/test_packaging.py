@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Where each repository folder lands in the installed package.
 INSTALLED_AS = {"keras_transformer": "keras_transformer", "train": "keras_transformer/train",
                 "export": "keras_transformer/export"}
-SCRIPTS = {"kt-train", "kt-evaluate", "kt-average", "kt-export", "kt-parity", "kt-translate"}
+SCRIPTS = {"kt-train", "kt-evaluate", "kt-average", "kt-export", "kt-parity", "kt-translate",
+           "kt-serve"}
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,7 @@ def test_wheel_claims_only_the_library_name(wheel):
         for module in (ROOT / folder).rglob("*.py"):
             relative = module.relative_to(ROOT / folder).as_posix()
             assert f"{installed}/{relative}" in names, f"{folder}/{relative} is not in the wheel"
+    assert "keras_transformer/export/explorer.html" in names  # the page export.serve serves
 
 
 def test_console_scripts_run_from_an_install(wheel, tmp_path):

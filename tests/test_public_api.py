@@ -184,6 +184,8 @@ TF_FREE_MODULES = (
     "export.runtime.base",
     "export.runtime.onnx",
     "export.runtime.tflite",
+    "export.explorer",
+    "export.serve",
     "export.translate",
 )
 

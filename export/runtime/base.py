@@ -83,6 +83,9 @@ class Translator:
     def translate(self, sentences: Sequence[str], **kwargs) -> list[str]:
         """Sentences -> translations in input order; blank sentences give "". The keyword
         arguments are those of `translate_ids`."""
-        ids = self.translate_ids(sentences, **kwargs)
+        return self.decode_ids(self.translate_ids(sentences, **kwargs))
+
+    def decode_ids(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        """Generated ids (as `translate_ids` gives them) -> text, PAD and BOS dropped."""
         special = {self.pad_id, self.bos_id}
-        return [self.target_sp.decode([t for t in row if t not in special]) for row in ids]
+        return [self.target_sp.decode([t for t in row if t not in special]) for row in rows]

@@ -8,6 +8,8 @@ place.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..common import ExportError, Manifest
@@ -26,6 +28,8 @@ class OnnxBackend(Backend):
                               ) from err
 
         files = manifest.format_files("onnx", variant)
+        self._ort, self._threads = ort, threads
+        self._attention_lock = threading.Lock()
         self.sessions = {}
         for role in ("encoder", "decoder_step"):
             options = ort.SessionOptions()
@@ -37,12 +41,7 @@ class OnnxBackend(Backend):
                 # core from the step's; the encoder runs once per batch, so its workers sleep
                 # instead.
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            path = manifest.file(files[role])
-            try:
-                self.sessions[role] = ort.InferenceSession(
-                    str(path), options, providers=["CPUExecutionProvider"])
-            except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
-                raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
+            self.sessions[role] = self._session(manifest.file(files[role]), options)
         names = {i.name for i in self.sessions["decoder_step"].get_inputs()}
         outputs = {o.name for o in self.sessions["decoder_step"].get_outputs()}
         if "cache_keys_0" not in names or "log_normalizer" not in outputs:
@@ -50,6 +49,33 @@ class OnnxBackend(Backend):
                 f"{manifest.file(files['decoder_step'])} has the inputs {sorted(names)}, not "
                 f"the per-layer cache_keys_l/cache_values_l (and the log_normalizer output) of "
                 f"this version; export it again")
+
+    def _session(self, path, options):
+        try:
+            return self._ort.InferenceSession(str(path), options,
+                                              providers=["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
+            raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
+
+    def attention(self, source_ids, target_ids) -> dict[str, np.ndarray]:
+        """One sentence pair's attention weights from attention.onnx (an export made with
+        --with-attention): source_ids (1,S) ending in EOS and target_ids (1,T), BOS followed
+        by the generated tokens -> {"encoder_self": (L,H,S,S), "decoder_self": (L,H,T,T),
+        "cross": (L,H,T,S)} float32. Row i of the decoder's weights is the step that produced
+        generated token i. The session is made on first use, once."""
+        with self._attention_lock:
+            if "attention" not in self.sessions:
+                options = self._ort.SessionOptions()
+                options.intra_op_num_threads = self._threads
+                options.log_severity_level = 3
+                # Runs once per sentence, between searches whose step pool must keep its cores.
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                self.sessions["attention"] = self._session(self.manifest.attention_file(),
+                                                           options)
+        names = ("encoder_self", "decoder_self", "cross")
+        feeds = {"source_ids": np.asarray(source_ids, np.int32).reshape(1, -1),
+                 "target_ids": np.asarray(target_ids, np.int32).reshape(1, -1)}
+        return dict(zip(names, self.sessions["attention"].run(list(names), feeds), strict=True))
 
     def encode(self, source_ids):
         *memory, memory_mask = self.sessions["encoder"].run(

@@ -1,0 +1,189 @@
+"""The attention explorer: a web page and a JSON API over an export made with --with-attention.
+
+    python -m export.serve --export runs/demo/export [--port 8000] [--host 127.0.0.1]
+
+GET / is the page: type a sentence, see its translation (or summary) and the attention
+heatmaps (pick the kind, layer and head; hover a cell for its two tokens and weight).
+POST /translate takes {"text": "..."} and answers {"output", "source_tokens",
+"output_tokens", "decoder_input_tokens", "truncated", "attention"} (export.explorer);
+GET /health answers {"status": "ok", ...the model's geometry}. A bad request gets an HTTP 4xx
+answer {"error": "<what to fix>"}. TensorFlow-free: onnxruntime runs the model; Starlette and
+uvicorn serve, and the page draws with the plotly.js that the plotly package ships, served
+from here (the page needs no internet).
+
+Exit codes: 0 stopped (Ctrl-C); 2 bad usage (a missing or damaged export, one without the
+attention weights, a port that cannot be bound, a web package not installed); 1 a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import socket
+import sys
+from pathlib import Path
+
+from keras_transformer.command_line import (
+    CommandError,
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
+)
+
+from .explorer import Explorer, InputError
+
+PAGE = Path(__file__).with_name("explorer.html")
+# A sentence is a few hundred bytes; this bounds the work a single request can ask for.
+MAX_BODY = 64 * 1024
+WEB_PACKAGES = "starlette==1.10.0 uvicorn==0.54.0 plotly==7.1.0"  # as requirements.txt pins
+
+log = logging.getLogger("export.serve")
+
+
+def plotly_js() -> Path:
+    """plotly.min.js as the plotly package ships it (found without importing plotly)."""
+    spec = importlib.util.find_spec("plotly")
+    path = Path(spec.origin).parent / "package_data" / "plotly.min.js" if spec else None
+    if path is None or not path.is_file():
+        raise CommandError(f"the explorer's page draws with plotly.js, from the plotly "
+                           f"package: pip install {WEB_PACKAGES}")
+    return path
+
+
+class RequestError(InputError):
+    """A request the server refuses, with the HTTP status that says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_body(body: bytes) -> str:
+    """The "text" of a request body, or RequestError (with its HTTP status) saying what to
+    send."""
+    if len(body) > MAX_BODY:
+        raise RequestError(413, f"the request body has {len(body)} bytes; send at most "
+                                f"{MAX_BODY} (one sentence)")
+    try:
+        decoded = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(400, f"the request body is not valid UTF-8 (byte "
+                                f"{body[err.start]:#04x} at position {err.start}); send "
+                                f"UTF-8 JSON") from None
+    try:
+        data = json.loads(decoded)
+    except json.JSONDecodeError as err:
+        raise RequestError(400, f'the request body is not JSON ({err.msg} at position '
+                                f'{err.pos}); send {{"text": "..."}}') from None
+    if not isinstance(data, dict) or "text" not in data:
+        raise RequestError(400, 'the JSON has no "text" key; send {"text": "..."}')
+    return data["text"]
+
+
+def create_app(explorer: Explorer, plotly_path: Path | None = None):
+    """The Starlette application: the page, plotly.js, /health and /translate."""
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, HTMLResponse, JSONResponse
+    from starlette.routing import Route
+
+    page = PAGE.read_text(encoding="utf-8")
+    plotly_path = plotly_path or plotly_js()
+
+    async def index(request: Request):
+        return HTMLResponse(page)
+
+    async def plotly(request: Request):
+        return FileResponse(plotly_path, media_type="text/javascript")
+
+    async def health(request: Request):
+        return JSONResponse({"status": "ok", **explorer.info()})
+
+    async def translate(request: Request):
+        try:
+            text = parse_body(await request.body())
+            # The search runs in a worker thread: the server answers other requests meanwhile.
+            result = await run_in_threadpool(explorer.explain, text)
+        except RequestError as err:
+            return JSONResponse({"error": str(err)}, status_code=err.status)
+        except InputError as err:
+            return JSONResponse({"error": str(err)}, status_code=422)
+        except Exception as err:  # noqa: BLE001 - one failed request must not stop the server
+            log.exception("translating a request failed")
+            return JSONResponse({"error": f"the model failed on this text: "
+                                          f"{type(err).__name__}: {err}"}, status_code=500)
+        return JSONResponse(result)
+
+    return Starlette(routes=[
+        Route("/", index),
+        Route("/plotly.min.js", plotly),
+        Route("/health", health),
+        Route("/translate", translate, methods=["POST"]),
+    ])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, or CommandError naming the address (port 0: a free port)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise CommandError(f"--host {host!r} is not an address of this machine: {err}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise CommandError(f"cannot listen on {host}:{port} ({err.strerror}); choose another "
+                           f"--port") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m export.serve",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", required=True,
+                        help="export directory made with --with-attention, e.g. runs/demo/export")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int_in(0, 65535), default=8000,
+                        help="port, 0 to 65535; 0 picks a free one (default 8000)")
+    parser.add_argument("--beam", type=int_in(1, 64), default=None,
+                        help="beam size, 1 (greedy) to 64 (default: the run's, as "
+                             "export.translate)")
+    parser.add_argument("--alpha", type=float_in(0, 10), default=None,
+                        help="length penalty exponent, in [0, 10] (default: the run's)")
+    add_debug_flag(parser)
+    return parser.parse_args(argv)
+
+
+@entry_point
+def main(argv) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    try:
+        import starlette  # noqa: F401
+        import uvicorn
+    except ImportError as err:
+        raise CommandError(f"the explorer needs {err.name}: pip install {WEB_PACKAGES}") from None
+    explorer = Explorer(args.export, beam_size=args.beam, alpha=args.alpha)
+    app = create_app(explorer)
+    sock = bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"attention explorer of {args.export} ({explorer.task}) on http://{shown}:{port}/ "
+          f"(Ctrl-C stops it)", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
