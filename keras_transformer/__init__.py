@@ -88,12 +88,27 @@ def register_serializables() -> None:
         importlib.import_module(module)
 
 
+def _initializing() -> bool:
+    """Whether one of this package's modules is still executing (its names not all defined):
+    Keras imported from inside it must not import the modules that import it back."""
+    prefix = __name__ + "."
+    return any(getattr(getattr(module, "__spec__", None), "_initializing", False)
+               for name, module in list(sys.modules.items())
+               if name == __name__ or name.startswith(prefix))
+
+
 class _RegisterAfterKeras:
-    """A sys.meta_path finder for `keras` alone: the other finders locate it, and the module's
-    loader is wrapped so that register_serializables runs once Keras has executed."""
+    """A sys.meta_path finder that wraps the loaders of `keras` and of this package's modules
+    (the other finders locate them): once Keras has executed, and no module of this package
+    is half-executed (e.g. `from keras_transformer.models.transformer import Transformer` as a
+    program's first import runs Keras from inside transformer.py), register_serializables
+    runs, and the finder leaves sys.meta_path."""
+
+    def __init__(self):
+        self.keras_loaded = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "keras":
+        if name != "keras" and not name.startswith(__name__ + "."):
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
@@ -108,9 +123,15 @@ class _RegisterAfterKeras:
             spec.loader = _RegisteringLoader(spec.loader, self)
         return spec
 
+    def loaded(self, name: str) -> None:
+        self.keras_loaded |= name == "keras"
+        if self.keras_loaded and self in sys.meta_path and not _initializing():
+            sys.meta_path.remove(self)
+            register_serializables()
+
 
 class _RegisteringLoader:
-    """Delegates to Keras's own loader, then restores it and registers this package's classes."""
+    """Delegates to the module's own loader, restores it, then tells the finder."""
 
     def __init__(self, loader, finder: _RegisterAfterKeras):
         self._loader = loader
@@ -123,11 +144,11 @@ class _RegisteringLoader:
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        self._loader.exec_module(module)
         module.__loader__ = module.__spec__.loader = self._loader
-        if self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
-        register_serializables()
+        self._loader.exec_module(module)
+        # Still "initializing" until this returns: the import system clears the flag after.
+        module.__spec__._initializing = False
+        self._finder.loaded(module.__name__)
 
 
 if "keras" in sys.modules:

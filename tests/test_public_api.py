@@ -133,6 +133,30 @@ EXPECTED_CLASSES = {
 }
 
 
+def test_any_registering_module_may_be_a_programs_first_import():
+    """`from keras_transformer.models.transformer import Transformer` as a program's first
+    line imports Keras from inside transformer.py; the registration waits until no module of
+    the package is half-executed, then registers every class (an import error otherwise)."""
+    code = """
+import importlib, sys
+importlib.import_module(sys.argv[1])
+import keras
+import keras_transformer
+names = {k for k in keras.saving.get_custom_objects() if k.startswith("keras_transformer>")}
+modules = {keras.saving.get_registered_object(k).__module__ for k in names}
+print(sorted(modules) == sorted(keras_transformer.SERIALIZABLE_MODULES), len(names))
+"""
+    counts = set()
+    for module in ("keras_transformer.models.transformer", "keras_transformer.layers.encoder",
+                   "keras_transformer.models.classifier", "keras_transformer.metrics"):
+        result = _run_python(code, module)
+        assert result.returncode == 0, result.stderr[-2000:]
+        ok, count = result.stdout.split()
+        assert ok == "True", (module, result.stdout)
+        counts.add(count)
+    assert len(counts) == 1
+
+
 @pytest.mark.parametrize("imports", [
     "import keras_transformer, keras",
     pytest.param("import keras, keras_transformer", marks=pytest.mark.slow),
