@@ -407,3 +407,25 @@ def test_a_classifier_gets_the_encoders_pictures_and_its_class(classifier_run, t
                                                 x, x)
     np.testing.assert_allclose(arrays["encoder_self"][0], weights[0], atol=1e-5)
     assert_rows_are_distributions(arrays["encoder_self"])
+
+
+def test_evaluate_plots_a_translation_cut_at_the_maximum_length(run, model, tokenizer,
+                                                               tmp_path):
+    """train.evaluate --plot-attention shares train.attention: the barely trained model
+    never says EOS, and its output of max_target_length tokens is drawn, not refused for
+    one token too many."""
+    from keras_transformer.translator import search_ids
+    from train.evaluate import main
+
+    source = np.array([tokenizer.encode([TEXT])[0] + [model.config.eos_id]], np.int32)
+    tokens = search_ids(model, source, beam_size=1).tokens[0]
+    assert model.config.eos_id not in tokens
+    assert len(tokens) == model.config.max_target_length
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    src = tmp_path / "in.src"
+    src.write_text(f"{TEXT}\n", encoding="utf-8")
+    result = call_main(main, "--run", copy, "--src", src, "--beam", 1, "--plot-attention", 1)
+    assert result.code == 0, result.stderr[-3000:]
+    plot = copy / "eval" / "model" / "attention" / "attention_001.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
