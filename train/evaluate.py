@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
 from tqdm import tqdm
 
 from keras_transformer.command_line import (
@@ -35,56 +34,20 @@ from keras_transformer.command_line import (
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import read_lines
 
+from .attention import cross_attention, generated_tokens, pieces
 from .data import load_summaries
+from .plots import heatmap_grid
 from .tokenizers import load_run_tokenizers
-
-
-def cross_attention(model, source_ids: np.ndarray, output_ids: list[int]) -> np.ndarray:
-    """Teacher-forced decoder weights for one translation: (layers, heads, T, S) float32.
-
-    Row t is the attention the decoder paid to each source token when it produced output
-    token t (output_ids ends with EOS, so the last row is the one that stopped).
-    """
-    target_in = np.array([[model.config.bos_id, *output_ids[:-1]]], np.int32)
-    memory, mask = model.encode(tf.constant(source_ids[None, :], tf.int32), training=False)
-    _, weights = model.decode(tf.constant(target_in), memory, mask, training=False,
-                              return_attention_scores=True)
-    return np.stack([np.asarray(w, np.float32)[0] for w in weights["cross"]])
 
 
 def plot_attention(weights: np.ndarray, source_pieces: list[str], target_pieces: list[str],
                    path: Path, title: str) -> None:
     """One heatmap per decoder layer (heads averaged): target tokens down, source across."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; no display needed
-    import matplotlib.pyplot as plt
-
     layers = weights.shape[0]
-    width = max(4.0, 0.35 * len(source_pieces) + 1.5)
-    height = max(3.0, 0.3 * len(target_pieces) + 1.5)
-    figure, axes = plt.subplots(1, layers, figsize=(width * layers, height), squeeze=False)
-    for layer, axis in enumerate(axes[0]):
-        image = axis.imshow(weights[layer].mean(axis=0), cmap="viridis", vmin=0.0, vmax=1.0,
-                            aspect="auto")
-        axis.set_xticks(range(len(source_pieces)), source_pieces, rotation=90, fontsize=8)
-        axis.set_yticks(range(len(target_pieces)), target_pieces, fontsize=8)
-        axis.set_xlabel("source")
-        axis.set_ylabel("output")
-        axis.set_title(f"decoder layer {layer + 1}, mean over heads", fontsize=9)
-        figure.colorbar(image, ax=axis, fraction=0.04)
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
-def pieces(tokenizer, ids: list[int]) -> list[str]:
-    """Ids -> SentencePiece pieces, for axis labels."""
-    import sentencepiece as spm
-
-    processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_bytes)
-    return [processor.id_to_piece(int(i)) for i in ids]
+    heatmap_grid(weights.mean(axis=1), path, columns=layers,
+                 titles=[f"decoder layer {layer + 1}, mean over heads" for layer in range(layers)],
+                 row_labels=target_pieces, col_labels=source_pieces, xlabel="source",
+                 ylabel="output", suptitle=title, dpi=110)
 
 
 def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
@@ -108,7 +71,7 @@ def write_attention_plots(model, source_tok, target_tok, sentences: list[str], o
         result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha,
                             **search)
         output = result.to_lists(c.eos_id)[0]
-        generated = [*output, c.eos_id]  # the row that produced EOS is shown too
+        generated = generated_tokens(result, c.eos_id)[0]  # the row that chose EOS too
         weights = cross_attention(model, source, generated)
         path = out_dir / f"attention_{number:03d}.png"
         plot_attention(weights, pieces(source_tok, ids), pieces(target_tok, generated),
