@@ -1,4 +1,5 @@
-"""Cross-runtime parity of an export: tensors, greedy/beam tokens, and BLEU of the variants.
+"""Cross-runtime parity of an export: tensors, greedy/beam tokens, and BLEU of the variants
+(a classifier export: class probabilities and their argmax, export/classifier_parity.py).
 
     python -m export.parity --export exports/demo [--run runs/demo]
 
@@ -139,6 +140,10 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     """All checks, printed; True when every one passes. `backends` reuses loaded runtimes."""
     manifest = Manifest(export_dir)
     manifest.verify()
+    if manifest.kind == "classifier":
+        from . import classifier_parity
+
+        return classifier_parity.run(manifest, run_dir, sentences, out)
     runtimes = present_runtimes(manifest)
     missing = [r for r in RUNTIMES if r not in runtimes]
     ok = True
@@ -207,7 +212,8 @@ def main(argv) -> int:
     parser.add_argument("--run", default=None,
                         help="training run for the keras runtime (default: the manifest's)")
     parser.add_argument("--sentences", type=int_in(1, 5000), default=200,
-                        help="greedy sentences compared token by token, 1 to 5000 (default 200)")
+                        help="greedy sentences compared token by token (a classifier: random id "
+                             "sequences classified), 1 to 5000 (default 200)")
     parser.add_argument("--beam-sentences", type=int_in(1, 1000), default=50,
                         help="beam-4 sentences compared, 1 to 1000 (default 50)")
     parser.add_argument("--bleu-sentences", type=int_in(1, 10000), default=1000,

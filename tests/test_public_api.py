@@ -184,6 +184,9 @@ TF_FREE_MODULES = (
     "export.runtime.onnx",
     "export.runtime.tflite",
     "export.translate",
+    "export.runtime.classifier",
+    "export.classifier_parity",
+    "export.classify",
 )
 
 
