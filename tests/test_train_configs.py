@@ -112,3 +112,25 @@ def test_uit_vsfc_config_reports_dev_and_test_macro_f1(tmp_path):
         assert set(metrics[f"{split}_f1"]) == {"negative", "neutral", "positive"}
         assert metrics[f"{split}_macro_f1"] == pytest.approx(sum(f1) / len(f1), abs=0.01)
         assert 0.0 <= metrics[f"{split}_accuracy"] <= 100.0
+
+
+def test_tatoeba_envi_holds_out_whole_english_sources():
+    need("vie_eng_tatoeba/vie.txt")
+    from train.data import load_corpus
+
+    config = load_config(CONFIGS / "tatoeba_envi.yaml", [f"data.data_dir={DATA}"])
+    corpus = load_corpus(config.data)
+    train, dev, test = (set(s.sources) for s in (corpus.train, corpus.dev, corpus.test))
+    assert not train & dev and not train & test and not dev & test
+    assert len(corpus.dev) >= 500 and len(corpus.test) >= 500
+    # Every one of the README's 8,050 lines lands in one split (none is empty).
+    assert len(corpus.train) + len(corpus.dev) + len(corpus.test) + corpus.dropped_empty == 8_050
+
+
+@pytest.mark.slow
+def test_tatoeba_envi_config_reports_test_bleu(tmp_path):
+    need("vie_eng_tatoeba/vie.txt")
+    metrics = run("tatoeba_envi", tmp_path, *TRANSLATION, "data.dev_size=50",
+                  "data.test_size=50")
+    assert metrics["steps"] == 2
+    assert 0.0 <= metrics["bleu"] <= 100.0
