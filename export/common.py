@@ -29,6 +29,10 @@ ATTENTION_INTERFACE = (
 # dynamically to int8 only; the TF formats stay float32.
 FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "int8"),
                    "savedmodel": ("float32",)}
+# What an export holds: an encoder-decoder ("translator": encode and decode_step) or an
+# encoder-only classifier ("classifier": classify, text to class probabilities). A manifest
+# without "kind" is a translator's.
+KINDS = ("translator", "classifier")
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
 # The run's search settings a manifest may carry (its `decoding`): the defaults of
@@ -114,26 +118,13 @@ def validate(data) -> None:
                 raise ExportError(f"key {where!r} must be a non-empty object of file names")
             for role in roles:
                 _check(roles, role, str, where)
-    tokenizer = _check(data, "tokenizer", dict, "")
-    for key in ("source", "target"):
-        _check(tokenizer, key, str, "tokenizer")
-    vocab = _check(data, "vocab", dict, "")
-    for key in ("source_size", "target_size"):
-        _check(vocab, key, int, "vocab", minimum=1)
-    special_ids = _check(data, "special_ids", dict, "")
-    for key in ("pad", "unk", "bos", "eos"):
-        value = _check(special_ids, key, int, "special_ids", minimum=0)
-        if value >= vocab["target_size"]:
-            raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
-                              f"vocab.target_size {vocab['target_size']}")
-    for key in ("max_source_length", "max_target_length"):
-        _check(data, key, int, "", minimum=1)
-    model = _check(data, "model", dict, "")
-    for key in ("num_decoder_layers", "d_model", "num_heads"):
-        _check(model, key, int, "model", minimum=1)
-    if model["d_model"] % model["num_heads"]:
-        raise ExportError(f"key 'model.d_model' ({model['d_model']}) is not a multiple of "
-                          f"'model.num_heads' ({model['num_heads']})")
+    kind = data.get("kind", "translator")
+    if kind not in KINDS:
+        raise ExportError(f"key 'kind' is {kind!r}, not one of {', '.join(KINDS)}")
+    if kind == "classifier":
+        _validate_classifier(data)
+    else:
+        _validate_translator(data)
     if "run" in data:
         _check(data, "run", str, "")
     if "task" in data:
@@ -155,6 +146,48 @@ def validate(data) -> None:
         name = _check(attention, "file", str, "attention")
         if name not in files:
             raise ExportError(f"key 'attention.file' names {name!r}, which 'files' does not list")
+
+
+def _validate_translator(data: dict) -> None:
+    tokenizer = _check(data, "tokenizer", dict, "")
+    for key in ("source", "target"):
+        _check(tokenizer, key, str, "tokenizer")
+    vocab = _check(data, "vocab", dict, "")
+    for key in ("source_size", "target_size"):
+        _check(vocab, key, int, "vocab", minimum=1)
+    special_ids = _check(data, "special_ids", dict, "")
+    for key in ("pad", "unk", "bos", "eos"):
+        value = _check(special_ids, key, int, "special_ids", minimum=0)
+        if value >= vocab["target_size"]:
+            raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
+                              f"vocab.target_size {vocab['target_size']}")
+    for key in ("max_source_length", "max_target_length"):
+        _check(data, key, int, "", minimum=1)
+    model = _check(data, "model", dict, "")
+    for key in ("num_decoder_layers", "d_model", "num_heads"):
+        _check(model, key, int, "model", minimum=1)
+    if model["d_model"] % model["num_heads"]:
+        raise ExportError(f"key 'model.d_model' ({model['d_model']}) is not a multiple of "
+                          f"'model.num_heads' ({model['num_heads']})")
+
+
+def _validate_classifier(data: dict) -> None:
+    _check(_check(data, "tokenizer", dict, ""), "source", str, "tokenizer")
+    vocab = _check(_check(data, "vocab", dict, ""), "source_size", int, "vocab", minimum=1)
+    special_ids = _check(data, "special_ids", dict, "")
+    for key in ("pad", "unk", "eos"):
+        value = _check(special_ids, key, int, "special_ids", minimum=0)
+        if value >= vocab:
+            raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
+                              f"vocab.source_size {vocab}")
+    _check(data, "max_source_length", int, "", minimum=2)
+    labels = _check(data, "labels", list, "")
+    if len(labels) < 2 or not all(isinstance(v, str) and v for v in labels):
+        raise ExportError("key 'labels' must list at least two class names (strings)")
+    model = _check(data, "model", dict, "")
+    if _check(model, "num_classes", int, "model", minimum=2) != len(labels):
+        raise ExportError(f"key 'model.num_classes' is {model['num_classes']} but 'labels' "
+                          f"names {len(labels)} classes")
 
 
 def variant_bytes(data: dict, files: dict[str, str]) -> int:
@@ -201,6 +234,18 @@ class Manifest:
 
     def __getitem__(self, key):
         return self.data[key]
+
+    @property
+    def kind(self) -> str:
+        return self.data.get("kind", "translator")
+
+    def require_kind(self, kind: str, tool: str) -> None:
+        """ExportError (exit 2) when the export holds another kind of model than `tool` runs."""
+        if self.kind != kind:
+            other = {"translator": "python -m export.translate",
+                     "classifier": "python -m export.classify"}.get(self.kind, "another tool")
+            raise ExportError(f"{self.root} holds a {self.kind}, not a {kind}: {tool} cannot "
+                              f"run it; use {other}")
 
     @property
     def model(self) -> dict:
@@ -292,7 +337,8 @@ class Manifest:
                         self.directory(name)
                     else:
                         self.file(name)
-        self.tokenizer_files()
+        for name in self.data["tokenizer"].values():
+            self.file(name)
 
 
     def attention_file(self) -> Path:

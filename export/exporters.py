@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
@@ -14,6 +13,7 @@ import tensorflow as tf
 import yaml
 
 from keras_transformer.file_safety import atomic_write_text, staged_directory
+from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
 from .common import (
@@ -27,7 +27,8 @@ from .common import (
     directory_entries,
     file_entry,
 )
-from .module import DecodingModule, attention_function, load_float32_model
+from .module import DecodingModule, attention_function, float32_transformer, load_trained
+from .onnx_convert import safe_reshape_merging
 from .onnx_graph import ONNX_OPSET
 
 log = logging.getLogger("export")
@@ -112,31 +113,6 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
     path = out / "savedmodel"
     tf.saved_model.save(module, str(path), signatures=signatures)
     return sorted(signatures)
-
-
-@contextlib.contextmanager
-def safe_reshape_merging():
-    """tf2onnx 1.17 folds Reshape(Reshape(x, s1), s2) into Reshape(x, s2) even when s2 is a
-    constant holding 0, which in ONNX means "copy this dimension of the input": the merged node
-    then copies the dimensions of x, not of Reshape(x, s1). The head split after a Dense whose
-    bias is all zeros (an untrained model) is exactly that pair. Merge only without zeros."""
-    from tf2onnx.optimizer import back_to_back_optimizer as b2b
-
-    key = ("Reshape",)
-    merge = b2b._func_map[key]
-
-    def guarded(g, node, consumer_nodes):
-        if len(consumer_nodes) == 1 and consumer_nodes[0].type == "Reshape":
-            shape = consumer_nodes[0].inputs[1]
-            if shape.is_const() and 0 in shape.get_tensor_value(as_list=True):
-                return []
-        return merge(g, node, consumer_nodes)
-
-    b2b._func_map[key] = guarded
-    try:
-        yield
-    finally:
-        b2b._func_map[key] = merge
 
 
 def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
@@ -230,7 +206,16 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training run not found: {run_dir}")
     check_output(run_dir, out, overwrite)
-    model = load_float32_model(run_dir)
+    trained = load_trained(run_dir)
+    if isinstance(trained, TransformerClassifier):
+        from .classifier import export_classifier_into
+
+        with staged_directory(out) as stage:
+            manifest = export_classifier_into(stage, run_dir, trained, formats, quantize,
+                                              _versions())
+            Manifest(stage)
+        return manifest
+    model = float32_transformer(run_dir, trained)
     source_tok, target_tok = _tokenizer_files(run_dir)
     with staged_directory(out) as stage:
         manifest = _export_into(stage, run_dir, model, formats, quantize, translate_signature,

@@ -18,6 +18,11 @@ from keras_transformer.models.transformer import Transformer
 
 def load_float32_model(run_dir: str | Path) -> Transformer:
     """A float32 rebuild of `run_dir/model.keras`: mixed-precision graphs do not export."""
+    return float32_transformer(Path(run_dir), load_trained(run_dir))
+
+
+def load_trained(run_dir: str | Path) -> keras.Model:
+    """The model of `run_dir/model.keras` as trained (any model class of the library)."""
     run_dir = Path(run_dir)
     path = run_dir / "model.keras"
     if not path.is_file():
@@ -27,20 +32,31 @@ def load_float32_model(run_dir: str | Path) -> Transformer:
     except Exception as err:  # Keras raises many types for a damaged archive
         raise ValueError(f"{path} could not be loaded (truncated, or not a .keras model "
                          f"file?): {' '.join(str(err).split())[:300]}") from err
+    return trained
+
+
+def float32_transformer(run_dir: Path, trained: keras.Model) -> Transformer:
+    """A float32 rebuild of a trained seq2seq Transformer (its config from
+    model_config.json when the run has one)."""
     if not isinstance(trained, Transformer):
-        raise ValueError(f"{path} holds a {type(trained).__name__}; only translation runs "
-                         f"(a seq2seq Transformer) can be exported")
-    config = trained.config
-    config_path = run_dir / "model_config.json"
-    if config_path.is_file():
-        try:
-            config = TransformerConfig.from_dict(json.loads(config_path.read_text()))
-        except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON errors: ValueError
-            raise ValueError(f"{config_path} is not a valid model config: {err}") from err
-    model = Transformer(config, dtype="float32")
+        raise ValueError(f"{run_dir / 'model.keras'} holds a {type(trained).__name__}; only "
+                         f"translation runs (a seq2seq Transformer) load here (python -m export "
+                         f"exports classification runs too)")
+    model = Transformer(run_model_config(run_dir, trained), dtype="float32")
     model.build()
     model.set_weights(trained.get_weights())
     return model
+
+
+def run_model_config(run_dir: Path, trained: keras.Model) -> TransformerConfig:
+    """The run's model_config.json when it has one, else the trained model's config."""
+    config_path = run_dir / "model_config.json"
+    if not config_path.is_file():
+        return trained.config
+    try:
+        return TransformerConfig.from_dict(json.loads(config_path.read_text()))
+    except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON errors: ValueError
+        raise ValueError(f"{config_path} is not a valid model config: {err}") from err
 
 
 class DecodingModule(tf.Module):

@@ -1,5 +1,6 @@
 """Cross-runtime parity of an export: tensors, greedy/beam tokens, BLEU of the variants, and
-the attention weights of attention.onnx when the export holds it.
+the attention weights of attention.onnx when the export holds it (a classifier export: class
+probabilities and their argmax, export/classifier_parity.py).
 
     python -m export.parity --export exports/demo [--run runs/demo] [--src FILE --ref FILE]
 
@@ -184,6 +185,10 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     `sources` (and `references`, line-aligned) replace the demo corpus' test split."""
     manifest = Manifest(export_dir)
     manifest.verify()
+    if manifest.kind == "classifier":
+        from . import classifier_parity
+
+        return classifier_parity.run(manifest, run_dir, sentences, out)
     if sources is None:
         if manifest.task != "translation":
             raise ExportError(f"{export_dir} holds a {manifest.task} model; give --src with "
@@ -287,7 +292,8 @@ def main(argv) -> int:
                              "needed for a summarization export)")
     parser.add_argument("--ref", default=None, help="references, line-aligned with --src")
     parser.add_argument("--sentences", type=int_in(1, 5000), default=200,
-                        help="greedy sentences compared token by token, 1 to 5000 (default 200)")
+                        help="greedy sentences compared token by token (a classifier: random id "
+                             "sequences classified), 1 to 5000 (default 200)")
     parser.add_argument("--beam-sentences", type=int_in(1, 1000), default=50,
                         help="beam-4 sentences compared, 1 to 1000 (default 50)")
     parser.add_argument("--bleu-sentences", type=int_in(1, 10000), default=1000,

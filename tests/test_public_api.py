@@ -211,6 +211,9 @@ TF_FREE_MODULES = (
     "export.explorer",
     "export.serve",
     "export.translate",
+    "export.runtime.classifier",
+    "export.classifier_parity",
+    "export.classify",
 )
 
 

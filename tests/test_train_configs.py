@@ -79,3 +79,58 @@ def test_sst2_classifier_config_reports_dev_accuracy(tmp_path):
     assert metrics["dev_sentences"] == 872
     assert 0.0 <= metrics["dev_accuracy"] <= 100.0
     assert metrics["steps"] == 2
+
+
+UIT_VSFC = [f"uit_vsfc/{split}/{name}.txt" for split in ("train", "dev", "test")
+            for name in ("sents", "sentiments")]
+
+
+def test_uit_vsfc_config_reads_the_papers_splits():
+    need(*UIT_VSFC)
+    from collections import Counter
+
+    from train.data import load_classification
+
+    config = load_config(CONFIGS / "uit_vsfc_sentiment.yaml", [f"data.data_dir={DATA}"])
+    splits = load_classification(config.data)
+    # The sizes and the negative / neutral / positive counts of the corpus README.
+    assert {s: len(data) for s, data in splits.items()} == {
+        "train": 11_426, "dev": 1_583, "test": 3_166}
+    assert Counter(splits["train"].labels) == {0: 5_325, 1: 458, 2: 5_643}
+    assert Counter(splits["test"].labels) == {0: 1_409, 1: 167, 2: 1_590}
+
+
+@pytest.mark.slow
+def test_uit_vsfc_config_reports_dev_and_test_macro_f1(tmp_path):
+    need(*UIT_VSFC)
+    metrics = run("uit_vsfc_sentiment", tmp_path)
+    assert metrics["dev_sentences"] == 1_583 and metrics["test_sentences"] == 3_166
+    assert json.loads((tmp_path / "labels.json").read_text()) == [
+        "negative", "neutral", "positive"]
+    for split in ("dev", "test"):
+        f1 = [v for v in metrics[f"{split}_f1"].values() if v is not None]
+        assert set(metrics[f"{split}_f1"]) == {"negative", "neutral", "positive"}
+        assert metrics[f"{split}_macro_f1"] == pytest.approx(sum(f1) / len(f1), abs=0.01)
+        assert 0.0 <= metrics[f"{split}_accuracy"] <= 100.0
+
+
+def test_tatoeba_envi_holds_out_whole_english_sources():
+    need("vie_eng_tatoeba/vie.txt")
+    from train.data import load_corpus
+
+    config = load_config(CONFIGS / "tatoeba_envi.yaml", [f"data.data_dir={DATA}"])
+    corpus = load_corpus(config.data)
+    train, dev, test = (set(s.sources) for s in (corpus.train, corpus.dev, corpus.test))
+    assert not train & dev and not train & test and not dev & test
+    assert len(corpus.dev) >= 500 and len(corpus.test) >= 500
+    # Every one of the README's 8,050 lines lands in one split (none is empty).
+    assert len(corpus.train) + len(corpus.dev) + len(corpus.test) + corpus.dropped_empty == 8_050
+
+
+@pytest.mark.slow
+def test_tatoeba_envi_config_reports_test_bleu(tmp_path):
+    need("vie_eng_tatoeba/vie.txt")
+    metrics = run("tatoeba_envi", tmp_path, *TRANSLATION, "data.dev_size=50",
+                  "data.test_size=50")
+    assert metrics["steps"] == 2
+    assert 0.0 <= metrics["bleu"] <= 100.0

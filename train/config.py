@@ -41,6 +41,9 @@ class DataConfig:
     word_joints: str = "keep"  # keep | split
     tokens_per_batch: int = 4096
     num_buckets: int = 4
+    # task classification: the class names in id order (class i is labels[i]); label files
+    # may then hold the names or the ids. Empty: integer ids, named by their digits.
+    labels: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -116,6 +119,10 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
     if hint is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return value
+    if hint is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where} must be a list of non-empty strings, got {value!r}")
         return value
     if isinstance(annotation, types.UnionType) and set(annotation.__args__) == {bool, str}:
         if not isinstance(value, bool) and value != "auto":
@@ -203,6 +210,10 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         _apply_override(values, assignment)
     config = _build(RunConfig, values, "")
     _check_ranges(config)
+    labels = config.data.labels
+    if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
+        raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
+                          f"spaces, got {labels!r}")
     if config.data.word_joints not in WORD_JOINTS:
         raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got "
                           f"{config.data.word_joints!r}")

@@ -66,6 +66,8 @@ def check_data_files(config: DataConfig) -> None:
             names += [config.test_source, config.test_target]
     elif config.corpus == "tsv":
         names = [config.tsv] if config.tsv else [config.train_source, config.dev_source]
+        if not config.tsv and config.test_source:
+            names.append(config.test_source)
     elif config.corpus == "demo":
         return
     else:
@@ -155,8 +157,23 @@ class LabeledSplit:
         return len(self.texts)
 
 
-def load_labeled_tsv(path: Path) -> LabeledSplit:
-    """`text<TAB>label` lines (GLUE style; a header row is skipped); empty texts are dropped."""
+def parse_label(text: str, names, where: str) -> int:
+    """A label as a file holds it -> its class id: an integer id (below len(names) when names
+    are given), or one of `names`; ValueError naming `where` (file and line) otherwise."""
+    label = text.strip()
+    if label in names:
+        return names.index(label)
+    if label.isdigit() and (not names or int(label) < len(names)):
+        return int(label)
+    known = (f"one of {', '.join(names)} or an id 0 to {len(names) - 1}" if names else
+             "a class id (an integer >= 0); name the classes with data.labels to use names")
+    raise ValueError(f"{where}: unknown label {label!r}; expected {known}")
+
+
+def load_labeled_tsv(path: Path, names=()) -> LabeledSplit:
+    """`text<TAB>label` lines (GLUE style; a header row is skipped); empty texts are dropped.
+    Labels are read by `parse_label`."""
+    names = list(names)
     texts, labels = [], []
     for lineno, line in enumerate(read_lines(path), start=1):
         if not line.strip():
@@ -164,25 +181,67 @@ def load_labeled_tsv(path: Path) -> LabeledSplit:
         text, sep, label = line.rpartition("\t")
         if not sep:
             raise ValueError(f"{path}:{lineno}: expected text<TAB>label, got {line[:80]!r}")
-        if not label.strip().lstrip("-").isdigit():
-            if lineno == 1:  # the header
-                continue
-            raise ValueError(f"{path}:{lineno}: label {label!r} is not an integer")
+        if lineno == 1 and label.strip() not in names and not label.strip().isdigit():
+            continue  # the header
+        label_id = parse_label(label, names, f"{path}:{lineno}")
         if text.strip():
             texts.append(text.strip())
-            labels.append(int(label))
+            labels.append(label_id)
     if not texts:
         raise ValueError(f"{path} holds no labeled sentences")
     return LabeledSplit(texts, labels)
 
 
-def load_classification(config: DataConfig) -> tuple[LabeledSplit, LabeledSplit]:
-    """train/dev labeled splits from data.train_source / data.dev_source (TSV files)."""
-    if config.corpus != "tsv":
-        raise ConfigError(f"task classification reads data.corpus tsv, got {config.corpus!r}")
-    train = load_labeled_tsv(resolve(config, config.train_source))
-    dev = load_labeled_tsv(resolve(config, config.dev_source))
-    return train, dev
+def load_labeled_lines(text_path: Path, label_path: Path, names=()) -> LabeledSplit:
+    """Two line-aligned files, one sentence a line and its label on the same line of the
+    other (UIT-VSFC: sents.txt and sentiments.txt; no header). Labels are read by
+    `parse_label`; files of different lengths, or a sentence without a label, are errors
+    naming the file and line; a blank sentence is dropped with its label."""
+    names = list(names)
+    texts, labels = read_lines(text_path), read_lines(label_path)
+    if len(texts) != len(labels):
+        raise ValueError(f"{text_path} has {len(texts)} lines but {label_path} has "
+                         f"{len(labels)}; the files must be line-aligned")
+    split = LabeledSplit([], [])
+    for lineno, (text, label) in enumerate(zip(texts, labels, strict=True), start=1):
+        if not text.strip():
+            continue
+        if not label.strip():
+            raise ValueError(f"{label_path}:{lineno}: empty label for the sentence on line "
+                             f"{lineno} of {text_path}")
+        split.labels.append(parse_label(label, names, f"{label_path}:{lineno}"))
+        split.texts.append(text.strip())
+    if not split.texts:
+        raise ValueError(f"{text_path} holds no labeled sentences")
+    return split
+
+
+def load_classification(config: DataConfig) -> dict[str, LabeledSplit]:
+    """{"train", "dev"[, "test"]} labeled splits: `tsv` reads `text<TAB>label` files
+    (data.train_source, dev_source, test_source); `parallel` reads sentence files with
+    line-aligned label files (data.<split>_source and data.<split>_target). Labels are ids
+    or, with data.labels, the class names."""
+    if config.corpus not in ("tsv", "parallel"):
+        raise ConfigError(f"task classification reads data.corpus tsv or parallel, got "
+                          f"{config.corpus!r}")
+    names = {"train": (config.train_source, config.train_target),
+             "dev": (config.dev_source, config.dev_target),
+             "test": (config.test_source, config.test_target)}
+    splits = {}
+    for split, (text, label) in names.items():
+        if not text:
+            if split == "test":
+                continue
+            raise ConfigError(f"task classification needs data.{split}_source")
+        if config.corpus == "tsv":
+            splits[split] = load_labeled_tsv(resolve(config, text), config.labels)
+        else:
+            if not label:
+                raise ConfigError(f"data.corpus parallel for task classification needs "
+                                  f"data.{split}_target (the label file of {text})")
+            splits[split] = load_labeled_lines(resolve(config, text), resolve(config, label),
+                                               config.labels)
+    return splits
 
 
 @dataclass

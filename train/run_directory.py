@@ -35,6 +35,7 @@ RUN_ENTRIES = {
     "spm_source.model", "spm_source.vocab", "spm_target.model", "spm_target.vocab",
     "model.keras", "best.keras", "best.npz", "metrics.json", "dev.src", "dev.ref", "dev.hyp",
     "test.src", "test.ref", "test.hyp", "checkpoints", "logs", "backup", "eval", "attention",
+    "labels.json",
 }
 
 

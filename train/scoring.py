@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import sacrebleu
 from tqdm import tqdm
 
@@ -92,3 +93,26 @@ def perplexities(nll: float, tokens: int, syllables: int, characters: int) -> di
             "perplexity_syllable": math.exp(nll / syllables),
             "bits_per_character": nll / (characters * math.log(2)),
             "nll": nll, "tokens": tokens, "syllables": syllables, "characters": characters}
+
+
+def classification_scores(gold, predicted, names) -> dict:
+    """Accuracy, per-class F1 and macro-F1 (percent, 2 decimals) of class ids.
+
+    F1 of class c is 2PR / (P + R) over the sentences labeled or predicted c (0 when no
+    prediction of c is right). The macro-F1 averages it over the classes that occur in the
+    gold labels or the predictions, as scikit-learn's f1_score(average="macro") does; `f1`
+    gives every class of `names`, those that occur in neither as null."""
+    gold, predicted = np.asarray(gold), np.asarray(predicted)
+    if gold.shape != predicted.shape or gold.ndim != 1 or not len(gold):
+        raise ValueError(f"gold and predicted labels must be two equally long non-empty lists, "
+                         f"got shapes {gold.shape} and {predicted.shape}")
+    f1 = {}
+    for c, name in enumerate(names):
+        right = int(np.sum((gold == c) & (predicted == c)))
+        labeled, chosen = int(np.sum(gold == c)), int(np.sum(predicted == c))
+        # 2PR/(P+R) with P = right/chosen and R = right/labeled, without dividing by zero.
+        f1[name] = None if labeled + chosen == 0 else 2 * right / (labeled + chosen)
+    present = [v for v in f1.values() if v is not None]
+    return {"accuracy": round(100 * float(np.mean(gold == predicted)), 2),
+            "macro_f1": round(100 * sum(present) / len(present), 2),
+            "f1": {name: None if v is None else round(100 * v, 2) for name, v in f1.items()}}

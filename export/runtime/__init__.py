@@ -21,6 +21,7 @@ __all__ = ["RUNTIMES", "Backend", "Translator", "load_backend", "load_translator
 def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
                  run_dir: str | Path | None = None) -> Backend:
     """The encode/decode_step pair of one runtime over an export directory."""
+    manifest.require_kind("translator", "the translator runtimes")
     if runtime in ("savedmodel", "keras") and variant != "float32":
         raise ValueError(f"the {runtime} runtime runs float32 weights only, not {variant}; "
                          f"the onnx runtime has int8, tflite fp16 and int8")

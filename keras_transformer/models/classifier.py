@@ -68,7 +68,8 @@ class TransformerClassifier(keras.Model):
         """states (B,S,d_model), mask (B,S) -> (B,d_model): mean over real tokens, or position 0."""
         if self.pooling == "first":
             return states[:, 0, :]
-        weights = ops.cast(mask, states.dtype)[:, :, None]
+        # expand_dims, not [:, :, None]: a new-axis StridedSlice is not a builtin TFLite op.
+        weights = ops.expand_dims(ops.cast(mask, states.dtype), -1)
         total = ops.sum(states * weights, axis=1)
         return total / ops.maximum(ops.sum(weights, axis=1), ops.cast(1.0, states.dtype))
 

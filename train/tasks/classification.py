@@ -1,33 +1,61 @@
-"""Classification: labeled sentences (e.g. SST-2), an encoder-only classifier, accuracy."""
+"""Classification: labeled sentences (SST-2, UIT-VSFC), an encoder-only classifier, accuracy
+and per-class / macro F1."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import keras
+import numpy as np
 
+from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
 
+from ..config import ConfigError
 from ..data import load_classification
-from ..distribute import distribute
 from ..engine import replayable
+from ..scoring import classification_scores
 from ..tasks.base import Task, transformer_config
 from ..tokenizers import train_tokenizer
 
 log = logging.getLogger("train")
 
+# The class names of a run, in id order, beside its model (read by `python -m export`).
+LABELS_FILE = "labels.json"
+
+
+def class_names(labels: list[str], num_classes: int, splits: dict) -> list[str]:
+    """The names of the classes (data.labels, else the ids' digits), checked against
+    model.num_classes and against the labels every split holds."""
+    if labels and num_classes and len(labels) != num_classes:
+        raise ConfigError(f"data.labels names {len(labels)} classes but model.num_classes is "
+                          f"{num_classes}; drop one or make them agree")
+    count = len(labels) or num_classes or max(splits["train"].labels) + 1
+    for split, data in splits.items():
+        if max(data.labels) >= count:
+            raise ValueError(f"the {split} split holds the label {max(data.labels)}, but the "
+                             f"model has {count} classes (0 to {count - 1}); set "
+                             f"model.num_classes or data.labels")
+    return labels or [str(i) for i in range(count)]
+
 
 class ClassificationTask(Task):
-    """`text<TAB>label` files in data.train_source / data.dev_source; dev accuracy."""
+    """Labeled sentences (train.data.load_classification); dev and test accuracy, per-class
+    F1 and macro-F1."""
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.train, self.dev = load_classification(d)
-        log.info("classification: %d train, %d dev sentences", len(self.train), len(self.dev))
+        self.splits = load_classification(d)
+        self.train, self.dev = self.splits["train"], self.splits["dev"]
+        log.info("classification: %s sentences", ", ".join(
+            f"{len(data)} {split}" for split, data in self.splits.items()))
+        self.names = class_names(d.labels, config.model.num_classes, self.splits)
+        self.num_classes = len(self.names)
+        atomic_write_text(out / LABELS_FILE, json.dumps(self.names, ensure_ascii=False) + "\n")
         self.tok = train_tokenizer(config, self.train.texts, out / "spm")
-        self.num_classes = config.model.num_classes or max(self.train.labels) + 1
         self.batch_size = max(1, d.tokens_per_batch // d.max_source_length)
         return transformer_config(config, self.tok, self.tok,
                                   max_source_length=d.max_source_length,
@@ -47,12 +75,15 @@ class ClassificationTask(Task):
             return replayable(build, t.steps_per_epoch > 0)
 
         def make_dev():
-            return make_classification_dataset(dev.texts, dev.labels, tok,
-                                               max_length=d.max_source_length,
-                                               batch_size=batch_size, shuffle=False)
+            return self.labeled_batches(dev)
 
-        self.make_dev = make_dev
         return make_train, make_dev
+
+    def labeled_batches(self, split):
+        """(ids, labels) batches of a split, in its order."""
+        return make_classification_dataset(split.texts, split.labels, self.tok,
+                                           max_length=self.config.data.max_source_length,
+                                           batch_size=self.batch_size, shuffle=False)
 
     def build_model(self, model_config):
         model = TransformerClassifier(model_config, num_classes=self.num_classes,
@@ -68,8 +99,21 @@ class ClassificationTask(Task):
         return f", {self.num_classes} classes, batch {self.batch_size}"
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
-        scores = model.evaluate(distribute(strategy, self.make_dev), verbose=0,
-                                return_dict=True)
-        metrics["dev_accuracy"] = round(float(scores["accuracy"]) * 100, 2)
-        metrics["dev_sentences"] = len(self.dev)
-        print(f"dev: accuracy {metrics['dev_accuracy']:.2f}% ({len(self.dev)} sentences)")
+        for split in ("dev", "test"):
+            if split not in self.splits:
+                continue
+            gold, predicted = [], []
+            for ids, labels in self.labeled_batches(self.splits[split]):
+                gold.append(labels.numpy())
+                predicted.append(np.argmax(model(ids, training=False), axis=-1))
+            scores = classification_scores(np.concatenate(gold), np.concatenate(predicted),
+                                           self.names)
+            metrics[f"{split}_accuracy"] = scores["accuracy"]
+            metrics[f"{split}_macro_f1"] = scores["macro_f1"]
+            metrics[f"{split}_f1"] = scores["f1"]
+            metrics[f"{split}_sentences"] = len(self.splits[split])
+            per_class = ", ".join(f"{name} {'-' if f1 is None else f'{f1:.2f}'}"
+                                  for name, f1 in scores["f1"].items())
+            print(f"{split}: accuracy {scores['accuracy']:.2f}%, macro-F1 "
+                  f"{scores['macro_f1']:.2f} (F1 {per_class}) ({len(self.splits[split])} "
+                  f"sentences)")

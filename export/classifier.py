@@ -1,0 +1,193 @@
+"""A classification run -> an export directory: `classify` (token ids to class probabilities)
+as a SavedModel, one ONNX graph and TFLite models, with manifest.json (kind "classifier").
+
+The graph takes the ids the training pipeline made (pieces + EOS, right-padded with PAD) and
+returns the softmax of the classifier's logits beside the logits; tokenizing, truncating and
+choosing the labels run outside it (export/runtime/classifier.py), in NumPy and sentencepiece.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.models.classifier import TransformerClassifier
+from keras_transformer.text.tokenizer import SentencePieceTokenizer
+
+from .common import MANIFEST, MANIFEST_VERSION, directory_entries, file_entry
+from .module import run_model_config
+from .onnx_graph import ONNX_OPSET
+
+log = logging.getLogger("export")
+
+LABELS_FILE = "labels.json"  # written by the classification task beside model.keras
+TOKENIZER = "spm.model"
+SIGNATURE = "classify"
+
+
+def load_float32_classifier(run_dir: Path, trained) -> TransformerClassifier:
+    """A float32 rebuild of a trained TransformerClassifier (its config from
+    model_config.json when the run has one, as for the translator)."""
+    model = TransformerClassifier(run_model_config(run_dir, trained), num_classes=trained.num_classes,
+                                  pooling=trained.pooling, dtype="float32")
+    model.build()
+    model.set_weights(trained.get_weights())
+    return model
+
+
+def run_labels(run_dir: Path, num_classes: int) -> list[str]:
+    """The class names of a run (labels.json), else the ids' digits; checked against the
+    model's class count."""
+    path = run_dir / LABELS_FILE
+    if not path.is_file():
+        return [str(i) for i in range(num_classes)]
+    try:
+        labels = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from err
+    if (not isinstance(labels, list) or len(labels) != num_classes
+            or not all(isinstance(v, str) and v for v in labels)):
+        raise ValueError(f"{path} must list the {num_classes} class names of the model "
+                         f"(strings), got {str(labels)[:200]}")
+    return labels
+
+
+class ClassifierModule(tf.Module):
+    """classify: ids (B,S) int32 -> probabilities (B,C) float32 (softmax), logits (B,C)
+    float32. Batch and length are dynamic (length at most max_source_length)."""
+
+    def __init__(self, model: TransformerClassifier, name=None):
+        super().__init__(name=name)
+        self.model = model
+        # Without the variables tracked directly, the TFLite converter writes no weights.
+        self.vars = [v.value for v in model.weights]
+        self.classify = tf.function(self._classify, input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="ids")])
+
+    def _classify(self, ids):
+        logits = self.model(ids, training=False)
+        return {"probabilities": tf.identity(tf.nn.softmax(logits, axis=-1),
+                                             name="probabilities"),
+                "logits": tf.identity(logits, name="logits")}
+
+
+def _export_savedmodel(module: ClassifierModule, out: Path) -> None:
+    tf.saved_model.save(module, str(out / "savedmodel"),
+                        signatures={SIGNATURE: module.classify.get_concrete_function()})
+
+
+def _export_onnx(module: ClassifierModule, out: Path, int8: bool) -> dict:
+    import onnx
+    import tf2onnx
+
+    from .onnx_convert import safe_reshape_merging
+
+    files = {"classifier": "classifier.onnx"}
+    with safe_reshape_merging():
+        graph, _ = tf2onnx.convert.from_function(
+            module.classify, input_signature=module.classify.input_signature, opset=ONNX_OPSET)
+    onnx.checker.check_model(graph, full_check=True)
+    onnx.save(graph, str(out / files["classifier"]))
+    variants = {"float32": files}
+    if int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantized = {"classifier": "classifier.int8.onnx"}
+        # Weight MatMuls only, as for the translator: the embedding lookup stays float32.
+        quantize_dynamic(str(out / files["classifier"]), str(out / quantized["classifier"]),
+                         weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        onnx.checker.check_model(onnx.load(str(out / quantized["classifier"])))
+        variants["int8"] = quantized
+    return variants
+
+
+def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...]) -> dict:
+    result = {}
+    with tempfile.TemporaryDirectory(prefix=".tflite-savedmodel.", dir=out) as tmp:
+        tf.saved_model.save(module, tmp,
+                            signatures={SIGNATURE: module.classify.get_concrete_function()})
+        for variant in variants:
+            converter = tf.lite.TFLiteConverter.from_saved_model(tmp,
+                                                                 signature_keys=[SIGNATURE])
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            if variant in ("fp16", "int8"):
+                converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            if variant == "fp16":
+                converter.target_spec.supported_types = [tf.float16]
+            name = "model.tflite" if variant == "float32" else f"model.{variant}.tflite"
+            (out / name).write_bytes(converter.convert())
+            result[variant] = {"model": name}
+    return result
+
+
+def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, formats,
+                           quantize: str, versions: dict) -> dict:
+    """Every format of `formats` and the manifest into `out` (the staged export directory)."""
+    tokenizer_path = run_dir / TOKENIZER
+    if not tokenizer_path.is_file():
+        raise FileNotFoundError(f"{tokenizer_path} is missing: is {run_dir} a finished "
+                                f"classification run?")
+    try:
+        tokenizer = SentencePieceTokenizer(tokenizer_path)
+    except Exception as err:  # sentencepiece raises RuntimeError/OSError on a bad file
+        raise ValueError(f"{tokenizer_path} is not a valid SentencePiece model: "
+                         f"{' '.join(str(err).split())[:200]}") from err
+    model = load_float32_classifier(run_dir, trained)
+    labels = run_labels(run_dir, model.num_classes)
+    c = model.config
+    shutil.copyfile(tokenizer_path, out / TOKENIZER)
+    module = ClassifierModule(model)
+    manifest_formats: dict = {}
+    if "savedmodel" in formats:
+        log.info("exporting SavedModel")
+        _export_savedmodel(module, out)
+        manifest_formats["savedmodel"] = {"signatures": [SIGNATURE],
+                                          "variants": {"float32": {"model": "savedmodel"}}}
+    if "onnx" in formats:
+        log.info("exporting ONNX (opset %d)", ONNX_OPSET)
+        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "variants": _export_onnx(
+            module, out, int8=quantize in ("int8", "all"))}
+    if "tflite" in formats:
+        log.info("exporting TFLite")
+        variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
+                    "int8": ("float32", "int8"), "all": ("float32", "fp16", "int8")}[quantize]
+        manifest_formats["tflite"] = {"signatures": [SIGNATURE],
+                                      "variants": _export_tflite(module, out, variants)}
+    files = {TOKENIZER: file_entry(out, out / TOKENIZER)}
+    for fmt_name, fmt in manifest_formats.items():
+        for variant in fmt["variants"].values():
+            for name in variant.values():
+                if fmt_name == "savedmodel":
+                    files.update(directory_entries(out, name))
+                else:
+                    files[name] = file_entry(out, out / name)
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": "classifier",
+        "run": str(run_dir.resolve()),
+        "formats": manifest_formats,
+        "files": dict(sorted(files.items())),
+        "tokenizer": {"source": TOKENIZER},
+        "vocab": {"source_size": c.source_vocab_size},
+        "special_ids": {"pad": c.pad_id, "unk": tokenizer.unk_id, "eos": c.eos_id},
+        "max_source_length": c.max_source_length,
+        "labels": labels,
+        "model": {"num_encoder_layers": c.num_encoder_layers, "d_model": c.d_model,
+                  "num_heads": c.num_heads, "num_classes": model.num_classes,
+                  "pooling": model.pooling, "parameters": int(model.count_params())},
+        "interface": {
+            SIGNATURE: "ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
+                       "max_source_length -> probabilities float32 (B,C) (softmax), logits "
+                       "float32 (B,C); class c is labels[c]",
+        },
+        "versions": versions,
+    }
+    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest

@@ -1,0 +1,250 @@
+"""Exporting a classification run (SavedModel, ONNX, TFLite and their fp16/int8 variants),
+parity of the class probabilities across runtimes, and `export.classify`.
+
+One tiny classifier is trained on generated three-class data in the UIT-VSFC file format
+and exported with every format and variant, once for this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli_probe import assert_clean_failure, run_cli, tree_digest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ["negative", "neutral", "positive"]
+# A class word in a sentence of filler words decides its class.
+CLASS_WORDS = {0: "tệ", 1: "bình_thường", 2: "tốt"}
+FILLER = ["giảng", "viên", "môn", "học", "phòng", "thầy", "cô", "bài", "tập", "slide", "thi",
+          "điểm", "nhiệt", "tình", "dễ", "hiểu"]
+
+
+def sentences(count: int, seed: int) -> tuple[list[str], list[int]]:
+    rng = random.Random(seed)
+    texts, labels = [], []
+    for _ in range(count):
+        label = rng.randrange(3)
+        words = rng.choices(FILLER, k=rng.randrange(3, 12))
+        words.insert(rng.randrange(len(words) + 1), CLASS_WORDS[label])
+        texts.append(" ".join(words) + " .")
+        labels.append(label)
+    return texts, labels
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """train/dev/test splits as UIT-VSFC lays them out: sents.txt + sentiments.txt (names)."""
+    root = tmp_path_factory.mktemp("uit_format")
+    for split, count, seed in (("train", 900, 0), ("dev", 60, 1), ("test", 90, 2)):
+        texts, labels = sentences(count, seed)
+        (root / split).mkdir()
+        (root / split / "sents.txt").write_text("".join(t + "\n" for t in texts), "utf-8")
+        (root / split / "sentiments.txt").write_text(
+            "".join(NAMES[label] + "\n" for label in labels), "utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_dir(data_dir, tmp_path_factory):
+    from train.config import load_config
+    from train.run import run
+
+    sets = [f"data.data_dir={data_dir}", "task=classification", "data.corpus=parallel",
+            f"data.labels=[{', '.join(NAMES)}]", "data.max_source_length=24",
+            "data.tokens_per_batch=768", "tokenizer.vocab_size=60", "model.num_classes=3",
+            "model.overrides.d_model=32", "model.overrides.num_heads=2",
+            "model.overrides.d_ff=64", "model.overrides.num_encoder_layers=1",
+            "model.overrides.dropout=0.0", "training.epochs=4", "training.warmup_steps=50",
+            "training.verbose=0", "training.tensorboard=false"]
+    for split in ("train", "dev", "test"):
+        sets += [f"data.{split}_source={split}/sents.txt",
+                 f"data.{split}_target={split}/sentiments.txt"]
+    out = tmp_path_factory.mktemp("classifier") / "run"
+    run(load_config(None, sets), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def export_dir(run_dir):
+    from export.exporters import export_run
+
+    out = run_dir / "export"
+    export_run(run_dir, out, quantize="all")
+    return out
+
+
+@pytest.fixture(scope="module")
+def manifest(export_dir):
+    from export.common import Manifest
+
+    return Manifest(export_dir)
+
+
+def test_classification_run_reports_dev_and_test_f1(run_dir):
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert json.loads((run_dir / "labels.json").read_text()) == NAMES
+    for split, count in (("dev", 60), ("test", 90)):
+        assert metrics[f"{split}_sentences"] == count
+        assert set(metrics[f"{split}_f1"]) == set(NAMES)
+        f1 = list(metrics[f"{split}_f1"].values())
+        assert metrics[f"{split}_macro_f1"] == pytest.approx(sum(f1) / 3, abs=0.01)
+        # The class word decides the class: far above chance (33%) after training.
+        assert metrics[f"{split}_accuracy"] >= 60.0, metrics
+
+
+def test_manifest_records_the_classifier(manifest, run_dir):
+    assert manifest.kind == "classifier"
+    assert manifest["labels"] == NAMES
+    assert manifest.model["num_classes"] == 3
+    assert manifest["max_source_length"] == 24
+    assert manifest["tokenizer"] == {"source": "spm.model"}
+    formats = manifest["formats"]
+    assert set(formats) == {"savedmodel", "onnx", "tflite"}
+    assert set(formats["tflite"]["variants"]) == {"float32", "fp16", "int8"}
+    assert set(formats["onnx"]["variants"]) == {"float32", "int8"}
+    manifest.verify()  # every file against its checksum
+    config = json.loads((run_dir / "model_config.json").read_text())
+    assert manifest["vocab"]["source_size"] == config["source_vocab_size"]
+
+
+def test_every_runtime_gives_the_trained_models_probabilities(manifest, run_dir, data_dir):
+    """Text through each runtime (sentencepiece, truncation, batches padded to their longest
+    sentence) against the trained model on the training pipeline's ids (padded to
+    max_source_length), the softmax computed in NumPy."""
+    import keras
+
+    from export.runtime.classifier import Classifier, load_runtime
+    from keras_transformer.text.pipeline import make_classification_dataset
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer
+
+    texts = (data_dir / "test" / "sents.txt").read_text("utf-8").splitlines()
+    texts[0] = " ".join([texts[0]] * 6)  # longer than max_source_length: truncated alike
+    model = keras.models.load_model(run_dir / "model.keras", compile=False)
+    tokenizer = SentencePieceTokenizer(run_dir / "spm.model")
+    data = make_classification_dataset(texts, [0] * len(texts), tokenizer, max_length=24,
+                                       batch_size=32, shuffle=False)
+    logits = np.concatenate([np.asarray(model(ids, training=False)) for ids, _ in data])
+    exp = np.exp(logits - logits.max(-1, keepdims=True))
+    reference = exp / exp.sum(-1, keepdims=True)
+    for runtime in ("keras", "savedmodel", "onnx", "tflite"):
+        classifier = Classifier(manifest, load_runtime(manifest, runtime, run_dir=run_dir))
+        got = classifier.probabilities(texts, batch_size=16)
+        np.testing.assert_allclose(got, reference, atol=1e-4, err_msg=runtime)
+        np.testing.assert_array_equal(got.argmax(-1), reference.argmax(-1), err_msg=runtime)
+
+
+def test_parity_passes_and_reports_quantized_agreement(export_dir, run_dir):
+    from export import parity
+
+    lines = []
+    assert parity.run(export_dir, run_dir, sentences=100, out=lines.append)
+    report = "\n".join(lines)
+    assert "onnx" in report and "tflite" in report and "savedmodel" in report
+    for variant in ("tflite  fp16", "tflite  int8", "onnx    int8"):
+        assert variant in report and "argmax agreement" in report
+    assert report.rstrip().endswith("PASS")
+
+
+BLOCK_TF = textwrap.dedent("""
+    import sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf_keras"):
+                raise ImportError("blocked: " + name)
+            return None
+
+    sys.meta_path.insert(0, Block())
+    from export.classify import main
+    code = main(sys.argv[1:])
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
+    assert not heavy, heavy
+    sys.exit(code)
+""")
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "tflite"])
+def test_classify_without_tensorflow(manifest, export_dir, run_dir, data_dir, runtime):
+    from export.runtime.classifier import Classifier, load_runtime
+
+    texts = (data_dir / "dev" / "sents.txt").read_text("utf-8").splitlines()[:20]
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_TF, "--export", str(export_dir), "--runtime", runtime,
+         "--top-k", "3"], input="\n".join(texts) + "\n", capture_output=True, text=True,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    keras_classifier = Classifier(manifest, load_runtime(manifest, "keras", run_dir=run_dir))
+    expected = keras_classifier.probabilities(texts)
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert len(rows) == len(texts)
+    for row, probabilities in zip(rows, expected, strict=True):
+        assert len(row) == 6  # three label<TAB>probability pairs, best first
+        labels, values = row[0::2], [float(v) for v in row[1::2]]
+        assert sorted(labels) == sorted(NAMES)
+        assert values == sorted(values, reverse=True)
+        for label, value in zip(labels, values, strict=True):
+            assert value == pytest.approx(probabilities[NAMES.index(label)], abs=1e-4)
+
+
+def test_classify_labels_match_the_runs_test_accuracy(export_dir, run_dir, data_dir):
+    texts = (data_dir / "test" / "sents.txt").read_text("utf-8")
+    gold = (data_dir / "test" / "sentiments.txt").read_text("utf-8").split()
+    result = run_cli("export.classify", "--export", export_dir, stdin=texts.encode())
+    assert result.code == 0, result.stderr[-3000:]
+    labels = [line.split("\t")[0] for line in result.stdout.splitlines()]
+    accuracy = 100 * np.mean([a == b for a, b in zip(labels, gold, strict=True)])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert round(accuracy, 2) == metrics["test_accuracy"]
+
+
+def test_classify_refuses_a_blank_line_and_writes_nothing(export_dir, tmp_path):
+    out = tmp_path / "labels.txt"
+    out.write_text("earlier\n")
+    before = tree_digest(tmp_path)
+    result = run_cli("export.classify", "--export", export_dir, "-o", out,
+                     stdin="thầy tốt .\n   \nphòng tệ .\n".encode())
+    assert_clean_failure(result, 2, "line 2", "empty or only whitespace")
+    assert result.stdout == ""
+    assert tree_digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--top-k", "4"], ["--top-k 4", "3 classes"]),
+    (["--top-k", "0"], ["--top-k"]),
+    (["--variant", "fp16"], ["no fp16 variant of onnx"]),
+    (["--runtime", "savedmodel", "--variant", "int8"], ["float32 weights only"]),
+])
+def test_classify_bad_options(export_dir, args, words):
+    result = run_cli("export.classify", "--export", export_dir, *args, stdin="tốt .\n".encode())
+    if "--top-k" in args and "0" in args:  # argparse's own usage error
+        assert result.code == 2 and "--top-k" in result.stderr
+        assert "Traceback" not in result.stderr
+        return
+    assert_clean_failure(result, 2, *words)
+
+
+def test_each_tool_refuses_the_other_kind_of_export(export_dir, tmp_path):
+    translate = run_cli("export.translate", "--export", export_dir, stdin=b"hello\n")
+    assert_clean_failure(translate, 2, "holds a classifier", "export.classify")
+    missing = run_cli("export.classify", "--export", tmp_path / "nowhere", stdin=b"a\n")
+    assert_clean_failure(missing, 2, "nowhere")
+
+
+def test_classify_output_inside_the_export_is_refused(export_dir):
+    before = tree_digest(export_dir)
+    result = run_cli("export.classify", "--export", export_dir, "-o", export_dir / "x.txt",
+                     stdin=b"a .\n")
+    assert_clean_failure(result, 2, "inside the export directory")
+    assert tree_digest(export_dir) == before
