@@ -21,6 +21,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+try:
+    import fcntl
+except ImportError:  # Windows: staging directories are matched by process id alone
+    fcntl = None
+
 
 class UnsafePath(ValueError):
     """A path from a file would leave its directory, or is not the kind of entry expected."""
@@ -92,9 +97,40 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _hold(directory: Path) -> int | None:
+    """A descriptor of `directory` holding an exclusive flock on it, or None when another
+    process holds one (or the platform has no flock). The lock dies with its process: a
+    staging directory whose lock can be taken belongs to no running command, whatever
+    process now has its (reusable) process id."""
+    if fcntl is None:
+        return None
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _abandoned(staging: Path, pid: str) -> bool:
+    """Whether a staging directory's command is gone: its lock is free (where locks exist),
+    else its process id names no process."""
+    if not pid.isdigit():  # the staging of another name (".out.v2.<pid>." for "out.v2")
+        return False
+    if fcntl is None:
+        return not _alive(int(pid))
+    fd = _hold(staging)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
 def recover_directory(final: str | Path) -> None:
     """Put back the previous copy of `final` if a swap was interrupted between its renames,
-    and remove the staging directories of killed commands (those whose process is gone)."""
+    and remove the staging directories of killed commands (no live process holds their
+    lock)."""
     final = Path(final)
     backup = _backup_name(final)
     if backup.is_dir() and not final.exists():
@@ -104,7 +140,7 @@ def recover_directory(final: str | Path) -> None:
     prefix = f".{final.name}."
     for stale in final.parent.glob(f"{glob.escape(prefix)}*.staging"):
         pid = stale.name[len(prefix):].split(".", 1)[0]
-        if stale.is_dir() and not stale.is_symlink() and pid.isdigit() and not _alive(int(pid)):
+        if stale.is_dir() and not stale.is_symlink() and _abandoned(stale, pid):
             shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -118,17 +154,22 @@ def staged_directory(final: str | Path) -> Iterator[Path]:
     recover_directory(final)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".staging",
                                     dir=final.parent))
+    lock = _hold(staging)  # held while this command fills it (see recover_directory)
     try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    backup = _backup_name(final)
-    if final.exists():
-        os.replace(final, backup)
-    os.replace(staging, final)
-    if backup.exists():
-        shutil.rmtree(backup)
+        try:
+            yield staging
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        backup = _backup_name(final)
+        if final.exists():
+            os.replace(final, backup)
+        os.replace(staging, final)
+        if backup.exists():
+            shutil.rmtree(backup)
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def resolve_inside(root: str | Path, relative: str, *, what: str = "file",

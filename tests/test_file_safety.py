@@ -56,20 +56,32 @@ def test_interrupted_swap_is_recovered(tmp_path):
 
 
 def test_staging_of_a_killed_command_is_removed_by_the_next(tmp_path):
+    import fcntl
     import subprocess
     import sys
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
     stale = tmp_path / f".out.{dead}.abc.staging"
-    live = tmp_path / f".out.{os.getpid()}.def.staging"  # a command still at work: kept
+    live = tmp_path / f".out.{dead}.def.staging"  # a command still at work (its lock): kept
+    # A killed command whose process id now belongs to a live process (ids are reused):
+    # no one holds its lock, so it is removed all the same.
+    reused = tmp_path / f".out.{os.getpid()}.jkl.staging"
     other = tmp_path / f".out.v2.{dead}.ghi.staging"  # the staging of "out.v2": not ours
-    for path in (stale, live, other):
+    for path in (stale, live, reused, other):
         path.mkdir()
-    with staged_directory(tmp_path / "out") as staging:
-        assert staging.name.startswith(f".out.{os.getpid()}.")
-        (staging / "new.txt").write_text("new")
-    assert not stale.exists() and live.is_dir() and other.is_dir()
+    holder = os.open(live, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        with staged_directory(tmp_path / "out") as staging:
+            assert staging.name.startswith(f".out.{os.getpid()}.")
+            (staging / "new.txt").write_text("new")
+            # Another command's recovery meanwhile leaves this one's staging alone.
+            recover_directory(tmp_path / "out")
+            assert staging.is_dir()
+    finally:
+        os.close(holder)
+    assert not stale.exists() and not reused.exists() and live.is_dir() and other.is_dir()
     assert (tmp_path / "out" / "new.txt").read_text() == "new"
 
 
