@@ -19,6 +19,9 @@ MANIFEST_VERSION = 3
 # dynamically to int8 only; the TF formats stay float32.
 FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "int8"),
                    "savedmodel": ("float32",)}
+# What an export holds (manifest "kind"): a seq2seq Transformer's encode and decode_step, or a
+# decoder-only TransformerLM's decode_step. A manifest without the key is a seq2seq export.
+KINDS = ("seq2seq", "lm")
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
 # Bounds on the numbers a manifest gives the runtimes (array sizes and loop lengths).
@@ -121,6 +124,8 @@ def validate(data) -> None:
                           f"'model.num_heads' ({model['num_heads']})")
     if "run" in data:
         _check(data, "run", str, "")
+    if "kind" in data and _check(data, "kind", str, "") not in KINDS:
+        raise ExportError(f"key 'kind' is {data['kind']!r}, not one of {', '.join(KINDS)}")
 
 
 def variant_bytes(data: dict, files: dict[str, str]) -> int:
@@ -170,6 +175,11 @@ class Manifest:
     @property
     def model(self) -> dict:
         return self.data["model"]
+
+    @property
+    def kind(self) -> str:
+        """"seq2seq" (encode + decode_step) or "lm" (decode_step alone); see KINDS."""
+        return self.data.get("kind", "seq2seq")
 
     @property
     def special_ids(self) -> dict:

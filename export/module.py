@@ -1,6 +1,8 @@
-"""The exported computation: a tf.Module with `encode`, `decode_step` and `translate`.
+"""The exported computation: a tf.Module with `encode`, `decode_step` and `translate` for a
+seq2seq Transformer (`DecodingModule`), or with `decode_step` alone for a decoder-only
+TransformerLM (`LMDecodingModule`).
 
-Every format is made from this module, so every runtime runs the same two functions.
+Every format is made from these modules, so every runtime runs the same functions.
 """
 
 from __future__ import annotations
@@ -13,11 +15,21 @@ import tensorflow as tf
 
 from keras_transformer.cache.layout import cache_names, memory_names, num_slots
 from keras_transformer.config import TransformerConfig
+from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
 
+# The model classes an export is made of, and the kind each is recorded as in the manifest.
+EXPORTABLE = {Transformer: "seq2seq", TransformerLM: "lm"}
 
-def load_float32_model(run_dir: str | Path) -> Transformer:
-    """A float32 rebuild of `run_dir/model.keras`: mixed-precision graphs do not export."""
+
+def model_kind(model) -> str:
+    """"seq2seq" for a Transformer, "lm" for a TransformerLM (export.common.KINDS)."""
+    return next(kind for cls, kind in EXPORTABLE.items() if isinstance(model, cls))
+
+
+def load_float32_model(run_dir: str | Path) -> Transformer | TransformerLM:
+    """A float32 rebuild of `run_dir/model.keras` (a Transformer or a TransformerLM, whatever
+    the run's task): mixed-precision graphs do not export."""
     run_dir = Path(run_dir)
     path = run_dir / "model.keras"
     if not path.is_file():
@@ -27,9 +39,10 @@ def load_float32_model(run_dir: str | Path) -> Transformer:
     except Exception as err:  # Keras raises many types for a damaged archive
         raise ValueError(f"{path} could not be loaded (truncated, or not a .keras model "
                          f"file?): {' '.join(str(err).split())[:300]}") from err
-    if not isinstance(trained, Transformer):
+    if not isinstance(trained, tuple(EXPORTABLE)):
         raise ValueError(f"{path} holds a {type(trained).__name__}; only translation runs "
-                         f"(a seq2seq Transformer) can be exported")
+                         f"(a seq2seq Transformer) and language-model runs (a TransformerLM) "
+                         f"can be exported")
     config = trained.config
     config_path = run_dir / "model_config.json"
     if config_path.is_file():
@@ -37,7 +50,7 @@ def load_float32_model(run_dir: str | Path) -> Transformer:
             config = TransformerConfig.from_dict(json.loads(config_path.read_text()))
         except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON errors: ValueError
             raise ValueError(f"{config_path} is not a valid model config: {err}") from err
-    model = Transformer(config, dtype="float32")
+    model = type(trained)(config, dtype="float32")
     model.build()
     model.set_weights(trained.get_weights())
     return model
@@ -86,3 +99,47 @@ class DecodingModule(tf.Module):
             tokens, list(arrays[:count]), memory_mask, list(arrays[count:]), index)
         return {"logits": tf.identity(logits, name="logits"),
                 "step_key_values": tf.identity(step_key_values, name="step_key_values")}
+
+
+def lm_step_key_values(model: TransformerLM, tokens, cache, index):
+    """tokens (B,) at position `index`, cache read only -> logits (B,V) float32 and the
+    position's keys/values (B,L,2,D): TransformerLM.decode_step without its cache update, as
+    `Transformer.decode_step_key_values` is for the seq2seq model."""
+    x = model.embedding(tokens[:, None], start_index=index, training=False)
+    hidden, step_key_values = model.decoder.step_key_values(x, cache, index)
+    return model.logits(hidden[:, 0, :]), step_key_values
+
+
+class LMDecodingModule(tf.Module):
+    """decode_step: tokens (B,), index () int32, and per layer l cache_keys_l, cache_values_l
+    (B,H,T,D/H) -> logits (B,V) f32, step_key_values (B,L,2,D), for a TransformerLM.
+
+    The translator's step without the encoder's inputs: the same cache layout and names, only
+    read; the caller writes step_key_values into slot `index`. Batch and cache length T are
+    dynamic (T at most max_target_length). A prompt is fed through it one token per step.
+    """
+
+    def __init__(self, model: TransformerLM, name=None):
+        super().__init__(name=name)
+        self.model = model
+        # Without the variables tracked directly, the TFLite converter writes no weights.
+        self.vars = [v.value for v in model.weights]
+        c = model.config
+        self.layers, heads = c.num_decoder_layers, c.num_heads
+        head_dim = c.d_model // heads
+        self.decode_step = tf.function(self._decode_step, input_signature=[
+            tf.TensorSpec([None], tf.int32, name="tokens"),
+            tf.TensorSpec([], tf.int32, name="index"),
+            *(tf.TensorSpec([None, heads, None, head_dim], tf.float32, name=name)
+              for name in cache_names(self.layers)),
+        ])
+
+    def _decode_step(self, tokens, index, *cache):
+        logits, step_key_values = lm_step_key_values(self.model, tokens, list(cache), index)
+        return {"logits": tf.identity(logits, name="logits"),
+                "step_key_values": tf.identity(step_key_values, name="step_key_values")}
+
+
+def decoding_module(model) -> DecodingModule | LMDecodingModule:
+    """The exported module of a Transformer or a TransformerLM."""
+    return LMDecodingModule(model) if isinstance(model, TransformerLM) else DecodingModule(model)

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Where each repository folder lands in the installed package.
 INSTALLED_AS = {"keras_transformer": "keras_transformer", "train": "keras_transformer/train",
                 "export": "keras_transformer/export"}
-SCRIPTS = {"kt-train", "kt-evaluate", "kt-average", "kt-export", "kt-parity", "kt-translate"}
+SCRIPTS = {"kt-train", "kt-evaluate", "kt-average", "kt-export", "kt-parity", "kt-translate",
+           "kt-generate"}
 
 
 @pytest.fixture(scope="module")

@@ -184,6 +184,7 @@ TF_FREE_MODULES = (
     "export.runtime.onnx",
     "export.runtime.tflite",
     "export.translate",
+    "export.generate",
 )
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..common import ExportError, Manifest
-from ..runtime.base import Backend, Translator
+from ..runtime.base import Backend, Generator, Translator, require_kind
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
-__all__ = ["RUNTIMES", "Backend", "Translator", "load_backend", "load_translator"]
+__all__ = ["RUNTIMES", "Backend", "Generator", "Translator", "load_backend", "load_generator",
+           "load_translator"]
 
 
 def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
@@ -52,4 +53,13 @@ def load_translator(export_dir: str | Path, runtime: str = "onnx", variant: str 
                     run_dir: str | Path | None = None) -> Translator:
     """Text-to-text translator over an export directory (see `Translator.translate`)."""
     manifest = Manifest(export_dir)
+    require_kind(manifest, "seq2seq")
     return Translator(manifest, load_backend(manifest, runtime, variant, run_dir))
+
+
+def load_generator(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
+                   run_dir: str | Path | None = None) -> Generator:
+    """Prompt-to-text generator over a language model's export (see `Generator.generate`)."""
+    manifest = Manifest(export_dir)
+    require_kind(manifest, "lm")  # before loading a runtime, which would look for the encoder
+    return Generator(manifest, load_backend(manifest, runtime, variant, run_dir))
