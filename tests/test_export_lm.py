@@ -307,3 +307,38 @@ def test_generate_cli_is_greedy_without_sampling_options():
     args = generate_cli.parse_args(["--export", "x", "--prompt", "y", "--top-k", "5"])
     assert generate_cli.sampling_options(args) == {"temperature": 1.0, "top_k": 5, "top_p": 1.0,
                                                    "seed": 0}
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"pre_norm": True, "positional": "learned", "tie_output": False},
+], ids=["post-ln-tied", "pre-ln-learned-untied"])
+def test_onnx_step_of_an_lm_equals_its_keras_step(overrides):
+    """decoder_step.onnx of fresh TransformerLMs (each option the graph branches on, weights
+    perturbed so every one's place is checked) against lm_step_key_values, at three indices."""
+    import onnxruntime as ort
+
+    from export.module import lm_step_key_values
+    from export.onnx_graph import build_decoder_step
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.models.language_model import TransformerLM
+
+    model = TransformerLM(TransformerConfig.preset(
+        "tiny", d_model=32, num_heads=4, d_ff=64, target_vocab_size=50, max_target_length=16,
+        **overrides), dtype="float32")
+    model.build()
+    rng = np.random.default_rng(0)
+    model.set_weights([w + rng.normal(scale=0.1, size=w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    step = ort.InferenceSession(build_decoder_step(model).SerializeToString())
+    cache = [rng.normal(size=(2, 4, 9, 8)).astype(np.float32) for _ in range(4)]
+    tokens = np.array([5, 6], np.int32)
+    for index in (0, 3, 8):
+        feeds = {"tokens": tokens, "index": np.asarray(index, np.int32),
+                 **dict(zip(cache_names(2), cache, strict=True))}
+        logits, rows, normalizer = step.run(None, feeds)
+        want_logits, want_rows = lm_step_key_values(model, tokens, cache, index)
+        np.testing.assert_allclose(logits, np.asarray(want_logits), atol=1e-4)
+        np.testing.assert_allclose(rows, np.asarray(want_rows), atol=1e-5)
+        wide = logits.astype(np.float64)
+        np.testing.assert_allclose(normalizer, np.log(np.exp(wide).sum(1)), atol=1e-5)
