@@ -29,10 +29,15 @@ ATTENTION_INTERFACE = (
 # dynamically to int8 only; the TF formats stay float32.
 FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "int8"),
                    "savedmodel": ("float32",)}
-# What an export holds: an encoder-decoder ("translator": encode and decode_step) or an
-# encoder-only classifier ("classifier": classify, text to class probabilities). A manifest
-# without "kind" is a translator's.
-KINDS = ("translator", "classifier")
+# What an export holds (manifest "kind"): an encoder-decoder ("translator": encode and
+# decode_step, for translation and summarization), an encoder-only classifier ("classifier":
+# classify, text to class probabilities), or a decoder-only TransformerLM ("lm": decode_step
+# alone). A manifest without "kind" is a translator's.
+KINDS = ("translator", "classifier", "lm")
+KIND_NAMES = {"translator": "translator (encoder-decoder)", "classifier": "classifier",
+              "lm": "language model"}
+KIND_TOOLS = {"translator": "python -m export.translate", "classifier": "python -m export.classify",
+              "lm": "python -m export.generate"}
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
 # The run's search settings a manifest may carry (its `decoding`): the defaults of
@@ -237,15 +242,15 @@ class Manifest:
 
     @property
     def kind(self) -> str:
+        """"translator", "classifier" or "lm"; see KINDS."""
         return self.data.get("kind", "translator")
 
     def require_kind(self, kind: str, tool: str) -> None:
         """ExportError (exit 2) when the export holds another kind of model than `tool` runs."""
         if self.kind != kind:
-            other = {"translator": "python -m export.translate",
-                     "classifier": "python -m export.classify"}.get(self.kind, "another tool")
-            raise ExportError(f"{self.root} holds a {self.kind}, not a {kind}: {tool} cannot "
-                              f"run it; use {other}")
+            raise ExportError(f"{self.root} holds a {KIND_NAMES[self.kind]}, not a "
+                              f"{KIND_NAMES[kind]}: {tool} cannot run it; use "
+                              f"{KIND_TOOLS[self.kind]}")
 
     @property
     def model(self) -> dict:

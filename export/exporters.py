@@ -1,4 +1,9 @@
-"""Run directory -> export directory: SavedModel, ONNX and TFLite files plus manifest.json."""
+"""Run directory -> export directory: SavedModel, ONNX and TFLite files plus manifest.json.
+
+A translation run (a seq2seq Transformer) exports `encode` and `decode_step`; a language-model
+run (a TransformerLM, chosen by the model's class whatever the run's task) exports
+`decode_step` alone, and the manifest's "kind" says which.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +32,13 @@ from .common import (
     directory_entries,
     file_entry,
 )
-from .module import DecodingModule, attention_function, float32_transformer, load_trained
+from .module import (
+    attention_function,
+    decoding_module,
+    float32_transformer,
+    load_trained,
+    model_kind,
+)
 from .onnx_convert import safe_reshape_merging
 from .onnx_graph import ONNX_OPSET
 
@@ -38,6 +49,19 @@ QUANTIZE = ("none", "fp16", "int8", "all")
 
 _VERSIONED = ("tensorflow", "tensorflow-text", "keras", "tf2onnx", "onnx", "onnxruntime",
               "ai-edge-litert", "sentencepiece", "keras-transformer")
+
+
+# The interface of a language model's export, in words (manifest.json "interface").
+LM_INTERFACE = {
+    "decode_step": "tokens int32 (B,), index int32 (), and per layer l cache_keys_l, "
+                   "cache_values_l float32 (B,H,T,D/H) -> logits float32 (B,V) of the next "
+                   "token, step_key_values float32 (B,L,2,D); the caller writes "
+                   "step_key_values[:, l, 0] split into heads into cache_keys_l[:, :, index], "
+                   "and [:, l, 1] into cache_values_l. A prompt is fed one token per step, "
+                   "from BOS at index 0",
+    "onnx_decoder_step": "as decode_step, plus a log_normalizer float32 (B,) output "
+                         "(logsumexp of each row of logits)",
+}
 
 
 def _versions() -> dict[str, str]:
@@ -99,12 +123,18 @@ def check_output(run_dir: Path, out: Path, overwrite: bool) -> None:
                            f"(it holds {shown}); pass --overwrite to replace it")
 
 
+def _signatures(module) -> dict:
+    """{name: concrete function} of the module's encode (a seq2seq model's) and decode_step."""
+    names = ("encode", "decode_step") if hasattr(module, "encode") else ("decode_step",)
+    return {name: getattr(module, name).get_concrete_function() for name in names}
+
+
 def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = None,
                       target_tokenizer_path: Path | None = None) -> list[str]:
-    """encode + decode_step (+ translate when the tokenizers are given) -> out/savedmodel."""
-    module = DecodingModule(model)
-    signatures = {"encode": module.encode.get_concrete_function(),
-                  "decode_step": module.decode_step.get_concrete_function()}
+    """encode + decode_step (+ translate when the tokenizers are given) -> out/savedmodel; a
+    language model's decode_step alone."""
+    module = decoding_module(model)
+    signatures = _signatures(module)
     if source_tokenizer_path is not None:
         from .translate_graph import add_translate
 
@@ -116,20 +146,23 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
 
 
 def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
-    """encoder.onnx (tf2onnx) + decoder_step.onnx (export.onnx_graph), opset 17, checked,
-    and dynamic-int8 copies."""
+    """encoder.onnx (tf2onnx; none for a language model) + decoder_step.onnx
+    (export.onnx_graph), opset 17, checked, and dynamic-int8 copies."""
     import onnx
-    import tf2onnx
 
     from .onnx_graph import build_decoder_step
 
-    module = DecodingModule(model)
-    files = {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"}
-    with safe_reshape_merging():
-        encoder, _ = tf2onnx.convert.from_function(
-            module.encode, input_signature=module.encode.input_signature, opset=ONNX_OPSET)
-    onnx.checker.check_model(encoder, full_check=True)
-    onnx.save(encoder, str(out / files["encoder"]))
+    module = decoding_module(model)
+    files = {"decoder_step": "decoder_step.onnx"}
+    if hasattr(module, "encode"):
+        import tf2onnx
+
+        files = {"encoder": "encoder.onnx", **files}
+        with safe_reshape_merging():
+            encoder, _ = tf2onnx.convert.from_function(
+                module.encode, input_signature=module.encode.input_signature, opset=ONNX_OPSET)
+        onnx.checker.check_model(encoder, full_check=True)
+        onnx.save(encoder, str(out / files["encoder"]))
     # The step runs once per token, where tf2onnx's node count costs more than the FLOPs.
     onnx.save(build_decoder_step(model), str(out / files["decoder_step"]))
     variants = {"float32": files}
@@ -164,16 +197,16 @@ def export_attention_onnx(model, out: Path) -> str:
 
 
 def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """One .tflite per variant, each with `encode` and `decode_step` signatures, builtins only."""
-    module = DecodingModule(model)
+    """One .tflite per variant, each with `encode` (not for a language model) and
+    `decode_step` signatures, builtins only."""
+    module = decoding_module(model)
+    signatures = _signatures(module)
     result = {}
     with tempfile.TemporaryDirectory(prefix=".tflite-savedmodel.", dir=out) as tmp:
-        tf.saved_model.save(module, tmp, signatures={
-            "encode": module.encode.get_concrete_function(),
-            "decode_step": module.decode_step.get_concrete_function()})
+        tf.saved_model.save(module, tmp, signatures=signatures)
         for variant in variants:
             converter = tf.lite.TFLiteConverter.from_saved_model(
-                tmp, signature_keys=["encode", "decode_step"])
+                tmp, signature_keys=sorted(signatures))
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
             if variant in ("fp16", "int8"):
                 converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -246,6 +279,9 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                  translate_signature: bool, source_tok: str, target_tok: str,
                  with_attention: bool = False) -> dict:
     c = model.config
+    kind = model_kind(model)
+    # The strings-to-strings translate signature is the seq2seq model's only.
+    translate_signature = translate_signature and kind == "translator"
     for name in {source_tok, target_tok}:
         shutil.copyfile(run_dir / name, out / name)
 
@@ -266,8 +302,9 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
         log.info("exporting TFLite")
         variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
                     "int8": ("float32", "int8"), "all": ("float32", "fp16", "int8")}[quantize]
-        manifest_formats["tflite"] = {"signatures": ["decode_step", "encode"],
-                                      "variants": export_tflite(model, out, variants)}
+        manifest_formats["tflite"] = {
+            "signatures": ["decode_step", "encode"] if kind == "translator" else ["decode_step"],
+            "variants": export_tflite(model, out, variants)}
 
     attention = None
     if with_attention:
@@ -287,6 +324,7 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                     files[name] = file_entry(out, out / name)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
+        "kind": kind,
         "run": str(run_dir.resolve()),
         **run_settings(run_dir),
         "formats": manifest_formats,
@@ -300,7 +338,7 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
         "model": {"num_decoder_layers": c.num_decoder_layers, "d_model": c.d_model,
                   "num_encoder_layers": c.num_encoder_layers, "num_heads": c.num_heads,
                   "parameters": int(model.count_params())},
-        "interface": {
+        "interface": LM_INTERFACE if kind == "lm" else {
             "encode": "source_ids int32 (B,S) -> per decoder layer l cross_keys_l, "
                       "cross_values_l float32 (B,H,S,D/H), and memory_mask bool (B,S)",
             "decode_step": "tokens int32 (B,), memory_mask bool (B,S), index int32 (), "

@@ -1,6 +1,8 @@
-"""The exported computation: a tf.Module with `encode`, `decode_step` and `translate`.
+"""The exported computation: a tf.Module with `encode`, `decode_step` and `translate` for a
+seq2seq Transformer (`DecodingModule`), or with `decode_step` alone for a decoder-only
+TransformerLM (`LMDecodingModule`).
 
-Every format is made from this module, so every runtime runs the same two functions.
+Every format is made from these modules, so every runtime runs the same functions.
 """
 
 from __future__ import annotations
@@ -13,10 +15,20 @@ import tensorflow as tf
 
 from keras_transformer.cache.layout import cache_names, memory_names, num_slots
 from keras_transformer.config import TransformerConfig
+from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
 
+# The decoding model classes an export is made of, and the kind each is recorded as in the
+# manifest (a classifier is exported by export/classifier.py).
+EXPORTABLE = {Transformer: "translator", TransformerLM: "lm"}
 
-def load_float32_model(run_dir: str | Path) -> Transformer:
+
+def model_kind(model) -> str:
+    """"translator" for a Transformer, "lm" for a TransformerLM (export.common.KINDS)."""
+    return next(kind for cls, kind in EXPORTABLE.items() if isinstance(model, cls))
+
+
+def load_float32_model(run_dir: str | Path) -> Transformer | TransformerLM:
     """A float32 rebuild of `run_dir/model.keras`: mixed-precision graphs do not export."""
     return float32_transformer(Path(run_dir), load_trained(run_dir))
 
@@ -35,14 +47,15 @@ def load_trained(run_dir: str | Path) -> keras.Model:
     return trained
 
 
-def float32_transformer(run_dir: Path, trained: keras.Model) -> Transformer:
-    """A float32 rebuild of a trained seq2seq Transformer (its config from
-    model_config.json when the run has one)."""
-    if not isinstance(trained, Transformer):
+def float32_transformer(run_dir: Path, trained: keras.Model) -> Transformer | TransformerLM:
+    """A float32 rebuild of a trained Transformer or TransformerLM, whatever the run's task
+    (its config from model_config.json when the run has one)."""
+    if not isinstance(trained, tuple(EXPORTABLE)):
         raise ValueError(f"{run_dir / 'model.keras'} holds a {type(trained).__name__}; only "
-                         f"translation runs (a seq2seq Transformer) load here (python -m export "
-                         f"exports classification runs too)")
-    model = Transformer(run_model_config(run_dir, trained), dtype="float32")
+                         f"translation and summarization runs (a seq2seq Transformer), "
+                         f"language-model runs (a TransformerLM) and classification runs "
+                         f"export")
+    model = type(trained)(run_model_config(run_dir, trained), dtype="float32")
     model.build()
     model.set_weights(trained.get_weights())
     return model
@@ -126,3 +139,47 @@ def attention_function(model: Transformer) -> tf.function:
     return tf.function(attention, input_signature=[
         tf.TensorSpec([1, None], tf.int32, name="source_ids"),
         tf.TensorSpec([1, None], tf.int32, name="target_ids")])
+
+
+def lm_step_key_values(model: TransformerLM, tokens, cache, index):
+    """tokens (B,) at position `index`, cache read only -> logits (B,V) float32 and the
+    position's keys/values (B,L,2,D): TransformerLM.decode_step without its cache update, as
+    `Transformer.decode_step_key_values` is for the seq2seq model."""
+    x = model.embedding(tokens[:, None], start_index=index, training=False)
+    hidden, step_key_values = model.decoder.step_key_values(x, cache, index)
+    return model.logits(hidden[:, 0, :]), step_key_values
+
+
+class LMDecodingModule(tf.Module):
+    """decode_step: tokens (B,), index () int32, and per layer l cache_keys_l, cache_values_l
+    (B,H,T,D/H) -> logits (B,V) f32, step_key_values (B,L,2,D), for a TransformerLM.
+
+    The translator's step without the encoder's inputs: the same cache layout and names, only
+    read; the caller writes step_key_values into slot `index`. Batch and cache length T are
+    dynamic (T at most max_target_length). A prompt is fed through it one token per step.
+    """
+
+    def __init__(self, model: TransformerLM, name=None):
+        super().__init__(name=name)
+        self.model = model
+        # Without the variables tracked directly, the TFLite converter writes no weights.
+        self.vars = [v.value for v in model.weights]
+        c = model.config
+        self.layers, heads = c.num_decoder_layers, c.num_heads
+        head_dim = c.d_model // heads
+        self.decode_step = tf.function(self._decode_step, input_signature=[
+            tf.TensorSpec([None], tf.int32, name="tokens"),
+            tf.TensorSpec([], tf.int32, name="index"),
+            *(tf.TensorSpec([None, heads, None, head_dim], tf.float32, name=name)
+              for name in cache_names(self.layers)),
+        ])
+
+    def _decode_step(self, tokens, index, *cache):
+        logits, step_key_values = lm_step_key_values(self.model, tokens, list(cache), index)
+        return {"logits": tf.identity(logits, name="logits"),
+                "step_key_values": tf.identity(step_key_values, name="step_key_values")}
+
+
+def decoding_module(model) -> DecodingModule | LMDecodingModule:
+    """The exported module of a Transformer or a TransformerLM."""
+    return LMDecodingModule(model) if isinstance(model, TransformerLM) else DecodingModule(model)

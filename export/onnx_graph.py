@@ -20,6 +20,7 @@ import numpy as np
 
 from keras_transformer.cache.layout import cache_names, memory_names
 from keras_transformer.layers.attention import MASKED_LOGIT
+from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
 
 # tf2onnx 1.17 converts opsets 13-18; both ONNX files use one.
@@ -121,7 +122,7 @@ def _model_proto(g: _Graph, name: str, inputs, outputs):
     return proto
 
 
-def build_decoder_step(model: Transformer):
+def build_decoder_step(model: Transformer | TransformerLM):
     """A checked onnx.ModelProto of one decoding step of `model` (float32, opset 17).
 
     tokens (B,) int32, memory_mask (B,S) bool, index () int32, cross_keys_l/cross_values_l
@@ -129,7 +130,8 @@ def build_decoder_step(model: Transformer):
     step_key_values (B,L,2,D), log_normalizer (B,) = logsumexp of each row of logits.
     Head-major, one input per layer and kind: the runtime passes contiguous NumPy arrays that
     onnxruntime reads in place, with no split or transpose of the cache inside the graph. The
-    cache is only read; slot `index` is written by the caller.
+    cache is only read; slot `index` is written by the caller. A TransformerLM's step (no
+    cross-attention) has neither memory_mask nor the cross_keys_l/cross_values_l inputs.
     """
     from onnx import TensorProto, helper
 
@@ -141,7 +143,8 @@ def build_decoder_step(model: Transformer):
     s = _Shapes(g, heads, head_dim, d_model)
 
     # Embedding (3.4) and position (3.5): rows (B, D).
-    embedding = model.target_embedding
+    cross = model.decoder.cross_attention
+    embedding = model.target_embedding if cross else model.embedding
     table = np.asarray(embedding.embeddings.numpy(), np.float32)
     table_name = g.const(table, "token_embedding")
     x = g.op("Gather", [table_name, "tokens"], "embed", axis=0)
@@ -161,9 +164,10 @@ def build_decoder_step(model: Transformer):
     self_bias = g.op("Where", [earlier, zero, masked], "self_bias")
     split_sizes = g.op("Concat", [cache_length, g.const([1], "one", np.int64)], "split_sizes",
                        axis=0)
-    cross_bias = g.op("Where", ["memory_mask", zero, masked], "cross_bias")
-    cross_bias = g.op("Unsqueeze", [cross_bias, g.const([1, 2], "axes12", np.int64)],
-                      "cross_bias_heads")
+    if cross:
+        cross_bias = g.op("Where", ["memory_mask", zero, masked], "cross_bias")
+        cross_bias = g.op("Unsqueeze", [cross_bias, g.const([1, 2], "axes12", np.int64)],
+                          "cross_bias_heads")
 
     step_rows = []
     for i, layer in enumerate(model.decoder.decoder_layers):
@@ -197,18 +201,19 @@ def build_decoder_step(model: Transformer):
         attended = _dense(g, attended, attention.output_dense, p + "_self_out")
         x = _add_norm(g, x, attended, layer.self_attention_norm, p + "_self")
 
-        # Cross-attention over the encoder's precomputed keys/values.
-        attention = layer.cross_attention_layer
-        h = _sublayer_input(g, x, layer.cross_attention_norm, p + "_cross")
-        q = g.op("Reshape", [_dense(g, h, attention.query_dense, p + "_cross_q", scale),
-                             s.query_column], p + "_cross_q_column")
-        logits = g.op("Add", [_logits(g, s, q, f"cross_keys_{i}", p + "_cross"), cross_bias],
-                      p + "_cross_logits")
-        weights = g.op("Softmax", [logits], p + "_cross_weights", axis=-1)
-        attended = g.op("Reshape", [g.op("MatMul", [weights, f"cross_values_{i}"]), s.rows],
-                        p + "_cross_merged")
-        attended = _dense(g, attended, attention.output_dense, p + "_cross_out")
-        x = _add_norm(g, x, attended, layer.cross_attention_norm, p + "_cross")
+        # Cross-attention over the encoder's precomputed keys/values (none in an LM).
+        if cross:
+            attention = layer.cross_attention_layer
+            h = _sublayer_input(g, x, layer.cross_attention_norm, p + "_cross")
+            q = g.op("Reshape", [_dense(g, h, attention.query_dense, p + "_cross_q", scale),
+                                 s.query_column], p + "_cross_q_column")
+            logits = g.op("Add", [_logits(g, s, q, f"cross_keys_{i}", p + "_cross"), cross_bias],
+                          p + "_cross_logits")
+            weights = g.op("Softmax", [logits], p + "_cross_weights", axis=-1)
+            attended = g.op("Reshape", [g.op("MatMul", [weights, f"cross_values_{i}"]), s.rows],
+                            p + "_cross_merged")
+            attended = _dense(g, attended, attention.output_dense, p + "_cross_out")
+            x = _add_norm(g, x, attended, layer.cross_attention_norm, p + "_cross")
 
         # Position-wise feed-forward.
         h = _sublayer_input(g, x, layer.feed_forward_norm, p + "_ffn")
@@ -239,14 +244,15 @@ def build_decoder_step(model: Transformer):
              "log_normalizer")
 
     float_, batch = TensorProto.FLOAT, "batch"
-    inputs = [
-        helper.make_tensor_value_info("tokens", TensorProto.INT32, [batch]),
-        helper.make_tensor_value_info("memory_mask", TensorProto.BOOL, [batch, "source_length"]),
-        helper.make_tensor_value_info("index", TensorProto.INT32, []),
-    ]
-    inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "source_length",
-                                                            head_dim])
-               for name in memory_names(layers)]
+    inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT32, [batch])]
+    if cross:
+        inputs.append(helper.make_tensor_value_info("memory_mask", TensorProto.BOOL,
+                                                    [batch, "source_length"]))
+    inputs.append(helper.make_tensor_value_info("index", TensorProto.INT32, []))
+    if cross:
+        inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "source_length",
+                                                                head_dim])
+                   for name in memory_names(layers)]
     inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "cache_length",
                                                             head_dim])
                for name in cache_names(layers)]

@@ -1,6 +1,7 @@
 """Cross-runtime parity of an export: tensors, greedy/beam tokens, BLEU of the variants, and
-the attention weights of attention.onnx when the export holds it (a classifier export: class
-probabilities and their argmax, export/classifier_parity.py).
+the attention weights of attention.onnx when the export holds it; for a classifier export,
+class probabilities and their argmax (export/classifier_parity.py); for a language model's
+export, tensors and greedy and sampled tokens of random prompts.
 
     python -m export.parity --export exports/demo [--run runs/demo] [--src FILE --ref FILE]
 
@@ -28,11 +29,15 @@ from keras_transformer.command_line import add_debug_flag, entry_point, int_in
 from keras_transformer.text.lines import read_lines
 
 from .common import ExportError, Manifest, variant_bytes
-from .runtime import Translator, load_backend
+from .runtime import Generator, Translator, load_backend
 
 TOLERANCE = 1e-4
 RUNTIMES = ("keras", "savedmodel", "onnx", "tflite")
 SHAPES = ((1, 7, 12), (5, 19, 30))  # (batch, source length, cache length)
+# A language model's token checks: random prompts of 1 to LM_PROMPT pieces after BOS, each
+# continued by up to LM_NEW_TOKENS tokens; sampled at LM_SAMPLING with one seed.
+LM_PROMPT, LM_NEW_TOKENS = 8, 20
+LM_SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 0.9, "seed": 1}
 
 
 def random_inputs(manifest: Manifest, batch: int, source_length: int, cache_length: int,
@@ -54,9 +59,20 @@ def random_inputs(manifest: Manifest, batch: int, source_length: int, cache_leng
             "index": int(rng.integers(1, cache_length))}
 
 
+def lm_step_outputs(backend, inputs: dict) -> dict[str, np.ndarray]:
+    """Every output of a language model's decode_step (no encoder) on `inputs`."""
+    logits, step_key_values = backend.decode_step(
+        inputs["tokens"], [], None, backend.cache_from(inputs["cache"]), inputs["index"])
+    return {"decode_step.logits": backend.to_numpy(logits),
+            "decode_step.step_key_values": backend.to_numpy(step_key_values)}
+
+
 def tensor_outputs(backend, inputs: dict) -> dict[str, np.ndarray]:
     """Every output of encode (the cross keys/values stacked into (2L,B,H,S,dh)), and of
-    decode_step fed the reference encoding (in `inputs`)."""
+    decode_step fed the reference encoding (in `inputs`); a language model's step alone when
+    `inputs` has no source_ids."""
+    if "source_ids" not in inputs:
+        return lm_step_outputs(backend, inputs)
     memory, memory_mask = backend.encode(inputs["source_ids"])
     memory = np.stack([backend.to_numpy(t) for t in memory])
     ref_memory = list(inputs.get("memory", memory))
@@ -81,9 +97,12 @@ def tensor_parity(manifest: Manifest, backends: dict, shapes=SHAPES) -> list[dic
         # Within the model's lengths: a small model may accept fewer positions than SHAPES.
         inputs = random_inputs(manifest, batch, min(source_length, manifest["max_source_length"]),
                                min(cache_length, manifest["max_target_length"]))
+        if manifest.kind == "lm":
+            del inputs["source_ids"]
         reference = tensor_outputs(backends[names[0]], inputs)
-        inputs["memory"] = reference["encode.memory"]
-        inputs["memory_mask"] = reference["encode.memory_mask"]
+        if manifest.kind != "lm":
+            inputs["memory"] = reference["encode.memory"]
+            inputs["memory_mask"] = reference["encode.memory_mask"]
         outputs = {name: tensor_outputs(backends[name], inputs) for name in names[1:]}
         for key, ref in reference.items():
             row = {"output": key, "shape": "x".join(map(str, ref.shape))}
@@ -148,6 +167,12 @@ def first_difference(a: list[list[int]], b: list[list[int]]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
 
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens a and b share before their first difference."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
 def bleu(hypotheses: list[str], references: list[str]) -> float:
     import sacrebleu
 
@@ -189,7 +214,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         from . import classifier_parity
 
         return classifier_parity.run(manifest, run_dir, sentences, out)
-    if sources is None:
+    if sources is None and manifest.kind == "translator":
         if manifest.task != "translation":
             raise ExportError(f"{export_dir} holds a {manifest.task} model; give --src with "
                               f"its inputs, one per line (and --ref), e.g. the run's test.src "
@@ -216,6 +241,10 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     passed = worst <= TOLERANCE
     ok &= passed
     out(f"   {'PASS' if passed else 'FAIL'}: worst {worst:.2e}\n")
+    if manifest.kind == "lm":
+        ok &= lm_token_parity(manifest, backends, sentences, out)
+        out(f"\n{'PASS' if ok else 'FAIL'}")
+        return ok
 
     translators = {name: Translator(manifest, b) for name, b in backends.items()}
     sentences = min(sentences, len(sources))
@@ -277,6 +306,59 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         ok &= passed
         out(f"   {'PASS' if passed else 'FAIL'}: worst {worst:.2e}")
     out(f"\n{'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def random_prompts(manifest: Manifest, count: int, seed: int = 0) -> list[list[int]]:
+    """`count` prompts: BOS and 1 to LM_PROMPT random pieces that are not special ids (no text:
+    the check needs no corpus of the model's language)."""
+    rng = np.random.default_rng(seed)
+    special = set(manifest.special_ids.values())
+    pieces = np.array([i for i in range(manifest["vocab"]["target_size"]) if i not in special])
+    longest = max(1, min(LM_PROMPT, manifest["max_target_length"] - 2))
+    return [[manifest.special_ids["bos"], *rng.choice(pieces, size=n).tolist()]
+            for n in rng.integers(1, longest + 1, size=count)]
+
+
+def lm_token_parity(manifest: Manifest, backends: dict, prompts: int, out=print) -> bool:
+    """Checks 2 and 3 of a language model's export: the greedy and the seeded sampled
+    continuations of `prompts` random prompts, identical across runtimes; then, for
+    information, how many greedy tokens each quantized variant shares with float32."""
+    batch = random_prompts(manifest, prompts)
+    new_tokens = max(1, min(LM_NEW_TOKENS, manifest["max_target_length"] - LM_PROMPT - 1))
+    ok = True
+    for number, (what, sampling) in enumerate(
+            (("greedy", {"temperature": 0.0}),
+             ("sampled (" + ", ".join(f"{k} {v}" for k, v in LM_SAMPLING.items()) + ")",
+              LM_SAMPLING)), start=2):
+        out(f"{number}. {what} token ids of {prompts} random prompts, {new_tokens} new tokens")
+        ids = {}
+        for name, backend in backends.items():
+            start = time.perf_counter()
+            ids[name] = Generator(manifest, backend).generate_ids(batch, new_tokens, **sampling)
+            out(f"   {name:<11} {time.perf_counter() - start:6.1f} s")
+        for name in list(backends)[1:]:
+            diff = first_difference(ids["keras"], ids[name])
+            ok &= diff is None
+            out(f"   keras vs {name:<11} "
+                f"{'identical' if diff is None else f'DIFFER at prompt {diff}'}")
+        if number == 2:
+            greedy = ids
+        out("")
+    quantized = [(fmt, v) for fmt in ("tflite", "onnx")
+                 for v in manifest["formats"].get(fmt, {}).get("variants", {}) if v != "float32"]
+    if quantized:
+        out("4. greedy tokens of each quantized variant before its first difference from "
+            "float32's (information, not checked)")
+    for fmt, variant in quantized:
+        reference = greedy[fmt]
+        got = Generator(manifest, load_backend(manifest, fmt, variant)).generate_ids(
+            batch, new_tokens, temperature=0.0)
+        # Tokens before each continuation's first difference: after it the contexts differ.
+        same = sum(shared_prefix(x, y) for x, y in zip(reference, got, strict=True))
+        total = sum(len(x) for x in reference)
+        out(f"   {fmt:<7} {variant:<8} {file_size(manifest, fmt, variant) / 1e6:7.2f} MB  "
+            f"{same}/{total} tokens ({100 * same / max(total, 1):.1f}%)")
     return ok
 
 

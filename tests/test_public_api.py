@@ -214,6 +214,7 @@ TF_FREE_MODULES = (
     "export.runtime.classifier",
     "export.classifier_parity",
     "export.classify",
+    "export.generate",
 )
 
 

@@ -10,18 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..common import ExportError, Manifest
-from ..runtime.base import Backend, Translator
+from ..runtime.base import Backend, Generator, Translator
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
-__all__ = ["RUNTIMES", "Backend", "Translator", "load_backend", "load_translator"]
+__all__ = ["RUNTIMES", "Backend", "Generator", "Translator", "load_backend", "load_generator",
+           "load_translator"]
 
 
 def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
                  run_dir: str | Path | None = None) -> Backend:
-    """The encode/decode_step pair of one runtime over an export directory."""
-    manifest.require_kind("translator", "the translator runtimes")
+    """The encode/decode_step pair (decode_step alone for a language model) of one runtime
+    over an export directory."""
+    if manifest.kind == "classifier":
+        manifest.require_kind("translator", "the decoding runtimes")
     if runtime in ("savedmodel", "keras") and variant != "float32":
         raise ValueError(f"the {runtime} runtime runs float32 weights only, not {variant}; "
                          f"the onnx runtime has int8, tflite fp16 and int8")
@@ -53,4 +56,14 @@ def load_translator(export_dir: str | Path, runtime: str = "onnx", variant: str 
                     run_dir: str | Path | None = None) -> Translator:
     """Text-to-text translator over an export directory (see `Translator.translate`)."""
     manifest = Manifest(export_dir)
+    manifest.require_kind("translator", "python -m export.translate")
     return Translator(manifest, load_backend(manifest, runtime, variant, run_dir))
+
+
+def load_generator(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
+                   run_dir: str | Path | None = None) -> Generator:
+    """Prompt-to-text generator over a language model's export (see `Generator.generate`)."""
+    manifest = Manifest(export_dir)
+    # Before loading a runtime, which would look for the encoder.
+    manifest.require_kind("lm", "python -m export.generate")
+    return Generator(manifest, load_backend(manifest, runtime, variant, run_dir))

@@ -1,18 +1,22 @@
-"""What every runtime of an export directory shares: a Backend sized by its manifest, and
-sentences in, sentences out over keras_transformer.generation."""
+"""What every runtime of an export directory shares: a Backend sized by its manifest;
+sentences in, sentences out over keras_transformer.generation (`Translator`); and a prompt in,
+its continuations out over keras_transformer.decoding.sample_search (`Generator`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 import sentencepiece as spm
 
 from keras_transformer import generation
-from keras_transformer.decoding import SearchResult
+from keras_transformer.decoding import SearchResult, sample_search
 from keras_transformer.text.sources import encode_sources
 
 from ..common import ExportError, Manifest
+
+log = logging.getLogger("export")
 
 
 class Backend(generation.Backend):
@@ -26,6 +30,7 @@ class Backend(generation.Backend):
         self.manifest = manifest
 
 
+# What each kind of export is used with, for the message that refuses the other kind.
 def _load_sentencepiece(path) -> spm.SentencePieceProcessor:
     try:
         return spm.SentencePieceProcessor(model_file=str(path))
@@ -37,6 +42,7 @@ class Translator:
     """Sentences in, sentences out, over any Backend; greedy (beam_size=1) or beam search."""
 
     def __init__(self, manifest: Manifest, backend: generation.Backend):
+        manifest.require_kind("translator", "a Translator")
         self.manifest = manifest
         self.backend = backend
         source, target = manifest.tokenizer_files()
@@ -89,3 +95,77 @@ class Translator:
         """Generated ids (as `translate_ids` gives them) -> text, PAD and BOS dropped."""
         special = {self.pad_id, self.bos_id}
         return [self.target_sp.decode([t for t in row if t not in special]) for row in rows]
+
+
+class LMStepper(generation.BackendStepper):
+    """The `step(tokens, index)` of keras_transformer.decoding over a language model's Backend:
+    a BackendStepper with no encoder, so no memory; `max_length` cache slots for `batch` rows."""
+
+    def __init__(self, backend: generation.Backend, batch: int, max_length: int):
+        self.backend = backend
+        self.memory, self.memory_mask = [], None  # what a step without cross-attention reads
+        self.cache = backend.init_cache(batch, max_length)
+        self._filled = 0
+
+
+class Generator:
+    """A prompt in, its continuations out, over any Backend of a language model's export:
+    the prompt's pieces after BOS, fed one token per step, then greedy or sampled tokens
+    (keras_transformer.decoding.sample_search, as TransformerLM.generate runs it)."""
+
+    def __init__(self, manifest: Manifest, backend: generation.Backend):
+        manifest.require_kind("lm", "a Generator")
+        self.manifest = manifest
+        self.backend = backend
+        self.sp = _load_sentencepiece(manifest.tokenizer_files()[1])
+        ids = manifest.special_ids
+        self.pad_id, self.bos_id, self.eos_id = ids["pad"], ids["bos"], ids["eos"]
+        self.max_length = manifest["max_target_length"]
+
+    def encode(self, prompt: str) -> list[int]:
+        """A prompt -> BOS + its pieces; ValueError for a blank prompt or one that leaves no
+        position to generate into."""
+        if not prompt.strip():
+            raise ValueError("the prompt is empty; give some text to continue")
+        ids = [self.bos_id, *self.sp.encode(prompt, out_type=int)]
+        if len(ids) >= self.max_length:
+            raise ValueError(f"the prompt is {len(ids)} tokens with BOS, and this model reads at "
+                             f"most {self.max_length} (prompt and new tokens together); shorten "
+                             f"the prompt")
+        return ids
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+                     temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                     seed: int | None = 0) -> list[list[int]]:
+        """Id prompts (each starting with BOS) -> the new tokens of each, up to and including
+        EOS; greedy at temperature 0, else sampled (keras_transformer.decoding.sample_logits).
+        The cache holds the longest prompt plus max_new_tokens, as TransformerLM.generate's."""
+        total = max(len(p) for p in prompts) + max_new_tokens
+        if total > self.max_length:
+            raise ValueError(f"prompt + max_new_tokens = {total} tokens exceeds this model's "
+                             f"maximum of {self.max_length}; generate fewer tokens")
+        stepper = LMStepper(self.backend, len(prompts), total)
+        return sample_search(stepper.step, prompts, max_new_tokens, eos_id=self.eos_id,
+                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                             pad_id=self.pad_id)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids -> text, without the special ids (EOS, PAD, BOS)."""
+        special = {self.pad_id, self.bos_id, self.eos_id}
+        return self.sp.decode([int(t) for t in ids if t not in special])
+
+    def generate(self, prompt: str, max_new_tokens: int, num_samples: int = 1,
+                 **sampling) -> list[str]:
+        """A prompt -> `num_samples` texts, each the prompt and its continuation (one search of
+        `num_samples` rows, so a seed gives the same samples in every runtime whose logits
+        agree); `sampling` as in `generate_ids`. max_new_tokens is lowered, with a warning,
+        to what fits in the model's maximum length after the prompt."""
+        ids = self.encode(prompt)
+        room = self.max_length - len(ids)
+        if max_new_tokens > room:
+            log.warning("the prompt is %d tokens with BOS and the model reads at most %d: "
+                        "generating %d new tokens, not %d", len(ids), self.max_length, room,
+                        max_new_tokens)
+            max_new_tokens = room
+        outputs = self.generate_ids([ids] * num_samples, max_new_tokens, **sampling)
+        return [self.decode(ids + new) for new in outputs]

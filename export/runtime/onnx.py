@@ -3,7 +3,7 @@
 decoder_step.onnx (export/onnx_graph.py) reads the cross-attention keys/values and the cache
 as one head-major (B,H,S or T,dh) array per layer and kind: lists of contiguous NumPy arrays,
 which onnxruntime reads without a copy. The base class writes the cache slot of each step in
-place.
+place. A language model's export has decoder_step.onnx alone, without the encoder's inputs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class OnnxBackend(Backend):
         self._ort, self._threads = ort, threads
         self._attention_lock = threading.Lock()
         self.sessions = {}
-        for role in ("encoder", "decoder_step"):
+        roles = ("encoder", "decoder_step") if manifest.kind == "translator" else ("decoder_step",)
+        for role in roles:
             options = ort.SessionOptions()
             options.intra_op_num_threads = threads
             options.log_severity_level = 3
@@ -83,9 +84,10 @@ class OnnxBackend(Backend):
         return memory, memory_mask
 
     def _run_step(self, outputs, tokens, memory, memory_mask, cache, index):
-        feeds = {"tokens": tokens, "memory_mask": memory_mask,
-                 "index": np.asarray(index, np.int32)}
-        feeds.update(zip(self._memory_names, memory, strict=True))
+        feeds = {"tokens": tokens, "index": np.asarray(index, np.int32)}
+        if memory_mask is not None:  # a language model's step has no encoder inputs
+            feeds["memory_mask"] = memory_mask
+            feeds.update(zip(self._memory_names, memory, strict=True))
         feeds.update(zip(self._cache_names, cache, strict=True))
         return self.sessions["decoder_step"].run(outputs, feeds)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from keras_transformer.cache.variables import concrete
 from keras_transformer.tf_backend import KerasBackend, TFBackend
 
 from ..common import ExportError, Manifest
@@ -27,7 +28,7 @@ class SavedModelBackend(Backend, TFBackend):
             self.loaded = self.tf.saved_model.load(str(path))
         except Exception as err:  # TF raises many types for a damaged SavedModel
             raise ExportError(f"{path} could not be loaded as a SavedModel: {err}") from err
-        self._encode = self.loaded.signatures["encode"]
+        self._encode = self.loaded.signatures.get("encode")  # none in a language model's
         self._step = self.loaded.signatures["decode_step"]
 
     def encode(self, source_ids):
@@ -36,22 +37,50 @@ class SavedModelBackend(Backend, TFBackend):
 
     def decode_step(self, tokens, memory, memory_mask, cache, index):
         tf = self.tf
-        out = self._step(tokens=tf.constant(tokens, tf.int32), memory_mask=memory_mask,
-                         index=tf.constant(index, tf.int32),
-                         **dict(zip(self._memory_names, memory, strict=True)),
-                         **dict(zip(self._cache_names, cache.variables, strict=True)))
+        inputs = dict(zip(self._cache_names, cache.variables, strict=True))
+        if memory_mask is not None:  # a language model's step has no encoder inputs
+            inputs.update(zip(self._memory_names, memory, strict=True), memory_mask=memory_mask)
+        out = self._step(tokens=tf.constant(tokens, tf.int32), index=tf.constant(index, tf.int32),
+                         **inputs)
         return out["logits"], out["step_key_values"]
 
 
-def keras_backend(manifest: Manifest, run_dir: str | Path | None = None) -> KerasBackend:
-    """The library's KerasBackend over the float32 rebuild of the run's model.keras.
+class KerasLMBackend(Backend, TFBackend):
+    """A TransformerLM's step (export.module.lm_step_key_values, what every format of its
+    export computes) as a traced tf.function over the VariableCache."""
+
+    name = "keras"
+
+    def __init__(self, manifest: Manifest, model):
+        super().__init__(manifest)
+        from ..module import lm_step_key_values
+
+        self.model = model
+        self._function = self.tf.function(
+            lambda tokens, cache, index: lm_step_key_values(model, tokens, cache, index),
+            reduce_retracing=True)
+        self._step = None  # the step's trace, made at the first step
+
+    def decode_step(self, tokens, memory, memory_mask, cache, index):
+        tf = self.tf
+        if self._step is None:
+            self._step = concrete(self._function, tf.TensorSpec([None], tf.int32),
+                                  cache.variables, tf.TensorSpec([], tf.int32))
+        return self._step(tf.constant(tokens, tf.int32), cache.variables,
+                          tf.constant(index, tf.int32))
+
+
+def keras_backend(manifest: Manifest, run_dir: str | Path | None = None
+                  ) -> KerasBackend | KerasLMBackend:
+    """The library's KerasBackend (a KerasLMBackend for a language model's export) over the
+    float32 rebuild of the run's model.keras.
 
     The run is the directory given, else the export directory's parent when the export sits
     inside its run (`runs/demo/export`). The run path the manifest records is never followed:
     a path read from a file the program wrote stays inside that file's directory."""
     import json
 
-    from ..module import load_float32_model
+    from ..module import load_float32_model, model_kind
 
     if run_dir is None:
         run_dir = manifest.root.resolve().parent
@@ -72,4 +101,10 @@ def keras_backend(manifest: Manifest, run_dir: str | Path | None = None) -> Kera
     if differ:
         raise ExportError(f"{run_dir} does not hold the model of {manifest.root} ({', '.join(differ)} "
                           f"differ); pass the run it was exported from with --run")
-    return KerasBackend(load_float32_model(run_dir))
+    model = load_float32_model(run_dir)
+    if model_kind(model) != manifest.kind:
+        raise ExportError(f"{run_dir} holds a {type(model).__name__}, not the {manifest.kind} "
+                          f"model of {manifest.root}; pass the run it was exported from with --run")
+    if manifest.kind == "lm":
+        return KerasLMBackend(manifest, model)
+    return KerasBackend(model)

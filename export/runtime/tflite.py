@@ -3,7 +3,8 @@
 The step's cache lives in the interpreter's own input tensors (`ResidentCache`): the base
 class's write and beam reorder work there in place, so no step copies the cache into the
 interpreter. The signature runner would resize, re-plan and copy every input at each call: the
-cache, which grows with the output, and the encoder's keys/values, which never change.
+cache, which grows with the output, and the encoder's keys/values, which never change. A
+language model's export has the `decode_step` signature alone, without the encoder's inputs.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class TFLiteBackend(Backend):
             # and TF do, unless told otherwise.
             self.interpreter = Interpreter(model_path=str(path),
                                            num_threads=threads or os.cpu_count())
-            self.encode_runner = self.interpreter.get_signature_runner("encode")
+            self.encode_runner = (self.interpreter.get_signature_runner("encode")
+                                  if manifest.kind == "translator" else None)
             step = self.interpreter.get_signature_runner("decode_step")
         except (ValueError, RuntimeError) as err:
             raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
@@ -103,14 +105,16 @@ class TFLiteBackend(Backend):
         arrays = cache.pending
         if arrays is None:  # this cache, installed, resized for another source shape
             arrays = [view.copy() for view in self._cache_views(cache)]
-        shapes = {"tokens": tokens.shape, "memory_mask": memory_mask.shape, "index": ()}
-        shapes.update((n, m.shape) for n, m in zip(self._memory_names, memory, strict=True))
+        shapes = {"tokens": tokens.shape, "index": ()}
+        if memory_mask is not None:  # a language model's step has no encoder inputs
+            shapes["memory_mask"] = memory_mask.shape
+            shapes.update((n, m.shape) for n, m in zip(self._memory_names, memory, strict=True))
         shapes.update((n, a.shape) for n, a in zip(self._cache_names, arrays, strict=True))
         for name, shape in shapes.items():
             self._wrapper.ResizeInputTensor(self._inputs[name], np.array(shape, np.int32), False,
                                             self._subgraph)
         self._wrapper.AllocateTensors(self._subgraph)
-        self._source_shape = memory_mask.shape
+        self._source_shape = None if memory_mask is None else memory_mask.shape
         self._epoch += 1
         cache.epoch, cache.pending = self._epoch, None
         self._installed = weakref.ref(cache)
@@ -125,10 +129,12 @@ class TFLiteBackend(Backend):
         if not isinstance(cache, ResidentCache):
             cache = ResidentCache(self, [np.asarray(a, np.float32) for a in cache])
         tokens = np.asarray(tokens, np.int32)
-        if cache.epoch != self._epoch or memory_mask.shape != self._source_shape:
+        source_shape = None if memory_mask is None else memory_mask.shape
+        if cache.epoch != self._epoch or source_shape != self._source_shape:
             self._install(cache, tokens, memory, memory_mask)
-        if (self._memory_set is None or self._memory_set[0] is not memory
-                or self._memory_set[1] is not memory_mask):
+        if memory_mask is not None and (self._memory_set is None
+                                        or self._memory_set[0] is not memory
+                                        or self._memory_set[1] is not memory_mask):
             # The interpreter keeps its inputs between calls: the encoder's output is
             # written once per search, not once per step.
             for name, array in zip(self._memory_names, memory, strict=True):

@@ -1,0 +1,86 @@
+"""Continue a prompt with a language model's export directory.
+
+    python -m export.generate --export exports/lm --prompt "..." [--max-new-tokens 60]
+        [--temperature 0.8 --top-k 40 --top-p 0.9 --seed 1 --num-samples 3] [--runtime onnx]
+
+Greedy when none of --temperature, --top-k, --top-p is given; otherwise sampled in NumPy
+(keras_transformer.decoding.sample_search, as TransformerLM.generate samples), at temperature
+1 unless one is given. A seed reproduces its samples, in every runtime whose logits agree.
+Prints each sample (the prompt and its continuation) on its own line. The onnx and tflite
+runtimes need only their runtime package, numpy and sentencepiece.
+
+Exit codes: 0 generated; 2 bad usage or input (an empty prompt, one longer than the model
+reads, an option out of range, a missing or damaged export, an export that is not a language
+model's, a runtime whose package is not installed); 1 a runtime failed on sound input; 130
+interrupted. It writes nothing but its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from keras_transformer.command_line import add_debug_flag, entry_point, float_in, int_in
+
+RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+SAMPLING = ("temperature", "top_k", "top_p")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m export.generate",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", required=True, help="export directory of a language model")
+    parser.add_argument("--prompt", required=True, help="text to continue")
+    parser.add_argument("--max-new-tokens", type=int_in(1, 4096), default=60,
+                        help="tokens to generate, 1 to 4096 (default 60; fewer when the prompt "
+                             "leaves less room in the model's maximum length)")
+    parser.add_argument("--temperature", type=float_in(0, 100, low_open=True), default=None,
+                        help="sampling temperature, in (0, 100] (default: greedy, or 1 with "
+                             "--top-k/--top-p)")
+    parser.add_argument("--top-k", type=int_in(1), default=None,
+                        help="sample among the k most likely tokens, k >= 1 (default: all)")
+    parser.add_argument("--top-p", type=float_in(0, 1, low_open=True), default=None,
+                        help="sample among the most likely tokens holding this probability, in "
+                             "(0, 1] (default 1: all)")
+    parser.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0,
+                        help="seed of the samples (default 0)")
+    parser.add_argument("--num-samples", type=int_in(1, 256), default=1,
+                        help="samples of the prompt, 1 to 256 (default 1)")
+    parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
+    parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
+                        help="quantized variant (tflite: fp16/int8, onnx: int8)")
+    parser.add_argument("--run", default=None, help="training run (keras runtime only)")
+    add_debug_flag(parser)
+    return parser.parse_args(argv)
+
+
+def sampling_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of Generator.generate_ids: greedy (temperature 0) unless a
+    sampling option is given."""
+    if all(getattr(args, name) is None for name in SAMPLING):
+        return {"temperature": 0.0, "seed": args.seed}
+    return {"temperature": 1.0 if args.temperature is None else args.temperature,
+            "top_k": args.top_k or 0, "top_p": 1.0 if args.top_p is None else args.top_p,
+            "seed": args.seed}
+
+
+@entry_point
+def main(argv) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    if not args.prompt.strip():  # before loading anything
+        raise ValueError("--prompt is empty; give some text to continue")
+    from .runtime import load_generator
+
+    generator = load_generator(args.export, args.runtime, args.variant, args.run)
+    texts = generator.generate(args.prompt, args.max_new_tokens, args.num_samples,
+                               **sampling_options(args))
+    sys.stdout.write("".join(text + "\n" for text in texts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
