@@ -306,12 +306,15 @@ def test_evaluate_scores_a_summarization_run_by_rouge(summary_run):
     # --src/--ref take the articles the run wrote; --beam 1 is greedy, not the run's 2.
     greedy = subprocess.run([sys.executable, "-m", "train.evaluate", "--run", str(run),
                              "--src", str(run / "test.src"), "--ref", str(run / "test.ref"),
-                             "--beam", "1", "--hyp", str(data / "greedy.hyp")], cwd=ROOT,
+                             "--beam", "1", "--hyp", str(data / "greedy.hyp"),
+                             "--plot-attention", "1"], cwd=ROOT,
                             env=ENV, capture_output=True, text=True, timeout=300)
     assert greedy.returncode == 0, greedy.stderr[-3000:]
     entry = json.loads((run / "metrics.json").read_text(encoding="utf-8"))[
         "evaluations"]["model.keras"]["test.src"]
     assert entry["beam"] == 1 and entry["sentences"] == 30
+    # The heatmap of the first article, cut to the model's source length as the search cuts it.
+    assert (run / "eval" / "model" / "attention" / "attention_001.png").stat().st_size > 0
     assert entry["rouge1"] == rouge((data / "greedy.hyp").read_text(
         encoding="utf-8").splitlines(), load_summaries(data / "test.tsv").summaries)["rouge1"]
     # A translation-only input form is refused for a summarization run, and the reverse.
