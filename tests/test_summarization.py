@@ -306,12 +306,15 @@ def test_evaluate_scores_a_summarization_run_by_rouge(summary_run):
     # --src/--ref take the articles the run wrote; --beam 1 is greedy, not the run's 2.
     greedy = subprocess.run([sys.executable, "-m", "train.evaluate", "--run", str(run),
                              "--src", str(run / "test.src"), "--ref", str(run / "test.ref"),
-                             "--beam", "1", "--hyp", str(data / "greedy.hyp")], cwd=ROOT,
+                             "--beam", "1", "--hyp", str(data / "greedy.hyp"),
+                             "--plot-attention", "1"], cwd=ROOT,
                             env=ENV, capture_output=True, text=True, timeout=300)
     assert greedy.returncode == 0, greedy.stderr[-3000:]
     entry = json.loads((run / "metrics.json").read_text(encoding="utf-8"))[
         "evaluations"]["model.keras"]["test.src"]
     assert entry["beam"] == 1 and entry["sentences"] == 30
+    # The heatmap of the first article, cut to the model's source length as the search cuts it.
+    assert (run / "eval" / "model" / "attention" / "attention_001.png").stat().st_size > 0
     assert entry["rouge1"] == rouge((data / "greedy.hyp").read_text(
         encoding="utf-8").splitlines(), load_summaries(data / "test.tsv").summaries)["rouge1"]
     # A translation-only input form is refused for a summarization run, and the reverse.
@@ -407,3 +410,29 @@ def test_the_vietnews_recipe_loads():
     assert config.task == "summarization" and config.data.word_joints == "keep"
     assert (config.data.max_source_length, config.data.max_target_length) == (400, 80)
     assert config.eval.no_repeat_ngram_size == 3 and config.training.max_minutes == 90
+
+
+def test_coverage_recall_is_the_summary_share_in_the_first_pieces():
+    """train.coverage: recall of the summary by the article's first N - 1 pieces (one place
+    is EOS), hand-counted on a tokenizer of whole words."""
+    from train.coverage import recall
+
+    class Words:
+        vocab = ["hà_nội", "mưa", "lớn", "gió", "mạnh"]
+
+        def encode(self, texts):
+            return [[self.vocab.index(w) for w in t.split()] for t in texts]
+
+        def decode(self, rows):
+            return [" ".join(self.vocab[i] for i in row) for row in rows]
+
+    articles = ["hà_nội mưa lớn gió mạnh", "gió mạnh mưa lớn"]
+    summaries = ["Hà_Nội gió mạnh", "mưa lớn"]
+    # N = 4 keeps 3 pieces. Article 1: "hà nội mưa lớn" holds hà, nội of the summary's 4
+    # tokens (hà nội gió mạnh) -> R1 2/4, bigrams (hà nội) of 3 -> R2 1/3. Article 2: "gió
+    # mạnh mưa" holds mưa of "mưa lớn" -> R1 1/2, no bigram -> R2 0.
+    r1, r2 = recall(articles, summaries, Words(), 4)
+    assert r1 == pytest.approx(100 * (2 / 4 + 1 / 2) / 2)
+    assert r2 == pytest.approx(100 * (1 / 3 + 0) / 2)
+    # Whole articles: every summary token is there.
+    assert recall(articles, summaries, Words(), 6)[0] == pytest.approx(100.0)

@@ -16,6 +16,14 @@ from pathlib import Path
 from keras_transformer.command_line import add_debug_flag, entry_point
 
 
+def split_file(data: str | Path, split: str) -> Path:
+    """<data>/<split>.tsv.gz, or <data>/<split>.tsv when only that exists."""
+    path = Path(data) / f"{split}.tsv.gz"
+    if not path.is_file() and (Path(data) / f"{split}.tsv").is_file():
+        path = Path(data) / f"{split}.tsv"
+    return path
+
+
 @entry_point
 def main(argv) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -32,10 +40,7 @@ def main(argv) -> int:
     from .scoring import lead_baselines
 
     for split in args.split:
-        path = Path(args.data) / f"{split}.tsv.gz"
-        if not path.is_file() and (Path(args.data) / f"{split}.tsv").is_file():
-            path = Path(args.data) / f"{split}.tsv"
-        data = load_summaries(path)
+        data = load_summaries(split_file(args.data, split))
         scores = lead_baselines(data.articles, data.summaries)
         for name, values in scores.items():
             print(f"{split}: {name:5s} {format_rouge(values)}  ({len(data)} articles)")
