@@ -5,7 +5,7 @@ concurrent requests, and the page in headless Chromium.
 A tiny untrained model (random weights, so its attention is far from uniform) and its
 tokenizer are made in-process once for the module and exported once. KT_EXPLORER_RUN names
 another run to serve instead (exported here with --with-attention); KT_SCREENSHOT_DIR makes the
-browser test save explorer.png there (docs/pictures/explorer.png is made that way, from the
+browser test save explorer.png there (docs/explorer.png is made that way, from the
 demo run; see docs/export.md).
 """
 

@@ -429,3 +429,37 @@ def test_evaluate_plots_a_translation_cut_at_the_maximum_length(run, model, toke
     assert result.code == 0, result.stderr[-3000:]
     plot = copy / "eval" / "model" / "attention" / "attention_001.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_word_draws_one_tokens_self_attention_per_layer_and_head(run, tmp_path):
+    """--word: the seeds' one-word picture, a row of the encoder's own weights, chosen by a
+    position or by the text of a piece; a word the sentence lacks is a one-line error."""
+    by_text = visualize_main("--run", run, "--text", TEXT, "--out", tmp_path / "t",
+                             "--word", TEXT.split()[1])
+    assert by_text.code == 0, by_text.stderr[-3000:]
+    arrays, record = load(tmp_path / "t")
+    query = record["word"]["position"] - 1
+    assert record["word"]["piece"] == record["source_pieces"][query]
+    # The word's first piece: the pieces from it to the next word spell the word.
+    spelled = record["source_pieces"][query].replace("▁", "")
+    for piece in record["source_pieces"][query + 1:]:
+        if piece.startswith("▁") or piece == "</s>":
+            break
+        spelled += piece
+    assert spelled == TEXT.split()[1]
+    np.testing.assert_array_equal(arrays["word_attention"],
+                                  arrays["encoder_self"][:, :, query, :])
+    assert arrays["word_attention"].shape[:2] == arrays["encoder_self"].shape[:2]
+    np.testing.assert_allclose(arrays["word_attention"].sum(-1), 1.0, atol=1e-5)
+    assert "word_attention.png" in record["figures"]
+    by_position = visualize_main("--run", run, "--text", TEXT, "--out", tmp_path / "p",
+                                 "--word", str(query + 1))
+    assert by_position.code == 0, by_position.stderr[-3000:]
+    np.testing.assert_array_equal(load(tmp_path / "p")[0]["word_attention"],
+                                  arrays["word_attention"])
+    for word in ("zzzz", "999"):
+        result = visualize_main("--run", run, "--text", TEXT, "--out", tmp_path / word,
+                                "--word", word)
+        assert_clean_failure(result, 2, "--word")
+        assert not (tmp_path / word).exists()

@@ -131,6 +131,13 @@ def draw(arrays: dict[str, np.ndarray], labels: dict[str, list[str]], out: Path,
     heads("decoder_self", output, target_in, "key (decoder input)", "query (output token)",
           "decoder masked self-attention", grey_zeros_above_diagonal=True)
     heads("cross", output, source, "source", "output token", "cross-attention")
+    if "word_attention" in arrays:
+        layers, word = len(arrays["word_attention"]), labels["word"]
+        save("word_attention.png", arrays["word_attention"], columns=layers,
+             titles=[f"layer {layer + 1}" for layer in range(layers)],
+             row_labels=[f"head {h + 1}" for h in range(arrays["word_attention"].shape[1])],
+             col_labels=source, xlabel="key (source)", ylabel="head",
+             suptitle=f"encoder self-attention of {word!r} over its sentence\n{caption}")
     if "cross_mean" in arrays:
         layers = len(arrays["cross_mean"])
         save("cross_mean.png", arrays["cross_mean"], columns=layers,
@@ -140,10 +147,39 @@ def draw(arrays: dict[str, np.ndarray], labels: dict[str, list[str]], out: Path,
     return names
 
 
+def word_position(word: str, source_pieces: list[str]) -> int:
+    """The 0-based position of --word among the source pieces: a 1-based number, or the first
+    piece (with text) of the first word whose pieces spell it ("▁" starts a word)."""
+    if word.isdigit():
+        position = int(word) - 1
+        if not 0 <= position < len(source_pieces):
+            raise CommandError(f"--word {word} is not a source position; the sentence has "
+                               f"{len(source_pieces)} pieces (EOS included)")
+        return position
+    # Words as lists of (position, text) pieces: "▁" starts one, and EOS or another control
+    # piece is one of its own. A word matches when its first pieces spell --word (so "it"
+    # matches "▁it" followed by "."), and its first piece with text is the query.
+    words: list[list[tuple[int, str]]] = []
+    for position, piece in enumerate(source_pieces):
+        special = piece.startswith("<") and piece.endswith(">")
+        if piece.startswith("▁") or special or not words or words[-1][-1][1].startswith("<"):
+            words.append([])
+        words[-1].append((position, piece if special else piece.replace("▁", "")))
+    for pieces_of_word in words:
+        spelled = ""
+        for _, text in pieces_of_word:
+            spelled += text
+            if spelled.casefold() == word.casefold():
+                return next(p for p, t in pieces_of_word if t)
+    raise CommandError(f"--word {word!r} is not a word of the sentence; its pieces are "
+                       f"{' '.join(source_pieces)} (or give a 1-based position)")
+
+
 def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int,
-             pe_positions: int, pe_dims: int) -> tuple[dict, dict]:
+             pe_positions: int, pe_dims: int, word: str | None = None) -> tuple[dict, dict]:
     """The arrays (ARRAYS) and the record (pictures.json, without the file lists) of one
-    sentence."""
+    sentence; with `word`, also that source token's encoder self-attention per layer and
+    head (the seeds' "it" -> "animal" picture)."""
     import tensorflow as tf
 
     from keras_transformer.models.classifier import TransformerClassifier
@@ -159,6 +195,9 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
     record = {"tool": TOOL, "task": config.task, "model_class": type(model).__name__,
               "text": text, "pe": {"positions": pe_positions, "dims": pe_dims or c.d_model}}
     if isinstance(model, TransformerLM):
+        if word is not None:
+            raise CommandError("--word draws an encoder's self-attention; a language model "
+                               "has none (its decoder_self pictures show each token's)")
         ids = target_tok.encode([text])[0][: c.max_target_length - 1]
         target_in = np.array([[c.bos_id, *ids]], np.int32)
         maps = attention_maps(model, target_in_ids=target_in)
@@ -178,11 +217,16 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
     source = np.array([ids], np.int32)
     record.update(source_ids=ids, source_pieces=pieces(source_tok, ids))
     arrays["source_ids"] = source[0]
+    query = None if word is None else word_position(word, record["source_pieces"])
+    if query is not None:
+        record["word"] = {"position": query + 1, "piece": record["source_pieces"][query]}
     if isinstance(model, TransformerClassifier):
         probabilities = tf.nn.softmax(model(tf.constant(source), training=False))[0].numpy()
         record.update(predicted_class=int(np.argmax(probabilities)),
                       probabilities=[round(float(p), 6) for p in probabilities])
         arrays["encoder_self"] = attention_maps(model, source)["encoder_self"][:, 0]
+        if query is not None:
+            arrays["word_attention"] = arrays["encoder_self"][:, :, query, :]
         return arrays, record
     e = config.eval
     result = search_ids(model, source, beam_size=beam_size, alpha=e.alpha,
@@ -194,6 +238,8 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
     arrays.update({kind: maps[kind][:, 0] for kind in maps}, target_in_ids=target_in[0],
                   output_ids=np.array(generated, np.int32))
     arrays["cross_mean"] = arrays["cross"].mean(axis=1)
+    if query is not None:
+        arrays["word_attention"] = arrays["encoder_self"][:, :, query, :]  # (layers, heads, S)
     record.update(output=target_tok.decode([output])[0], beam=beam_size, output_ids=generated,
                   output_pieces=pieces(target_tok, generated),
                   target_in_ids=target_in[0].tolist(),
@@ -227,6 +273,11 @@ def main(argv) -> int:
                              f"{MAX_PE_DIMS}, or 0 for the model's d_model (default 128)")
     parser.add_argument("--dpi", type=int_in(30, 300), default=80,
                         help="resolution of the PNG files, 30 to 300 (default 80)")
+    parser.add_argument("--word", default=None,
+                        help="also draw one source token's self-attention over the sentence, "
+                             "per layer and head (the seeds' 'it' -> 'animal' picture): a "
+                             "word of --text (its first piece) or a 1-based position among "
+                             "the source pieces")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an --out directory that holds files this command did "
                              "not make")
@@ -260,14 +311,15 @@ def main(argv) -> int:
     beam = args.beam or config.eval.beam_size
     arrays, record = pictures(model, config, source_tok, target_tok, args.text,
                               beam_size=beam, pe_positions=args.pe_positions,
-                              pe_dims=args.pe_dims)
+                              pe_dims=args.pe_dims, word=args.word)
     caption = _short(args.text) + (f"  →  {_short(record['output'])}" if "output" in record
                                    else "")
     record.update(run=str(run), model=args.model)
     with staged_directory(out) as staging:
         record["figures"] = draw(arrays, {"source": record.get("source_pieces"),
                                           "target_in": record.get("target_in_pieces"),
-                                          "output": record.get("output_pieces")},
+                                          "output": record.get("output_pieces"),
+                                          "word": record.get("word", {}).get("piece")},
                                  staging, caption, args.dpi)
         np.savez(staging / ARRAYS, **arrays)
         record["arrays"] = {name: list(array.shape) for name, array in arrays.items()}
