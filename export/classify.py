@@ -23,48 +23,31 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
 from keras_transformer.command_line import add_debug_flag, entry_point, int_in
-from keras_transformer.file_safety import atomic_write_text, check_output_file
-from keras_transformer.text.lines import decode_lines, read_lines
 
-RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+from .text_io import (
+    add_text_io_arguments,
+    check_output,
+    read_input,
+    write_output,
+)
+
 PRECISION = 4  # decimals of the printed probabilities
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m export.classify",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("input", nargs="?", default="-", help="text file (default: stdin)")
-    parser.add_argument("--export", required=True, help="export directory of a classifier")
-    parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
-    parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
-                        help="quantized variant (tflite: fp16/int8, onnx: int8)")
+    add_text_io_arguments(parser, export_help="export directory of a classifier",
+                          verb="classifying")
     parser.add_argument("--top-k", type=int_in(1, 1000), default=1,
                         help="labels per line, best first, 1 to the number of classes "
                              "(default 1)")
     parser.add_argument("--batch-size", type=int_in(1, 4096), default=64,
                         help="sentences per batch, 1 to 4096 (default 64)")
-    parser.add_argument("--run", default=None, help="training run (keras runtime only)")
-    parser.add_argument("--no-truncate", action="store_true",
-                        help="fail on sentences longer than the model accepts")
-    parser.add_argument("-o", "--output", default="-",
-                        help="output file (default: stdout), written whole after classifying")
     add_debug_flag(parser)
     return parser.parse_args(argv)
-
-
-def check_output(args) -> Path | None:
-    """The -o path, refused before any work if it cannot or must not be written."""
-    if args.output == "-":
-        return None
-    out = check_output_file(args.output, "-o",
-                            inputs={"input": None if args.input == "-" else args.input})
-    if out.resolve().is_relative_to(Path(args.export).resolve()):
-        raise ValueError(f"-o {out} is inside the export directory {args.export}; write the "
-                         f"labels elsewhere")
-    return out
 
 
 def format_line(best: list[tuple[str, float]]) -> str:
@@ -76,7 +59,7 @@ def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    out = check_output(args)
+    out = check_output(args, "labels")
     from .common import Manifest
     from .runtime.classifier import Classifier, load_runtime
 
@@ -86,20 +69,13 @@ def main(argv) -> int:
     if args.top_k > len(labels):
         raise ValueError(f"--top-k {args.top_k} is more than the {len(labels)} classes of "
                          f"{args.export} ({', '.join(labels)})")
-    if args.input == "-":
-        lines = decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
-    else:
-        lines = read_lines(args.input, errors="replace")
+    lines = read_input(args)
     classifier = Classifier(manifest, load_runtime(manifest, args.runtime, args.variant,
                                                    args.run))
     probabilities = classifier.probabilities(lines, batch_size=args.batch_size,
                                              truncate=not args.no_truncate)
-    text = "".join(format_line(best) + "\n"
-                   for best in classifier.top_k(probabilities, args.top_k))
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        atomic_write_text(out, text)
+    write_output(out, (format_line(best) for best in classifier.top_k(probabilities,
+                                                                      args.top_k)))
     return 0
 
 

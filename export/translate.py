@@ -22,13 +22,22 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
-from keras_transformer.command_line import add_debug_flag, entry_point, float_in, int_in
-from keras_transformer.file_safety import atomic_write_text, check_output_file
-from keras_transformer.text.lines import decode_lines, read_lines
+from keras_transformer.command_line import (
+    add_debug_flag,
+    add_search_constraints,
+    entry_point,
+    float_in,
+    int_in,
+)
 
-RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+from .text_io import (
+    add_text_io_arguments,
+    check_output,
+    read_input,
+    write_output,
+)
+
 # One search holds batch x beam rows of decoder cache; past this it is memory, not speed.
 MAX_ROWS = 8192
 
@@ -36,30 +45,16 @@ MAX_ROWS = 8192
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m export.translate",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("input", nargs="?", default="-", help="text file (default: stdin)")
-    parser.add_argument("--export", required=True, help="export directory")
-    parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
-    parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
-                        help="quantized variant (tflite: fp16/int8, onnx: int8)")
+    add_text_io_arguments(parser, export_help="export directory", verb="translating")
     parser.add_argument("--beam", type=int_in(1, 64), default=None,
                         help="beam size, 1 (greedy) to 64 (default: the run's, else 4)")
     parser.add_argument("--alpha", type=float_in(0, 10), default=None,
                         help="length penalty exponent, in [0, 10] (default: the run's, "
                              "else 0.6)")
-    parser.add_argument("--no-repeat-ngram-size", type=int_in(0, 16), default=None,
-                        metavar="N", help="never generate an n-gram of N tokens twice, 0 (off) "
-                                          "to 16 (default: the run's, else 0)")
-    parser.add_argument("--min-length", type=int_in(0, 4096), default=None, metavar="N",
-                        help="generated tokens before EOS may end an output, 0 to 4096 "
-                             "(default: the run's, else 0)")
+    add_search_constraints(parser, "the run's, else 0")
     parser.add_argument("--batch-size", type=int_in(1, 4096), default=64,
                         help=f"sentences per search, 1 to 4096, with --batch-size x --beam at "
                              f"most {MAX_ROWS} (default 64)")
-    parser.add_argument("--run", default=None, help="training run (keras runtime only)")
-    parser.add_argument("--no-truncate", action="store_true",
-                        help="fail on sentences longer than the model accepts")
-    parser.add_argument("-o", "--output", default="-",
-                        help="output file (default: stdout), written whole after translating")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     if args.beam is not None and args.batch_size * args.beam > MAX_ROWS:
@@ -84,34 +79,18 @@ def search_settings(args, manifest) -> dict:
     return settings
 
 
-def check_output(args) -> Path | None:
-    """The -o path, refused before any work if it cannot or must not be written: a missing
-    directory, a directory, the input file itself, or a file inside the export."""
-    if args.output == "-":
-        return None
-    out = check_output_file(args.output, "-o",
-                            inputs={"input": None if args.input == "-" else args.input})
-    if out.resolve().is_relative_to(Path(args.export).resolve()):
-        raise ValueError(f"-o {out} is inside the export directory {args.export}; write the "
-                         f"translations elsewhere")
-    return out
-
-
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    out = check_output(args)
+    out = check_output(args, "translations")
     from .common import Manifest
     from .runtime import load_translator
 
     settings = search_settings(args, Manifest(args.export))
     translator = load_translator(args.export, args.runtime, args.variant, args.run)
-    if args.input == "-":
-        lines = decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
-    else:
-        lines = read_lines(args.input, errors="replace")
+    lines = read_input(args)
     progress = None
     if args.input != "-":
         from tqdm import tqdm
@@ -123,11 +102,7 @@ def main(argv) -> int:
     finally:
         if progress is not None:
             progress.close()
-    text = "".join(line + "\n" for line in outputs)
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        atomic_write_text(out, text)
+    write_output(out, outputs)
     return 0
 
 

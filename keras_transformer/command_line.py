@@ -120,3 +120,14 @@ def float_in(low: float, high: float, *, low_open: bool = False,
 
     parse.__name__ = "number"
     return parse
+
+
+def add_search_constraints(parser, default: str = "the run's") -> None:
+    """--no-repeat-ngram-size and --min-length (keras_transformer.decoding's constraints),
+    bounded, defaulting to None: the caller fills in `default` (e.g. the run's settings)."""
+    parser.add_argument("--no-repeat-ngram-size", type=int_in(0, 16), default=None,
+                        metavar="N", help=f"never generate an n-gram of N tokens twice, 0 (off) "
+                                          f"to 16 (default: {default})")
+    parser.add_argument("--min-length", type=int_in(0, 4096), default=None, metavar="N",
+                        help=f"generated tokens before EOS may end an output, 0 to 4096 "
+                             f"(default: {default})")

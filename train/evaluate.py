@@ -27,6 +27,7 @@ from tqdm import tqdm
 from keras_transformer.command_line import (
     CommandError,
     add_debug_flag,
+    add_search_constraints,
     entry_point,
     float_in,
     int_in,
@@ -206,12 +207,7 @@ def main(argv) -> int:
                         help=f"beam size, 1 to {MAX_BEAM} (default: the run's eval.beam_size)")
     parser.add_argument("--alpha", type=float_in(0, 10), default=None,
                         help="length penalty exponent, 0 to 10 (default: the run's eval.alpha)")
-    parser.add_argument("--no-repeat-ngram-size", type=int_in(0, 16), default=None,
-                        metavar="N", help="never generate an n-gram of N tokens twice, 0 (off) "
-                                          "to 16 (default: the run's)")
-    parser.add_argument("--min-length", type=int_in(0, 4096), default=None, metavar="N",
-                        help="generated tokens before EOS may end an output, 0 to 4096 "
-                             "(default: the run's)")
+    add_search_constraints(parser, "the run's")
     parser.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=None,
                         help=f"sentences per batch, 1 to {MAX_BATCH} (default: the run's "
                              f"eval.batch_size)")

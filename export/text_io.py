@@ -1,0 +1,58 @@
+"""What the line-in, line-out tools of an export (export.translate, export.classify) share:
+their input, runtime and output options, the -o check, reading the input, writing the
+output."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from keras_transformer.file_safety import atomic_write_text, check_output_file
+from keras_transformer.text.lines import decode_lines, read_lines
+
+RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+
+
+def add_text_io_arguments(parser: argparse.ArgumentParser, *, export_help: str,
+                          verb: str) -> None:
+    """FILE (or stdin), --export, --runtime, --variant, --run, --no-truncate and -o."""
+    parser.add_argument("input", nargs="?", default="-", help="text file (default: stdin)")
+    parser.add_argument("--export", required=True, help=export_help)
+    parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
+    parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
+                        help="quantized variant (tflite: fp16/int8, onnx: int8)")
+    parser.add_argument("--run", default=None, help="training run (keras runtime only)")
+    parser.add_argument("--no-truncate", action="store_true",
+                        help="fail on sentences longer than the model accepts")
+    parser.add_argument("-o", "--output", default="-",
+                        help=f"output file (default: stdout), written whole after {verb}")
+
+
+def check_output(args, what: str) -> Path | None:
+    """The -o path, refused before any work if it cannot or must not be written: a missing
+    directory, a directory, the input file itself, or a file inside the export."""
+    if args.output == "-":
+        return None
+    out = check_output_file(args.output, "-o",
+                            inputs={"input": None if args.input == "-" else args.input})
+    if out.resolve().is_relative_to(Path(args.export).resolve()):
+        raise ValueError(f"-o {out} is inside the export directory {args.export}; write the "
+                         f"{what} elsewhere")
+    return out
+
+
+def read_input(args) -> list[str]:
+    """The input lines (FILE or stdin); invalid UTF-8 becomes U+FFFD with a warning."""
+    if args.input == "-":
+        return decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
+    return read_lines(args.input, errors="replace")
+
+
+def write_output(out: Path | None, lines) -> None:
+    """One line each, to stdout or, whole and atomically, to `out`."""
+    text = "".join(line + "\n" for line in lines)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(out, text)
