@@ -51,10 +51,10 @@ def float32_transformer(run_dir: Path, trained: keras.Model) -> Transformer | Tr
     """A float32 rebuild of a trained Transformer or TransformerLM, whatever the run's task
     (its config from model_config.json when the run has one)."""
     if not isinstance(trained, tuple(EXPORTABLE)):
-        raise ValueError(f"{run_dir / 'model.keras'} holds a {type(trained).__name__}; only "
-                         f"translation and summarization runs (a seq2seq Transformer), "
-                         f"language-model runs (a TransformerLM) and classification runs "
-                         f"export")
+        raise ValueError(f"{run_dir / 'model.keras'} holds a {type(trained).__name__}; this "
+                         f"rebuild takes a Transformer (translation, summarization) or a "
+                         f"TransformerLM (language model); a classification run exports "
+                         f"through export.classifier")
     model = type(trained)(run_model_config(run_dir, trained), dtype="float32")
     model.build()
     model.set_weights(trained.get_weights())

@@ -83,7 +83,7 @@ def test_the_graph_holds_the_edges_it_should():
     graph = import_graph()
     assert "train.engine" in graph["train.tasks.seq2seq"]
     assert "train.run" in graph["train.cli"]  # an import inside a function counts
-    assert "keras_transformer.text.lines" in graph["export.translate"]
+    assert "keras_transformer.text.lines" in graph["export.text_io"]
 
 
 def test_project_imports_are_acyclic():

@@ -78,7 +78,12 @@ def test_every_reader_sees_the_same_lines(tmp_path, monkeypatch):
         def translate(self, lines, **kwargs):
             return list(lines)
 
+    import export.common
+
     monkeypatch.setattr(export.runtime, "load_translator", lambda *args: Echo())
+    decoding = {"beam_size": 1, "alpha": 0.6, "no_repeat_ngram_size": 0, "min_length": 0}
+    monkeypatch.setattr(export.common, "Manifest",
+                        lambda path: types.SimpleNamespace(decoding=decoding))
     out = tmp_path / "out.txt"
     assert main(["--export", str(tmp_path / "export"), str(path), "-o", str(out)]) == 0
     assert read_lines(out) == EXPECTED

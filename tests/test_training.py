@@ -126,11 +126,11 @@ def test_xla_training_and_decoding_match_graph_mode(tiny_config):
     assert losses[True][-1] < losses[True][0]
 
 
-def test_exporting_a_classifier_run_says_only_translation_runs_export(tiny_config, tmp_path):
+def test_the_seq2seq_rebuild_refuses_a_classifier_by_name(tiny_config, tmp_path):
     from export.module import load_float32_model
 
     model = TransformerClassifier(tiny_config, num_classes=2)
     model(np.ones((1, 4), np.int32))
     model.save(tmp_path / "model.keras")
-    with pytest.raises(ValueError, match="holds a TransformerClassifier; only translation runs"):
+    with pytest.raises(ValueError, match="holds a TransformerClassifier; this rebuild takes a Transformer"):
         load_float32_model(tmp_path)

@@ -118,8 +118,14 @@ def test_search_ids_passes_the_constraints_on(model, tokenizer):
 class _Manifest:
     """What export's Translator reads of a manifest, for a tokenizer and a Keras model."""
 
+    kind = "translator"
+
     def __init__(self, spm_path, config):
+        from export.common import Manifest
+
         self.path, self.config = spm_path, config
+        self.root = spm_path.parent
+        self.require_kind = Manifest.require_kind.__get__(self)
         self.special_ids = {"pad": config.pad_id, "bos": config.bos_id, "eos": config.eos_id}
 
     def tokenizer_files(self):
