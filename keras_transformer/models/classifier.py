@@ -73,12 +73,28 @@ class TransformerClassifier(keras.Model):
         total = ops.sum(states * weights, axis=1)
         return total / ops.maximum(ops.sum(weights, axis=1), ops.cast(1.0, states.dtype))
 
-    def call(self, ids, training=None):
+    def encode(self, ids, training=None, return_attention_scores=False):
+        """ids (B,S) -> encoder states (B,S,d_model) and their padding mask (B,S) bool; with
+        return_attention_scores also every layer's self-attention weights, a list of
+        `num_encoder_layers` (B,H,S,S) (what the attention explorer shows)."""
         check_ids(ids, "ids")
         mask = padding_mask(ids, self.config.pad_id)
-        states = self.encoder(self.embedding(ids, training=training), mask, training=training)
+        out = self.encoder(self.embedding(ids, training=training), mask, training=training,
+                           return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            states, weights = out
+            return states, mask, weights
+        return out, mask
+
+    def classify(self, states, mask, training=None):
+        """Encoder states (B,S,d_model) and their mask (B,S) -> class logits (B,num_classes)
+        float32: pooled, then the classification head."""
         pooled = self.head_dropout(self.pool(states, mask), training=training)
         return ops.cast(self.head(pooled), "float32")
+
+    def call(self, ids, training=None):
+        states, mask = self.encode(ids, training=training)
+        return self.classify(states, mask, training=training)
 
     def get_config(self):
         config = super().get_config()
