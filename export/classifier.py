@@ -1,5 +1,6 @@
 """A classification run -> an export directory: `classify` (token ids to class probabilities)
-as a SavedModel, one ONNX graph and TFLite models, with manifest.json (kind "classifier").
+as a SavedModel, one ONNX graph and TFLite models, with manifest.json (kind "classifier"), and
+with --with-attention attention.onnx (classify plus the encoder's self-attention weights).
 
 The graph takes the ids the training pipeline made (pieces + EOS, right-padded with PAD) and
 returns the softmax of the classifier's logits beside the logits; tokenizing, truncating and
@@ -21,8 +22,15 @@ from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
-from .common import MANIFEST, MANIFEST_VERSION, directory_entries, file_entry
+from .common import (
+    CLASSIFIER_ATTENTION_INTERFACE,
+    MANIFEST,
+    MANIFEST_VERSION,
+    directory_entries,
+    file_entry,
+)
 from .module import run_model_config
+from .onnx_convert import convert_function, export_attention
 from .onnx_graph import ONNX_OPSET
 
 log = logging.getLogger("export")
@@ -78,6 +86,27 @@ class ClassifierModule(tf.Module):
                 "logits": tf.identity(logits, name="logits")}
 
 
+def attention_function(model: TransformerClassifier) -> tf.function:
+    """`classify` with the encoder's self-attention weights as one more output: ids (B,S)
+    int32 as classify takes them (pieces + EOS, right-padded with PAD) -> probabilities and
+    logits (B,C) float32, and encoder_self (B,L,H,S,S) float32, every layer's weights stacked
+    (rows are queries and sum to 1; the columns of PAD keys are 0). The classifier's
+    counterpart of export.module.attention_function; its own graph (attention.onnx), so the
+    classify graphs of every format stay as they are."""
+
+    def attention(ids):
+        states, mask, weights = model.encode(ids, training=False, return_attention_scores=True)
+        logits = model.classify(states, mask, training=False)
+        return {"probabilities": tf.identity(tf.nn.softmax(logits, axis=-1),
+                                             name="probabilities"),
+                "logits": tf.identity(logits, name="logits"),
+                "encoder_self": tf.identity(tf.cast(tf.stack(weights, axis=1), tf.float32),
+                                            name="encoder_self")}
+
+    return tf.function(attention, input_signature=[tf.TensorSpec([None, None], tf.int32,
+                                                                 name="ids")])
+
+
 def _export_savedmodel(module: ClassifierModule, out: Path) -> None:
     tf.saved_model.save(module, str(out / "savedmodel"),
                         signatures={SIGNATURE: module.classify.get_concrete_function()})
@@ -85,16 +114,9 @@ def _export_savedmodel(module: ClassifierModule, out: Path) -> None:
 
 def _export_onnx(module: ClassifierModule, out: Path, int8: bool) -> dict:
     import onnx
-    import tf2onnx
-
-    from .onnx_convert import safe_reshape_merging
 
     files = {"classifier": "classifier.onnx"}
-    with safe_reshape_merging():
-        graph, _ = tf2onnx.convert.from_function(
-            module.classify, input_signature=module.classify.input_signature, opset=ONNX_OPSET)
-    onnx.checker.check_model(graph, full_check=True)
-    onnx.save(graph, str(out / files["classifier"]))
+    convert_function(module.classify, out / files["classifier"])
     variants = {"float32": files}
     if int8:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -128,8 +150,10 @@ def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...
 
 
 def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, formats,
-                           quantize: str, versions: dict) -> dict:
-    """Every format of `formats` and the manifest into `out` (the staged export directory)."""
+                           quantize: str, versions: dict, with_attention: bool = False) -> dict:
+    """Every format of `formats` and the manifest into `out` (the staged export directory);
+    `with_attention` adds attention.onnx (attention_function), which the attention explorer
+    (export.serve) reads."""
     tokenizer_path = run_dir / TOKENIZER
     if not tokenizer_path.is_file():
         raise FileNotFoundError(f"{tokenizer_path} is missing: is {run_dir} a finished "
@@ -160,7 +184,14 @@ def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, forma
                     "int8": ("float32", "int8"), "all": ("float32", "fp16", "int8")}[quantize]
         manifest_formats["tflite"] = {"signatures": [SIGNATURE],
                                       "variants": _export_tflite(module, out, variants)}
+    attention = None
+    if with_attention:
+        log.info("exporting the attention weights (ONNX)")
+        attention = export_attention(attention_function(model), out,
+                                     CLASSIFIER_ATTENTION_INTERFACE)
     files = {TOKENIZER: file_entry(out, out / TOKENIZER)}
+    if attention is not None:
+        files[attention["file"]] = file_entry(out, out / attention["file"])
     for fmt_name, fmt in manifest_formats.items():
         for variant in fmt["variants"].values():
             for name in variant.values():
@@ -189,5 +220,7 @@ def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, forma
         },
         "versions": versions,
     }
+    if attention is not None:
+        manifest["attention"] = attention
     atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest

@@ -1,5 +1,6 @@
 """Cross-runtime parity of a classifier export (`python -m export.parity` on a manifest of
-kind "classifier"): class probabilities and their argmax against the Keras model."""
+kind "classifier"): class probabilities and their argmax against the Keras model, and, in an
+export made with --with-attention, the encoder self-attention weights of attention.onnx."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 import numpy as np
 
 from .common import Manifest, variant_bytes
-from .runtime.classifier import load_runtime
+from .runtime.classifier import attention_runtime, keras_model, load_runtime
 
 TOLERANCE = 1e-4  # max |Δ| of a float32 runtime's probabilities against keras
 # A quantized variant against its format's float32: the probabilities move by the weights'
@@ -93,5 +94,35 @@ def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print) -> bo
         size = variant_bytes(manifest.data, manifest.format_files(fmt, variant))
         out(f"   {fmt:<7} {variant:<8} {size / 1e6:7.2f} MB  max|Δ| {delta:.2e}  argmax "
             f"agreement {agree:7.2%}  {'ok' if passed else 'FAIL'}")
+    if "attention" in manifest.data:
+        out(f"\n{3 if quantized else 2}. attention.onnx against keras on the "
+            f"{sum(map(len, inputs[:2]))} id sequences of the two small batches, padded "
+            f"(max|Δ| <= {TOLERANCE:g})")
+        for output, delta in attention_parity(manifest, inputs[:2], run_dir).items():
+            passed = delta <= TOLERANCE
+            ok &= passed
+            out(f"   {output:<24} max|Δ| {delta:.2e}  {'ok' if passed else 'FAIL'}")
     out(f"\n{'PASS' if ok else 'FAIL'}")
     return ok
+
+
+def attention_parity(manifest: Manifest, inputs: list[np.ndarray], run_dir=None
+                     ) -> dict[str, float]:
+    """{"attention.<output>": max|Δ|} of attention.onnx's probabilities and encoder_self
+    against the Keras model's own (export.classifier.attention_function, the function it was
+    converted from), over the batches `inputs`."""
+    from .classifier import attention_function
+
+    function = attention_function(keras_model(manifest, run_dir))
+    onnx = attention_runtime(manifest)
+    worst: dict[str, float] = {}
+    for ids in inputs:
+        reference = {name: t.numpy() for name, t in function(ids).items()}
+        got = onnx(ids)
+        for name, value in got.items():
+            ref = reference[name]
+            delta = (float("inf") if value.shape != ref.shape else
+                     float(np.max(np.abs(value.astype(np.float64) - ref))))
+            key = f"attention.{name}"
+            worst[key] = max(worst.get(key, 0.0), delta)
+    return worst

@@ -18,13 +18,20 @@ MANIFEST = "manifest.json"
 # read as they are.
 MANIFEST_VERSION = 4
 READABLE_VERSIONS = (3, 4)
-# The attention-weights graph of `python -m export --with-attention` (export.serve shows it).
+# The attention-weights graph of `python -m export --with-attention` (export.serve shows it),
+# for a translator and for a classifier.
 ATTENTION_FILE = "attention.onnx"
 ATTENTION_INTERFACE = (
     "source_ids int32 (1,S) ending in EOS, target_ids int32 (1,T) = BOS and the generated "
     "tokens -> per layer stacked: encoder_self float32 (L,H,S,S), decoder_self (L,H,T,T) "
     "(zero above the diagonal), cross (L,H,T,S); row i of the decoder's weights is the step "
     "that produced output token i")
+# A classifier's attention.onnx: its classify graph with one more output.
+CLASSIFIER_ATTENTION_INTERFACE = (
+    "ids int32 (B,S): pieces + EOS, right-padded with PAD, as classify takes them -> "
+    "probabilities float32 (B,C), logits float32 (B,C), and encoder_self float32 (B,L,H,S,S), "
+    "every encoder layer's self-attention weights stacked (rows are queries and sum to 1; "
+    "the columns of PAD keys are 0)")
 # The weight variants each format can be exported in (export.exporters): ONNX is quantized
 # dynamically to int8 only; the TF formats stay float32.
 FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "int8"),
@@ -258,8 +265,10 @@ class Manifest:
 
     @property
     def task(self) -> str:
-        """The run's task (translation, summarization, ...); translation when unrecorded."""
-        return self.data.get("task", "translation")
+        """The run's task (translation, summarization, ...); when unrecorded, classification
+        for a classifier's export, else translation."""
+        return self.data.get("task", "classification" if self.kind == "classifier"
+                             else "translation")
 
     @property
     def decoding(self) -> dict:

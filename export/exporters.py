@@ -22,7 +22,6 @@ from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
 from .common import (
-    ATTENTION_FILE,
     ATTENTION_INTERFACE,
     DECODING_DEFAULTS,
     DIRECTORY_FORMATS,
@@ -39,7 +38,7 @@ from .module import (
     load_trained,
     model_kind,
 )
-from .onnx_convert import safe_reshape_merging
+from .onnx_convert import convert_function, export_attention
 from .onnx_graph import ONNX_OPSET
 
 log = logging.getLogger("export")
@@ -155,14 +154,8 @@ def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
     module = decoding_module(model)
     files = {"decoder_step": "decoder_step.onnx"}
     if hasattr(module, "encode"):
-        import tf2onnx
-
         files = {"encoder": "encoder.onnx", **files}
-        with safe_reshape_merging():
-            encoder, _ = tf2onnx.convert.from_function(
-                module.encode, input_signature=module.encode.input_signature, opset=ONNX_OPSET)
-        onnx.checker.check_model(encoder, full_check=True)
-        onnx.save(encoder, str(out / files["encoder"]))
+        convert_function(module.encode, out / files["encoder"])
     # The step runs once per token, where tf2onnx's node count costs more than the FLOPs.
     onnx.save(build_decoder_step(model), str(out / files["decoder_step"]))
     variants = {"float32": files}
@@ -178,22 +171,6 @@ def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
             onnx.checker.check_model(onnx.load(str(out / quantized[role])))
         variants["int8"] = quantized
     return variants
-
-
-def export_attention_onnx(model, out: Path) -> str:
-    """attention.onnx (tf2onnx, opset 17): one sentence pair, teacher-forced, to every layer's
-    attention weights (export.module.attention_function). Float32 only: it is read by a
-    person, once per sentence."""
-    import onnx
-    import tf2onnx
-
-    function = attention_function(model)
-    with safe_reshape_merging():
-        graph, _ = tf2onnx.convert.from_function(
-            function, input_signature=function.input_signature, opset=ONNX_OPSET)
-    onnx.checker.check_model(graph, full_check=True)
-    onnx.save(graph, str(out / ATTENTION_FILE))
-    return ATTENTION_FILE
 
 
 def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -226,7 +203,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     The run is checked (model, tokenizers) and --out with it before anything is written; the
     export is built in a hidden sibling of `out_dir` and swapped in whole at the end, so a
     failed or killed export leaves the previous one as it was. `with_attention` adds
-    attention.onnx (the weights the attention explorer, export.serve, shows)."""
+    attention.onnx (the weights the attention explorer, export.serve, shows) to a
+    translator's or a classifier's export."""
     run_dir, out = Path(run_dir), Path(out_dir)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
@@ -245,10 +223,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
 
         with staged_directory(out) as stage:
             manifest = export_classifier_into(stage, run_dir, trained, formats, quantize,
-                                              _versions())
+                                              _versions(), with_attention)
             Manifest(stage)
         return manifest
     model = float32_transformer(run_dir, trained)
+    if with_attention and model_kind(model) == "lm":
+        raise ValueError("--with-attention exports the weights the attention explorer shows, "
+                         "for a translation, summarization or classification run; a language "
+                         "model's export has none: export it without --with-attention")
     source_tok, target_tok = _tokenizer_files(run_dir)
     with staged_directory(out) as stage:
         manifest = _export_into(stage, run_dir, model, formats, quantize, translate_signature,
@@ -309,8 +291,7 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
     attention = None
     if with_attention:
         log.info("exporting the attention weights (ONNX)")
-        attention = {"file": export_attention_onnx(model, out), "opset": ONNX_OPSET,
-                     "interface": ATTENTION_INTERFACE}
+        attention = export_attention(attention_function(model), out, ATTENTION_INTERFACE)
 
     files = {name: file_entry(out, out / name) for name in sorted({source_tok, target_tok})}
     if attention is not None:

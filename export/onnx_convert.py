@@ -1,8 +1,10 @@
-"""What converting a tf.function to ONNX with tf2onnx needs around it."""
+"""Converting a tf.function to ONNX with tf2onnx: what the conversion needs around it, and the
+conversion, check and save that every tf2onnx graph of an export goes through."""
 
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 
 @contextlib.contextmanager
@@ -28,3 +30,30 @@ def safe_reshape_merging():
         yield
     finally:
         b2b._func_map[key] = merge
+
+
+def convert_function(function, path) -> None:
+    """tf2onnx's conversion of a tf.function with an input signature (opset ONNX_OPSET, the
+    Reshape merge guarded), checked in full and saved to `path`."""
+    import onnx
+    import tf2onnx
+
+    from .onnx_graph import ONNX_OPSET
+
+    with safe_reshape_merging():
+        graph, _ = tf2onnx.convert.from_function(
+            function, input_signature=function.input_signature, opset=ONNX_OPSET)
+    onnx.checker.check_model(graph, full_check=True)
+    onnx.save(graph, str(path))
+
+
+def export_attention(function, out, interface: str) -> dict:
+    """attention.onnx in `out`: the conversion of `function`, a model's attention weights
+    (export.module.attention_function for a translator, export.classifier's for a
+    classifier), and its manifest entry {"file", "opset", "interface"}. Float32 only: it is
+    read by a person, once per sentence."""
+    from .common import ATTENTION_FILE
+    from .onnx_graph import ONNX_OPSET
+
+    convert_function(function, Path(out) / ATTENTION_FILE)
+    return {"file": ATTENTION_FILE, "opset": ONNX_OPSET, "interface": interface}

@@ -3,7 +3,8 @@
 
 A runtime is a callable `ids (B,S) int32 -> probabilities (B,C) float32` over the export's
 `classify` graph. `onnx` and `tflite` need only NumPy, sentencepiece and their own runtime
-package; `savedmodel` and `keras` import TensorFlow when chosen.
+package; `savedmodel` and `keras` import TensorFlow when chosen. `attention_runtime` runs the
+attention.onnx of an export made with --with-attention (the attention explorer's weights).
 """
 
 from __future__ import annotations
@@ -24,23 +25,50 @@ TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt
 Runtime = Callable[[np.ndarray], np.ndarray]
 
 
-def onnx_runtime(manifest: Manifest, variant: str = "float32", threads: int = 0) -> Runtime:
+def _onnx_session(path: Path, threads: int = 0):
     try:
         import onnxruntime as ort
     except ImportError as err:
         raise ExportError("the onnx runtime needs onnxruntime: pip install onnxruntime==1.31.1"
                           ) from err
-    path = manifest.file(manifest.format_files("onnx", variant)["classifier"])
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
         raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
 
+
+def onnx_runtime(manifest: Manifest, variant: str = "float32", threads: int = 0) -> Runtime:
+    session = _onnx_session(manifest.file(manifest.format_files("onnx", variant)["classifier"]),
+                            threads)
+
     def run(ids):
         return session.run(["probabilities"], {"ids": ids})[0]
+
+    return run
+
+
+ATTENTION_OUTPUTS = ("probabilities", "encoder_self")
+
+
+def attention_runtime(manifest: Manifest, threads: int = 0
+                      ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """attention.onnx of a classifier export made with --with-attention (ExportError naming
+    the flag otherwise): ids (B,S) int32 as classify takes them -> {"probabilities" (B,C),
+    "encoder_self" (B,L,H,S,S)} float32, every encoder layer's self-attention weights."""
+    manifest.require_kind("classifier", "the classifier's attention runtime")
+    session = _onnx_session(manifest.attention_file(), threads)
+    outputs = {o.name for o in session.get_outputs()}
+    if not outputs.issuperset(ATTENTION_OUTPUTS):
+        raise ExportError(f"{manifest.attention_file()} has the outputs {sorted(outputs)}, not "
+                          f"{', '.join(ATTENTION_OUTPUTS)}; export it again with "
+                          f"--with-attention")
+
+    def run(ids):
+        got = session.run(list(ATTENTION_OUTPUTS), {"ids": np.asarray(ids, np.int32)})
+        return dict(zip(ATTENTION_OUTPUTS, got, strict=True))
 
     return run
 
@@ -82,12 +110,10 @@ def savedmodel_runtime(manifest: Manifest) -> Runtime:
     return run
 
 
-def keras_runtime(manifest: Manifest, run_dir: str | Path | None = None) -> Runtime:
-    """The float32 rebuild of the run's model.keras, with the softmax the export adds. The
-    run is the directory given, else the export directory's parent when the export sits
-    inside its run; the run path the manifest records is never followed."""
-    import tensorflow as tf
-
+def keras_model(manifest: Manifest, run_dir: str | Path | None = None):
+    """The float32 rebuild of the run's model.keras (a TransformerClassifier). The run is the
+    directory given, else the export directory's parent when the export sits inside its run;
+    the run path the manifest records is never followed."""
     from ..classifier import load_float32_classifier
     from ..module import load_trained
 
@@ -105,6 +131,14 @@ def keras_runtime(manifest: Manifest, run_dir: str | Path | None = None) -> Runt
     if model.num_classes != manifest.model["num_classes"]:
         raise ExportError(f"{run_dir} does not hold the model of {manifest.root} (num_classes "
                           f"differ); pass the run it was exported from with --run")
+    return model
+
+
+def keras_runtime(manifest: Manifest, run_dir: str | Path | None = None) -> Runtime:
+    """keras_model's probabilities: the model with the softmax the export adds."""
+    import tensorflow as tf
+
+    model = keras_model(manifest, run_dir)
     classify = tf.function(lambda ids: tf.nn.softmax(model(ids, training=False), axis=-1))
 
     def run(ids):
