@@ -1,5 +1,7 @@
-"""One sentence in, its translation (or summary) and every attention weight out, over the ONNX
-runtime of an export made with --with-attention. What `python -m export.serve` answers.
+"""One sentence in, its translation (or summary, or class) and every attention weight out,
+over the ONNX runtime of an export made with --with-attention. What `python -m export.serve`
+answers: `Explorer` for a translator's export (translation, summarization),
+`ClassifierExplorer` for a classifier's; `open_explorer` picks by the manifest's kind.
 
 NumPy, sentencepiece and onnxruntime only (no TensorFlow, no web packages).
 """
@@ -8,16 +10,49 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from keras_transformer.text.sources import default_max_length
 
 from .common import Manifest
 from .runtime import Translator, load_backend
+from .runtime.classifier import Classifier, attention_runtime, onnx_runtime
 
 KINDS = ("encoder_self", "decoder_self", "cross")
+CLASSIFIER_KINDS = ("encoder",)
 
 
 class InputError(ValueError):
-    """The text of a request cannot be translated; the message says what to change."""
+    """The text of a request cannot be translated or classified; the message says what to
+    change."""
+
+
+def check_text(text) -> str:
+    """The text of a request, or InputError naming what is wrong with it."""
+    if not isinstance(text, str):
+        raise InputError(f'"text" must be a string, not {type(text).__name__}')
+    if "\n" in text:
+        raise InputError('"text" holds a line break; send one sentence (one line) per '
+                         'request')
+    if "\x00" in text:
+        raise InputError('"text" holds a NUL character; remove it')
+    if not text.strip():
+        raise InputError('"text" is empty; type a sentence')
+    return text
+
+
+def open_explorer(export_dir: str | Path, beam_size: int | None = None,
+                  alpha: float | None = None) -> Explorer | ClassifierExplorer:
+    """The explorer of an export's kind: a ClassifierExplorer for a classifier, else an
+    Explorer (which refuses a language model's export, naming the tool for it). The search
+    settings are a translator's; given for a classifier they are a ValueError."""
+    manifest = Manifest(export_dir)
+    if manifest.kind == "classifier":
+        if beam_size is not None or alpha is not None:
+            raise ValueError(f"{export_dir} holds a classifier, which has no search: drop "
+                             f"--beam and --alpha")
+        return ClassifierExplorer(export_dir, manifest)
+    return Explorer(export_dir, beam_size, alpha, manifest)
 
 
 class Explorer:
@@ -29,9 +64,12 @@ class Explorer:
     its own cache), onnxruntime's `run` and sentencepiece's encode/decode may be called from
     several threads, and the attention session is made once under a lock."""
 
+    kind = "translator"
+
     def __init__(self, export_dir: str | Path, beam_size: int | None = None,
-                 alpha: float | None = None):
-        self.manifest = Manifest(export_dir)
+                 alpha: float | None = None, manifest: Manifest | None = None):
+        self.manifest = manifest or Manifest(export_dir)
+        self.manifest.require_kind("translator", "the translation explorer")
         self.manifest.attention_file()  # the export's fault, reported before serving
         self.backend = load_backend(self.manifest, "onnx")
         self.translator = Translator(self.manifest, self.backend)
@@ -50,23 +88,10 @@ class Explorer:
         self.num_heads = model["num_heads"]
 
     def info(self) -> dict:
-        return {"task": self.task, "encoder_layers": self.num_layers,
+        return {"kind": self.kind, "task": self.task, "encoder_layers": self.num_layers,
                 "decoder_layers": self.num_decoder_layers, "heads": self.num_heads,
                 "max_source_length": self.translator.max_source_length,
                 "beam_size": self.beam_size, "alpha": self.alpha, **self.search}
-
-    def check_text(self, text) -> str:
-        """The text of a request, or InputError naming what is wrong with it."""
-        if not isinstance(text, str):
-            raise InputError(f'"text" must be a string, not {type(text).__name__}')
-        if "\n" in text:
-            raise InputError('"text" holds a line break; send one sentence (one line) per '
-                             'request')
-        if "\x00" in text:
-            raise InputError('"text" holds a NUL character; remove it')
-        if not text.strip():
-            raise InputError('"text" is empty; type a sentence')
-        return text
 
     def explain(self, text: str) -> dict:
         """text -> {"output", "source_tokens", "output_tokens", "decoder_input_tokens",
@@ -75,7 +100,7 @@ class Explorer:
         `output` is what export.translate prints for that line. Rows of decoder_self and
         cross are output_tokens (the step that produced each), their columns
         decoder_input_tokens (BOS, then the output) and source_tokens (EOS included)."""
-        text = self.check_text(text)
+        text = check_text(text)
         translator = self.translator
         try:
             (source_ids,) = translator.encode([text], truncate=self.truncate)
@@ -104,3 +129,59 @@ class Explorer:
             "attention": {kind: weights[kind].tolist() for kind in KINDS},
         }
 
+
+class ClassifierExplorer:
+    """Classify one sentence as `python -m export.classify` does (the same Classifier over
+    the onnx runtime's float32 classifier.onnx, the sentence in a batch of its own, truncated
+    to max_source_length as the tool truncates by default) and add its encoder
+    self-attention weights from attention.onnx.
+
+    Thread-safe: both onnxruntime sessions are made once, before serving; onnxruntime's
+    `run` and sentencepiece's encode may be called from several threads."""
+
+    kind = "classifier"
+
+    def __init__(self, export_dir: str | Path, manifest: Manifest | None = None):
+        self.manifest = manifest or Manifest(export_dir)
+        self.manifest.require_kind("classifier", "the classifier explorer")
+        self.attention = attention_runtime(self.manifest)  # names --with-attention if absent
+        self.classifier = Classifier(self.manifest, onnx_runtime(self.manifest))
+        self.task = self.manifest.task
+        model = self.manifest.model
+        self.num_layers = model.get("num_encoder_layers")
+        self.num_heads = model.get("num_heads")
+
+    def info(self) -> dict:
+        return {"kind": self.kind, "task": self.task, "encoder_layers": self.num_layers,
+                "heads": self.num_heads, "max_source_length": self.classifier.max_source_length,
+                "labels": self.classifier.labels}
+
+    def explain(self, text: str) -> dict:
+        """text -> {"label", "probability", "probabilities": {label: probability, in class
+        order}, "tokens", "truncated", "attention": {"encoder": nested lists
+        [layer][head][row][column]}}.
+
+        `label` and `probability` are what export.classify prints for that line (it prints
+        the probability with 4 decimals); `tokens` are the pieces and `</s>` the model read
+        (rows and columns of the weights)."""
+        text = check_text(text)
+        classifier = self.classifier
+        try:
+            (ids,) = classifier.encode([text], truncate=True)
+        except ValueError as err:  # pieces of nothing, e.g. only characters the model drops
+            raise InputError(f'"text" gives no tokens for this model ({err})') from None
+        truncated = len(classifier.sp.encode(text)) + 1 > len(ids)
+        # Classifier.probabilities on this one sentence: a batch of its own, no padding.
+        batch = classifier.batch_ids([ids])
+        probabilities = np.asarray(classifier.runtime(batch), np.float32)
+        [(label, probability)] = classifier.top_k(probabilities, 1)[0]
+        weights = self.attention(batch)["encoder_self"][0]
+        return {
+            "label": label,
+            "probability": probability,
+            "probabilities": dict(zip(classifier.labels, map(float, probabilities[0]),
+                                      strict=True)),
+            "tokens": [classifier.sp.id_to_piece(int(i)) for i in ids],
+            "truncated": bool(truncated),
+            "attention": {"encoder": weights.tolist()},
+        }

@@ -2,17 +2,21 @@
 
     python -m export.serve --export runs/demo/export [--port 8000] [--host 127.0.0.1]
 
-GET / is the page: type a sentence, see its translation (or summary) and the attention
-heatmaps (pick the kind, layer and head; hover a cell for its two tokens and weight).
-POST /translate takes {"text": "..."} and answers {"output", "source_tokens",
-"output_tokens", "decoder_input_tokens", "truncated", "attention"} (export.explorer);
-GET /health answers {"status": "ok", ...the model's geometry}. A bad request gets an HTTP 4xx
-answer {"error": "<what to fix>"}. TensorFlow-free: onnxruntime runs the model; Starlette and
-uvicorn serve, and the page draws with the plotly.js that the plotly package ships, served
-from here (the page needs no internet).
+GET / is the page: type a sentence, see its translation (or summary, or class and class
+probabilities) and the attention heatmaps (pick the kind, layer and head; hover a cell for its
+two tokens and weight). Over a translator's export (translation, summarization), POST
+/translate takes {"text": "..."} and answers {"output", "source_tokens", "output_tokens",
+"decoder_input_tokens", "truncated", "attention"}; over a classifier's, POST /classify takes
+the same and answers {"label", "probability", "probabilities", "tokens", "truncated",
+"attention": {"encoder"}} (export.explorer). The other route answers 404 naming the right one.
+GET /health answers {"status": "ok", "kind", ...the model's geometry}. A bad request gets an
+HTTP 4xx answer {"error": "<what to fix>"}. TensorFlow-free: onnxruntime runs the model;
+Starlette and uvicorn serve, and the page draws with the plotly.js that the plotly package
+ships, served from here (the page needs no internet).
 
 Exit codes: 0 stopped (Ctrl-C); 2 bad usage (a missing or damaged export, one without the
-attention weights, a port that cannot be bound, a web package not installed); 1 a failure.
+attention weights, a language model's export, --beam or --alpha for a classifier, a port that
+cannot be bound, a web package not installed); 1 a failure.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from keras_transformer.command_line import (
     int_in,
 )
 
-from .explorer import Explorer, InputError
+from .explorer import ClassifierExplorer, Explorer, InputError, open_explorer
 
 PAGE = Path(__file__).with_name("explorer.html")
 # A sentence is a few hundred bytes; this bounds the work a single request can ask for.
@@ -83,8 +87,13 @@ def parse_body(body: bytes) -> str:
     return data["text"]
 
 
-def create_app(explorer: Explorer, plotly_path: Path | None = None):
-    """The Starlette application: the page, plotly.js, /health and /translate."""
+# The route that explains a sentence, per kind of export (Explorer.kind).
+ROUTES = {"translator": "/translate", "classifier": "/classify"}
+
+
+def create_app(explorer: Explorer | ClassifierExplorer, plotly_path: Path | None = None):
+    """The Starlette application: the page, plotly.js, /health, and /translate or /classify
+    as the export's kind asks (the other answers 404 naming the right route)."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
@@ -103,17 +112,21 @@ def create_app(explorer: Explorer, plotly_path: Path | None = None):
     async def health(request: Request):
         return JSONResponse({"status": "ok", **explorer.info()})
 
-    async def translate(request: Request):
+    async def explain(request: Request):
+        route = ROUTES[explorer.kind]
+        if request.url.path != route:
+            return JSONResponse({"error": f"this server runs a {explorer.kind}'s export: POST "
+                                          f'{{"text": "..."}} to {route}'}, status_code=404)
         try:
             text = parse_body(await request.body())
-            # The search runs in a worker thread: the server answers other requests meanwhile.
+            # The model runs in a worker thread: the server answers other requests meanwhile.
             result = await run_in_threadpool(explorer.explain, text)
         except RequestError as err:
             return JSONResponse({"error": str(err)}, status_code=err.status)
         except InputError as err:
             return JSONResponse({"error": str(err)}, status_code=422)
         except Exception as err:  # noqa: BLE001 - one failed request must not stop the server
-            log.exception("translating a request failed")
+            log.exception("explaining a request failed")
             return JSONResponse({"error": f"the model failed on this text: "
                                           f"{type(err).__name__}: {err}"}, status_code=500)
         return JSONResponse(result)
@@ -122,7 +135,7 @@ def create_app(explorer: Explorer, plotly_path: Path | None = None):
         Route("/", index),
         Route("/plotly.min.js", plotly),
         Route("/health", health),
-        Route("/translate", translate, methods=["POST"]),
+        *(Route(route, explain, methods=["POST"]) for route in ROUTES.values()),
     ])
 
 
@@ -156,10 +169,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--port", type=int_in(0, 65535), default=8000,
                         help="port, 0 to 65535; 0 picks a free one (default 8000)")
     parser.add_argument("--beam", type=int_in(1, 64), default=None,
-                        help="beam size, 1 (greedy) to 64 (default: the run's, as "
-                             "export.translate)")
+                        help="beam size of a translator, 1 (greedy) to 64 (default: the "
+                             "run's, as export.translate)")
     parser.add_argument("--alpha", type=float_in(0, 10), default=None,
-                        help="length penalty exponent, in [0, 10] (default: the run's)")
+                        help="length penalty exponent of a translator, in [0, 10] (default: "
+                             "the run's)")
     add_debug_flag(parser)
     return parser.parse_args(argv)
 
@@ -173,7 +187,7 @@ def main(argv) -> int:
         import uvicorn
     except ImportError as err:
         raise CommandError(f"the explorer needs {err.name}: pip install {WEB_PACKAGES}") from None
-    explorer = Explorer(args.export, beam_size=args.beam, alpha=args.alpha)
+    explorer = open_explorer(args.export, beam_size=args.beam, alpha=args.alpha)
     app = create_app(explorer)
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
