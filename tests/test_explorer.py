@@ -11,6 +11,7 @@ demo run; see docs/export.md).
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -258,32 +259,40 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.fixture(scope="module")
-def server(world):
-    """The base URL of `python -m export.serve` (TensorFlow blocked) on a free port, started
-    once."""
-    log = world["root"] / "serve.log"
+@contextlib.contextmanager
+def serving(export: Path, log: Path):
+    """The base URL of `python -m export.serve --export export` (TensorFlow blocked) on a free
+    port, its output in `log`; stopped on leaving."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", SERVE_WITHOUT_TF, "--export", str(world["export"]),
-             "--port", "0"], cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
-    url = None
-    deadline = time.monotonic() + 120
-    while url is None and time.monotonic() < deadline and process.poll() is None:
-        for word in log.read_text(errors="replace").split():
-            if word.startswith("http://"):
-                url = word.rstrip("/")
-        time.sleep(0.2)
-    assert url is not None, log.read_text(errors="replace")[-3000:]
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+            [sys.executable, "-c", SERVE_WITHOUT_TF, "--export", str(export), "--port", "0"],
+            cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while url is None and time.monotonic() < deadline and process.poll() is None:
+            for word in log.read_text(errors="replace").split():
+                if word.startswith("http://"):
+                    url = word.rstrip("/")
+            time.sleep(0.2)
+        assert url is not None, log.read_text(errors="replace")[-3000:]
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
-def _post(url: str, body: bytes, **kwargs):
+@pytest.fixture(scope="module")
+def server(world):
+    """The base URL of the explorer of the translator's export, started once."""
+    with serving(world["export"], world["root"] / "serve.log") as url:
+        yield url
+
+
+def post(url: str, body: bytes, route: str = "/translate", **kwargs):
     import httpx
 
-    return httpx.post(f"{url}/translate", content=body,
+    return httpx.post(f"{url}{route}", content=body,
                       headers={"Content-Type": "application/json"}, timeout=60, **kwargs)
 
 
@@ -307,13 +316,16 @@ def test_bad_requests_get_a_clear_answer_and_the_server_keeps_serving(server, ex
     import httpx
 
     for body, status, words in BAD_REQUESTS:
-        answer = _post(server, body)
+        answer = post(server, body)
         assert answer.status_code == status, (body[:60], answer.text)
         assert words in answer.json()["error"], (body[:60], answer.json())
     assert httpx.get(f"{server}/translate").status_code == 405
+    other = post(server, b'{"text": "one red cat"}', route="/classify")
+    assert other.status_code == 404 and "/translate" in other.json()["error"]
     health = httpx.get(f"{server}/health").json()
     assert health["status"] == "ok" and health["heads"] == explorer.num_heads
-    good = _post(server, json.dumps({"text": "one red cat"}).encode())
+    assert health["kind"] == "translator"
+    good = post(server, json.dumps({"text": "one red cat"}).encode())
     assert good.status_code == 200
     assert good.json()["output"] == explorer.explain("one red cat")["output"]
 
@@ -333,7 +345,7 @@ def test_fifty_concurrent_requests_each_get_their_own_answer(server, explorer):
 
     def ask(i: int) -> None:
         barrier.wait()
-        answers[i] = _post(server, json.dumps({"text": texts[i]}).encode())
+        answers[i] = post(server, json.dumps({"text": texts[i]}).encode())
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
     for thread in threads:
@@ -356,15 +368,28 @@ def test_fifty_concurrent_requests_each_get_their_own_answer(server, explorer):
 # --- the page in a real browser -------------------------------------------------------------
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="chromium and chromium-driver are not installed (.ci/run installs them: apt-get "
+           "install chromium chromium-driver)")
 
 
-@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                    reason="chromium and chromium-driver are not installed (.ci/run installs "
-                           "them: apt-get install chromium chromium-driver)")
-def test_page_in_headless_chromium_shows_the_translation_and_the_apis_weights(
-        world, server, tmp_path):
+def chrome():
+    """Headless Chromium driven by Selenium (the caller quits it)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1500,900"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@needs_chromium
+def test_page_in_headless_chromium_shows_the_translation_and_the_apis_weights(
+        world, server, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -372,14 +397,9 @@ def test_page_in_headless_chromium_shows_the_translation_and_the_apis_weights(
     sentence = "I saw two big dogs" if "KT_EXPLORER_RUN" not in os.environ else \
         "she bought three small dogs"
     expected = _translate_cli(world["export"], [sentence], tmp_path)[0]
-    api = _post(server, json.dumps({"text": sentence}).encode()).json()
+    api = post(server, json.dumps({"text": sentence}).encode()).json()
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1500,900"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = chrome()
     try:
         wait = WebDriverWait(driver, 60)
         driver.get(server + "/")

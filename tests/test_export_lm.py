@@ -301,6 +301,17 @@ def test_an_export_of_the_other_kind_is_refused_by_each_tool(lm_export, tmp_path
     assert (tree_digest(tmp_path), tree_digest(lm_export)) == before
 
 
+@pytest.mark.slow
+def test_the_attention_explorer_refuses_a_language_model(lm_run, lm_export, tmp_path):
+    out = tmp_path / "with_attention"
+    result = run_cli("export", "--run", lm_run, "--format", "onnx", "--with-attention",
+                     "--out", out)
+    assert_clean_failure(result, 2, "--with-attention", "language model")
+    assert not out.exists()
+    result = run_cli("export.serve", "--export", lm_export, "--port", "0", timeout=120)
+    assert_clean_failure(result, 2, "holds a language model", "export.generate")
+
+
 def test_generate_cli_is_greedy_without_sampling_options():
     args = generate_cli.parse_args(["--export", "x", "--prompt", "y"])
     assert generate_cli.sampling_options(args) == {"temperature": 0.0, "seed": 0}
