@@ -30,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "in whole; an earlier export there is replaced")
     parser.add_argument("--with-attention", action="store_true",
                         help="also export attention.onnx, every layer's attention weights for "
-                             "one sentence pair (what python -m export.serve shows)")
+                             "one sentence pair (a classifier: for its sentences), what python "
+                             "-m export.serve shows; needs the onnx format")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it holds files that are not an export "
                              "made by this tool")
