@@ -34,8 +34,8 @@ def code_fingerprint() -> str:
     """sha256 of the code that shapes an exported graph: a change there makes exports stale."""
     files = sorted((ROOT / "keras_transformer").rglob("*.py")) + [
         ROOT / "export" / name
-        for name in ("common.py", "exporters.py", "module.py", "onnx_graph.py",
-                     "translate_graph.py")]
+        for name in ("common.py", "exporters.py", "module.py", "onnx_convert.py",
+                     "onnx_graph.py", "translate_graph.py")]
     digest = hashlib.sha256()
     for path in files:
         if path.is_file():

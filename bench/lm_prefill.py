@@ -60,7 +60,7 @@ def prefill_onnx(model):
     import tensorflow as tf
     import tf2onnx
 
-    from export.exporters import safe_reshape_merging
+    from export.onnx_convert import safe_reshape_merging
 
     def prefill(ids):
         x = model.embedding(ids, training=False)

@@ -85,7 +85,7 @@ def export_nocache(model, out: Path) -> None:
     import tensorflow as tf
     import tf2onnx
 
-    from export.exporters import safe_reshape_merging
+    from export.onnx_convert import safe_reshape_merging
     from export.onnx_graph import ONNX_OPSET
 
     out.mkdir(parents=True, exist_ok=True)
