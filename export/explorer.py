@@ -19,7 +19,7 @@ from .runtime import Translator, load_backend
 from .runtime.classifier import Classifier, attention_runtime, onnx_runtime
 
 KINDS = ("encoder_self", "decoder_self", "cross")
-CLASSIFIER_KINDS = ("encoder",)
+CLASSIFIER_KINDS = ("encoder_self",)
 
 
 class InputError(ValueError):
@@ -158,7 +158,7 @@ class ClassifierExplorer:
 
     def explain(self, text: str) -> dict:
         """text -> {"label", "probability", "probabilities": {label: probability, in class
-        order}, "tokens", "truncated", "attention": {"encoder": nested lists
+        order}, "tokens", "truncated", "attention": {"encoder_self": nested lists
         [layer][head][row][column]}}.
 
         `label` and `probability` are what export.classify prints for that line (it prints
@@ -183,5 +183,5 @@ class ClassifierExplorer:
                                       strict=True)),
             "tokens": [classifier.sp.id_to_piece(int(i)) for i in ids],
             "truncated": bool(truncated),
-            "attention": {"encoder": weights.tolist()},
+            "attention": {"encoder_self": weights.tolist()},
         }

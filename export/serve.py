@@ -8,7 +8,7 @@ two tokens and weight). Over a translator's export (translation, summarization),
 /translate takes {"text": "..."} and answers {"output", "source_tokens", "output_tokens",
 "decoder_input_tokens", "truncated", "attention"}; over a classifier's, POST /classify takes
 the same and answers {"label", "probability", "probabilities", "tokens", "truncated",
-"attention": {"encoder"}} (export.explorer). The other route answers 404 naming the right one.
+"attention": {"encoder_self"}} (export.explorer). The other route answers 404 naming the right one.
 GET /health answers {"status": "ok", "kind", ...the model's geometry}. A bad request gets an
 HTTP 4xx answer {"error": "<what to fix>"}. TensorFlow-free: onnxruntime runs the model;
 Starlette and uvicorn serve, and the page draws with the plotly.js that the plotly package

@@ -149,8 +149,8 @@ def test_explain_gives_export_classifys_label_and_probabilities(export, explorer
         assert result["truncated"] == cut
         assert tokens[:-1] == pieces[:MAX_LENGTH - 1 if cut else len(pieces)]
         shown.add(cut)
-        weights = np.array(result["attention"]["encoder"])
-        assert list(result["attention"]) == ["encoder"]
+        weights = np.array(result["attention"]["encoder_self"])
+        assert list(result["attention"]) == ["encoder_self"]
         assert weights.shape == (layers, heads, len(tokens), len(tokens))
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     assert shown == {True, False}  # whole sentences and truncated ones
@@ -242,7 +242,7 @@ def test_thirty_concurrent_requests_each_get_their_own_answer(server, explorer):
         got = answer.json()
         for key in ("label", "probability", "probabilities", "tokens", "truncated"):
             assert got[key] == want[key], (text, key)
-        np.testing.assert_allclose(got["attention"]["encoder"], want["attention"]["encoder"],
+        np.testing.assert_allclose(got["attention"]["encoder_self"], want["attention"]["encoder_self"],
                                    atol=1e-6)
 
 
@@ -269,7 +269,7 @@ def test_page_in_headless_chromium_shows_the_label_probabilities_and_the_apis_we
         assert driver.find_element(By.ID, "go").text == "Classify"
         kinds = [o.get_attribute("value") for o in
                  Select(driver.find_element(By.ID, "kind")).options]
-        assert kinds == ["encoder"]  # a classifier has its encoder's self-attention only
+        assert kinds == ["encoder_self"]  # a classifier has its encoder's self-attention only
         assert not driver.find_element(By.ID, "output-tokens-row").is_displayed()
         driver.find_element(By.ID, "text").send_keys(sentence)
         driver.find_element(By.ID, "go").click()
@@ -283,7 +283,7 @@ def test_page_in_headless_chromium_shows_the_label_probabilities_and_the_apis_we
             printed[i:i + 2] for i in range(0, len(printed), 2)]
         assert driver.find_element(By.ID, "source-tokens").text == " ".join(api["tokens"])
 
-        weights = api["attention"]["encoder"]
+        weights = api["attention"]["encoder_self"]
         layers, heads = len(weights), len(weights[0])
         tokens = [html.escape(t, quote=False) for t in api["tokens"]]
         for layer, head in ((layers - 1, heads - 1), (0, 0)):
