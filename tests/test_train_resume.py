@@ -92,6 +92,10 @@ def test_kill_9_mid_run_then_rerun_resumes_and_matches_an_uninterrupted_run(
     assert resumed["epochs"] == full["epochs"] == 3
     assert resumed["dev_loss"] == pytest.approx(full["dev_loss"], rel=1e-4)
     assert resumed["best_dev_bleu"] == pytest.approx(full["best_dev_bleu"], abs=1e-6)
+    # metrics.json holds every epoch, those of the killed process too.
+    assert resumed["epoch_dev"]["bleu"] == pytest.approx(full["epoch_dev"]["bleu"], abs=1e-6)
+    assert len(resumed["epoch_losses"]) == len(resumed["epoch_minutes"]) == 3
+    assert resumed["train_seconds"] > backup["elapsed_seconds"]  # the killed process's too
     assert (out / "test.hyp").read_text() == (full_out / "test.hyp").read_text()
 
     weights = corrupt / "backup" / backup["weights"]

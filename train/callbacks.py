@@ -225,6 +225,28 @@ class DevScoring(keras.callbacks.Callback):
                 self.model.stop_training = True
 
 
+class EpochHistory(keras.callbacks.Callback):
+    """Every epoch's logs (loss, val_*, minutes), kept in the backup's state: a resumed run's
+    metrics.json then holds the epochs of every process, not only its own.
+
+    Placed after the callbacks that add to the logs (TimeBudget, DevScoring) and before the
+    backup that saves the state."""
+
+    def __init__(self):
+        super().__init__()
+        self.history: dict[str, list[float]] = {}
+
+    def state(self) -> dict:
+        return {"history": self.history}
+
+    def load_state(self, state: dict) -> None:
+        self.history = {k: list(v) for k, v in state.get("history", {}).items()}
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(float(value))
+
+
 class TimeBudget(keras.callbacks.Callback):
     """Stops training once `minutes` of wall clock are spent, counting time before a resume.
 

@@ -23,6 +23,7 @@ from keras_transformer.schedules import TransformerSchedule
 from .callbacks import (
     DevScoring,
     EpochCheckpoints,
+    EpochHistory,
     NaNGuard,
     ResumableBackup,
     TimeBudget,
@@ -159,9 +160,12 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
     """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need."""
     t = config.training
     budget = TimeBudget(t.max_minutes)
+    epoch_history = EpochHistory()
+    tap = BatchTap() if strategy.num_replicas_in_sync == 1 else None
     backup = ResumableBackup(
         out / "backup", t.save_every_steps, fingerprint(config),
-        extra_state=lambda: {**budget.state(), **(dev_scoring.state() if dev_scoring else {})})
+        extra_state=lambda: {**budget.state(), **epoch_history.state(),
+                             **(dev_scoring.state() if dev_scoring else {})})
     with strategy.scope():
         # Under a strategy, Keras builds the compiled loss and metrics from a batch it pulls
         # and averages across replicas: the ids become float32, and replicas holding different
@@ -176,6 +180,7 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         if dev_scoring:
             dev_scoring.load_state(state)
         budget.load_state(state)
+        epoch_history.load_state(state)
         if state.get("finished"):
             # Killed after training, while saving or scoring: only that part is redone.
             log.info("training had finished at step %d; saving and scoring again", resumed)
@@ -188,10 +193,8 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         callbacks.append(EpochCheckpoints(out / "checkpoints", t.keep_checkpoints))
         if t.tensorboard:
             callbacks.append(keras.callbacks.TensorBoard(str(out / "logs"), write_graph=False))
-    callbacks.append(backup)
+    callbacks += [epoch_history, backup]
 
-    tap = BatchTap() if strategy.num_replicas_in_sync == 1 else None
-    history: dict[str, list] = {}
     epochs_done = int(state["epoch"]) if state else 0
     start = time.perf_counter()
     for initial, epochs, steps, skip, offset in segments(state, t.epochs, t.steps_per_epoch):
@@ -206,8 +209,6 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
                            initial_epoch=initial, epochs=epochs, steps_per_epoch=steps,
                            callbacks=callbacks, verbose=t.verbose,
                            shuffle=False)  # the dataset shuffles itself, before bucketing
-        for key, values in result.history.items():
-            history.setdefault(key, []).extend(values)
         epochs_done = initial + len(result.history.get("loss", []))
         if nan_guard.fired or model.stop_training or budget.fired:
             break
@@ -221,8 +222,12 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
     if tap is not None:
         log.info("train steps saw %d distinct batch shapes (%s); with jit_compile each is "
                  "one XLA compilation", len(tap.shapes), sorted(tap.shapes))
-    result = {"history": {k: [float(v) for v in values] for k, values in history.items()},
-              "steps": step, "epochs": epochs_done, "train_seconds": seconds,
+    # The epochs and seconds of every process of a resumed run; the target tokens (counted
+    # as the input pipeline reads them, prefetching included) of this process only, so
+    # tokens per second divides them by this process's seconds.
+    result = {"history": epoch_history.history,
+              "steps": step, "epochs": epochs_done,
+              "train_seconds": budget.spent_before + seconds, "process_seconds": seconds,
               "stopped_by_time_budget": budget.fired,
               "target_tokens": tap.target_tokens if tap else None,
               "distinct_batch_shapes": len(tap.shapes) if tap else None}
@@ -290,7 +295,7 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
         # Wall clock of model.fit, so per-epoch validation and dev scores are included.
         metrics["train_target_tokens"] = result["target_tokens"]
         metrics["target_tokens_per_second"] = round(
-            result["target_tokens"] / max(result["train_seconds"], 1e-9), 1)
+            result["target_tokens"] / max(result["process_seconds"], 1e-9), 1)
     if config.training.max_minutes:
         metrics["max_minutes"] = config.training.max_minutes
         metrics["stopped_by_time_budget"] = result["stopped_by_time_budget"]
