@@ -1,5 +1,6 @@
-"""Exporting a classification run (SavedModel, ONNX, TFLite and their fp16/int8 variants),
-parity of the class probabilities across runtimes, and `export.classify`.
+"""A classification run: its per-epoch dev macro-F1 and best.keras, exporting it
+(SavedModel, ONNX, TFLite and their fp16/int8 variants), parity of the class probabilities
+across runtimes, and `export.classify`.
 
 One tiny classifier is trained on generated three-class data in the UIT-VSFC file format
 and exported with every format and variant, once for this module.
@@ -75,6 +76,26 @@ def run_dir(data_dir, tmp_path_factory):
     return out
 
 
+def reference_scores(gold: list[int], predicted: list[int]) -> tuple[float, float]:
+    """(accuracy, macro-F1) in percent, from precision and recall by counting: the mean F1 of
+    the classes that occur in the gold labels or the predictions."""
+    classes = sorted(set(gold) | set(predicted))
+    f1s = []
+    for c in classes:
+        right = sum(g == p == c for g, p in zip(gold, predicted, strict=True))
+        precision = right / predicted.count(c) if predicted.count(c) else 0.0
+        recall = right / gold.count(c) if gold.count(c) else 0.0
+        f1s.append(2 * precision * recall / (precision + recall) if right else 0.0)
+    accuracy = sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)
+    return 100 * accuracy, 100 * sum(f1s) / len(f1s)
+
+
+def read_split(data_dir: Path, split: str) -> tuple[list[str], list[int]]:
+    texts = (data_dir / split / "sents.txt").read_text("utf-8").splitlines()
+    labels = (data_dir / split / "sentiments.txt").read_text("utf-8").splitlines()
+    return texts, [NAMES.index(label) for label in labels]
+
+
 @pytest.fixture(scope="module")
 def export_dir(run_dir):
     from export.exporters import export_run
@@ -101,6 +122,37 @@ def test_classification_run_reports_dev_and_test_f1(run_dir):
         assert metrics[f"{split}_macro_f1"] == pytest.approx(sum(f1) / 3, abs=0.01)
         # The class word decides the class: far above chance (33%) after training.
         assert metrics[f"{split}_accuracy"] >= 60.0, metrics
+
+
+def test_dev_macro_f1_of_each_epoch_picks_best_keras(run_dir, data_dir):
+    """The per-epoch dev score is macro-F1 (accuracy beside it); the best epoch's weights are
+    best.keras, and its macro-F1 is that of best.keras's own predictions on dev."""
+    import keras
+
+    import keras_transformer
+    from keras_transformer.text.pipeline import make_classification_dataset
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    dev = metrics["epoch_dev"]
+    assert len(dev["macro_f1"]) == len(dev["accuracy_percent"]) == metrics["epochs"] == 4
+    best = metrics["best_epoch"]
+    assert metrics["best_dev_macro_f1"] == max(dev["macro_f1"]) == dev["macro_f1"][best - 1]
+    assert metrics["dev_score_sentences"] == 60
+    assert (run_dir / "best.npz").is_file()
+    # Keras' own dev accuracy (a fraction) is left beside the dev score's (percent).
+    assert dev["accuracy"] == pytest.approx([a / 100 for a in dev["accuracy_percent"]],
+                                            abs=1e-3)
+    keras_transformer.register_serializables()
+    model = keras.models.load_model(run_dir / "best.keras", compile=False)
+    texts, gold = read_split(data_dir, "dev")
+    batches = make_classification_dataset(texts, gold, SentencePieceTokenizer(
+        run_dir / "spm.model"), max_length=24, batch_size=7, shuffle=False)
+    predicted = [int(p) for ids, _ in batches
+                 for p in np.argmax(np.asarray(model(ids, training=False)), axis=-1)]
+    accuracy, macro_f1 = reference_scores(gold, predicted)
+    assert dev["macro_f1"][best - 1] == pytest.approx(macro_f1, abs=0.006)
+    assert dev["accuracy_percent"][best - 1] == pytest.approx(accuracy, abs=0.006)
 
 
 def test_manifest_records_the_classifier(manifest, run_dir):

@@ -15,10 +15,10 @@ from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
 
 from ..config import ConfigError
-from ..data import load_classification
+from ..data import LabeledSplit, load_classification
 from ..engine import replayable
 from ..scoring import classification_scores
-from ..tasks.base import Task, transformer_config
+from ..tasks.base import DevScore, Task, transformer_config
 from ..tokenizers import train_tokenizer
 
 log = logging.getLogger("train")
@@ -44,7 +44,8 @@ def class_names(labels: list[str], num_classes: int, splits: dict) -> list[str]:
 
 class ClassificationTask(Task):
     """Labeled sentences (train.data.load_classification); dev and test accuracy, per-class
-    F1 and macro-F1."""
+    F1 and macro-F1. After every epoch the dev macro-F1 (eval.dev_bleu_sentences 0 turns it
+    off) picks best.keras."""
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
@@ -98,22 +99,47 @@ class ClassificationTask(Task):
     def describe(self, model) -> str:
         return f", {self.num_classes} classes, batch {self.batch_size}"
 
+    def predict(self, model, split: LabeledSplit) -> tuple[np.ndarray, np.ndarray]:
+        """(gold, predicted) class ids of a split's sentences, in its order: the one
+        prediction loop of the per-epoch dev score, the final scores and train.evaluate."""
+        gold, predicted = [], []
+        for ids, labels in self.labeled_batches(split):
+            gold.append(labels.numpy())
+            predicted.append(np.argmax(model(ids, training=False), axis=-1))
+        return np.concatenate(gold), np.concatenate(predicted)
+
+    def scores(self, model, split: LabeledSplit) -> dict:
+        """train.scoring.classification_scores of the model's predictions on a split."""
+        return classification_scores(*self.predict(model, split), self.names)
+
+    def dev_score(self):
+        if not self.config.eval.dev_bleu_sentences:
+            return None
+        dev = self.dev
+
+        def score(model):
+            s = self.scores(model, dev)
+            # Not "accuracy": val_accuracy is Keras' own (a fraction), logged beside it.
+            return {"macro_f1": s["macro_f1"], "accuracy_percent": s["accuracy"]}
+
+        return DevScore(score, {"dev_score_sentences": len(dev)}, name="macro_f1",
+                        label="macro-F1")
+
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         for split in ("dev", "test"):
             if split not in self.splits:
                 continue
-            gold, predicted = [], []
-            for ids, labels in self.labeled_batches(self.splits[split]):
-                gold.append(labels.numpy())
-                predicted.append(np.argmax(model(ids, training=False), axis=-1))
-            scores = classification_scores(np.concatenate(gold), np.concatenate(predicted),
-                                           self.names)
+            scores = self.scores(model, self.splits[split])
             metrics[f"{split}_accuracy"] = scores["accuracy"]
             metrics[f"{split}_macro_f1"] = scores["macro_f1"]
             metrics[f"{split}_f1"] = scores["f1"]
             metrics[f"{split}_sentences"] = len(self.splits[split])
-            per_class = ", ".join(f"{name} {'-' if f1 is None else f'{f1:.2f}'}"
-                                  for name, f1 in scores["f1"].items())
-            print(f"{split}: accuracy {scores['accuracy']:.2f}%, macro-F1 "
-                  f"{scores['macro_f1']:.2f} (F1 {per_class}) ({len(self.splits[split])} "
-                  f"sentences)")
+            print(f"{split}: {format_scores(scores)} ({len(self.splits[split])} sentences)")
+
+
+def format_scores(scores: dict) -> str:
+    """Accuracy, macro-F1 and the per-class F1 of classification_scores, on one line."""
+    per_class = ", ".join(f"{name} {'-' if f1 is None else f'{f1:.2f}'}"
+                          for name, f1 in scores["f1"].items())
+    return (f"accuracy {scores['accuracy']:.2f}%, macro-F1 {scores['macro_f1']:.2f} "
+            f"(F1 {per_class})")
