@@ -21,7 +21,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from keras_transformer.command_line import (
@@ -35,51 +34,9 @@ from keras_transformer.command_line import (
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import read_lines
 
-from .attention import cross_attention, generated_tokens, pieces
+from .attention import write_attention_plots
 from .data import load_summaries
-from .plots import heatmap_grid
 from .tokenizers import load_run_tokenizers
-
-
-def plot_attention(weights: np.ndarray, source_pieces: list[str], target_pieces: list[str],
-                   path: Path, title: str) -> None:
-    """One heatmap per decoder layer (heads averaged): target tokens down, source across."""
-    layers = weights.shape[0]
-    heatmap_grid(weights.mean(axis=1), path, columns=layers,
-                 titles=[f"decoder layer {layer + 1}, mean over heads" for layer in range(layers)],
-                 row_labels=target_pieces, col_labels=source_pieces, xlabel="source",
-                 ylabel="output", suptitle=title, dpi=110)
-
-
-def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
-                          *, beam_size: int, alpha: float,
-                          line_numbers: list[int] | None = None, **search) -> list[Path]:
-    """PNG heatmaps of the cross-attention for each sentence's own output (by the search
-    settings given: beam_size, alpha, and keras_transformer.decoding's constraints in
-    `search`; an over-long source is cut as the search cuts it), named attention_<line>.png
-    by `line_numbers` (1-based; default 1, 2, ...)."""
-    from keras_transformer.text.sources import encode_sources
-    from keras_transformer.translator import search_ids
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    c = model.config
-    paths = []
-    numbers = line_numbers or list(range(1, len(sentences) + 1))
-    for number, sentence, ids in zip(numbers, sentences, encode_sources(
-            sentences, source_tok.encode, c.max_source_length, c.eos_id, truncate=True),
-            strict=True):
-        source = np.array(ids, np.int32)
-        result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha,
-                            **search)
-        output = result.to_lists(c.eos_id)[0]
-        generated = generated_tokens(result, c.eos_id)[0]  # the row that chose EOS too
-        weights = cross_attention(model, source, generated)
-        path = out_dir / f"attention_{number:03d}.png"
-        plot_attention(weights, pieces(source_tok, ids), pieces(target_tok, generated),
-                       path, f"{sentence}\n→ {target_tok.decode([output])[0]}")
-        paths.append(path)
-    return paths
-
 
 EVAL_DIR = "eval"  # train.evaluate's own directory in a run
 MAX_BEAM, MAX_BATCH, MAX_PLOTS = 64, 4096, 100
