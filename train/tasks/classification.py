@@ -15,11 +15,11 @@ from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
 
 from ..config import ConfigError
-from ..data import LabeledSplit, load_classification
+from ..data import LabeledSplit, load_classification, parse_label
 from ..engine import replayable
 from ..scoring import classification_scores
-from ..tasks.base import DevScore, Task, transformer_config
-from ..tokenizers import train_tokenizer
+from ..tasks.base import DevScore, FileScores, Task, transformer_config
+from ..tokenizers import load_run_tokenizers, train_tokenizer
 
 log = logging.getLogger("train")
 
@@ -135,6 +135,71 @@ class ClassificationTask(Task):
             metrics[f"{split}_f1"] = scores["f1"]
             metrics[f"{split}_sentences"] = len(self.splits[split])
             print(f"{split}: {format_scores(scores)} ({len(self.splits[split])} sentences)")
+
+    # -- train.evaluate: a label file scored like the run's dev and test splits ----------
+
+    evaluate_options = frozenset({"--ref", "--hyp", "--overwrite"})
+
+    def read_references(self, run, sources, references, path):
+        """Class ids of the labels beside the non-empty sentences (ids or names of the run's
+        labels.json, as train.data.parse_label reads a split's labels); None beside a blank
+        sentence."""
+        names = run_class_names(run)
+        labels = []
+        for lineno, (text, label) in enumerate(zip(sources, references, strict=True), start=1):
+            if not text.strip():
+                labels.append(None)
+            elif not label.strip():
+                raise ValueError(f"{path}:{lineno}: empty label for the sentence on line "
+                                 f"{lineno}")
+            else:
+                labels.append(parse_label(label, names, f"{path}:{lineno}"))
+        return labels
+
+    def use_run(self, run, model, batch_size=None):
+        self.tok = load_run_tokenizers(run)[0]
+        self.names = run_class_names(run)
+        if len(self.names) != model.num_classes:
+            raise ValueError(f"{run / LABELS_FILE} names {len(self.names)} classes but the "
+                             f"model has {model.num_classes}")
+        d = self.config.data
+        self.batch_size = batch_size or max(1, d.tokens_per_batch // d.max_source_length)
+
+    def evaluate_file(self, model, lines, references, name):
+        """The predicted class name of every non-empty line (sentences cut to
+        data.max_source_length pieces, as in training); accuracy, macro-F1 and per-class F1
+        against the labels."""
+        scored = [i for i, text in enumerate(lines) if text.strip()]
+        result = FileScores(sources=[lines[i].strip() for i in scored], scored=scored)
+        if len(scored) < len(lines):
+            result.notes.append(f"skipped {len(lines) - len(scored)} empty lines (their lines "
+                                f"in the output are empty)")
+        gold = [references[i] for i in scored] if references is not None else [0] * len(scored)
+        result.outputs = [""] * len(lines)
+        if not scored:
+            return result
+        gold, predicted = self.predict(model, LabeledSplit(result.sources, gold))
+        for i, label in zip(scored, predicted, strict=True):
+            result.outputs[i] = self.names[label]
+        if references is not None:
+            result.scores = classification_scores(gold, predicted, self.names)
+            result.printed = [f"{format_scores(result.scores)} ({len(scored)} sentences)"]
+            result.details = {"sentences": len(scored), "skipped": len(lines) - len(scored)}
+        return result
+
+
+def run_class_names(run: Path) -> list[str]:
+    """The class names a classification run wrote to labels.json, in id order."""
+    path = run / LABELS_FILE
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found: the run's class names are missing") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is unreadable ({err})") from err
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path} must hold a JSON list of class names")
+    return names
 
 
 def format_scores(scores: dict) -> str:
