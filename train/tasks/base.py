@@ -59,7 +59,8 @@ class Task:
     not run."""
 
     # The options of train.evaluate, beside --run, --src, --model and --batch-size, that apply
-    # to the task's runs; another one given is refused.
+    # to the task's runs; another one given is refused. Without "--hyp" the task writes no
+    # output file.
     evaluate_options: frozenset[str] = frozenset()
     # Whether an input file is scored by itself (a language model's text), with no --ref.
     scored_without_references = False
