@@ -1,5 +1,6 @@
-"""Exporting a classification run (SavedModel, ONNX, TFLite and their fp16/int8 variants),
-parity of the class probabilities across runtimes, and `export.classify`.
+"""A classification run: its per-epoch dev macro-F1 and best.keras, `train.evaluate` on a
+label file, exporting it (SavedModel, ONNX, TFLite and their fp16/int8 variants), parity of
+the class probabilities across runtimes, and `export.classify`.
 
 One tiny classifier is trained on generated three-class data in the UIT-VSFC file format
 and exported with every format and variant, once for this module.
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli_probe import assert_clean_failure, run_cli, tree_digest
+from tests.cli_probe import assert_clean_failure, call_main, run_cli, tree_digest
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,26 @@ def run_dir(data_dir, tmp_path_factory):
     return out
 
 
+def reference_scores(gold: list[int], predicted: list[int]) -> tuple[float, float]:
+    """(accuracy, macro-F1) in percent, from precision and recall by counting: the mean F1 of
+    the classes that occur in the gold labels or the predictions."""
+    classes = sorted(set(gold) | set(predicted))
+    f1s = []
+    for c in classes:
+        right = sum(g == p == c for g, p in zip(gold, predicted, strict=True))
+        precision = right / predicted.count(c) if predicted.count(c) else 0.0
+        recall = right / gold.count(c) if gold.count(c) else 0.0
+        f1s.append(2 * precision * recall / (precision + recall) if right else 0.0)
+    accuracy = sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)
+    return 100 * accuracy, 100 * sum(f1s) / len(f1s)
+
+
+def read_split(data_dir: Path, split: str) -> tuple[list[str], list[int]]:
+    texts = (data_dir / split / "sents.txt").read_text("utf-8").splitlines()
+    labels = (data_dir / split / "sentiments.txt").read_text("utf-8").splitlines()
+    return texts, [NAMES.index(label) for label in labels]
+
+
 @pytest.fixture(scope="module")
 def export_dir(run_dir):
     from export.exporters import export_run
@@ -101,6 +122,106 @@ def test_classification_run_reports_dev_and_test_f1(run_dir):
         assert metrics[f"{split}_macro_f1"] == pytest.approx(sum(f1) / 3, abs=0.01)
         # The class word decides the class: far above chance (33%) after training.
         assert metrics[f"{split}_accuracy"] >= 60.0, metrics
+
+
+def test_dev_macro_f1_of_each_epoch_picks_best_keras(run_dir, data_dir):
+    """The per-epoch dev score is macro-F1 (accuracy beside it); the best epoch's weights are
+    best.keras, and its macro-F1 is that of best.keras's own predictions on dev."""
+    import keras
+
+    import keras_transformer
+    from keras_transformer.text.pipeline import make_classification_dataset
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    dev = metrics["epoch_dev"]
+    assert len(dev["macro_f1"]) == len(dev["accuracy_percent"]) == metrics["epochs"] == 4
+    best = metrics["best_epoch"]
+    assert metrics["best_dev_macro_f1"] == max(dev["macro_f1"]) == dev["macro_f1"][best - 1]
+    assert metrics["dev_score_sentences"] == 60
+    assert (run_dir / "best.npz").is_file()
+    # Keras' own dev accuracy (a fraction) is left beside the dev score's (percent).
+    assert dev["accuracy"] == pytest.approx([a / 100 for a in dev["accuracy_percent"]],
+                                            abs=1e-3)
+    keras_transformer.register_serializables()
+    model = keras.models.load_model(run_dir / "best.keras", compile=False)
+    texts, gold = read_split(data_dir, "dev")
+    batches = make_classification_dataset(texts, gold, SentencePieceTokenizer(
+        run_dir / "spm.model"), max_length=24, batch_size=7, shuffle=False)
+    predicted = [int(p) for ids, _ in batches
+                 for p in np.argmax(np.asarray(model(ids, training=False)), axis=-1)]
+    accuracy, macro_f1 = reference_scores(gold, predicted)
+    assert dev["macro_f1"][best - 1] == pytest.approx(macro_f1, abs=0.006)
+    assert dev["accuracy_percent"][best - 1] == pytest.approx(accuracy, abs=0.006)
+
+
+def evaluate(*args):
+    from train.evaluate import main
+
+    return call_main(main, *args)
+
+
+def test_evaluate_scores_label_files_as_the_run_did(run_dir, data_dir, tmp_path):
+    """train.evaluate on a split's sentence and label files gives the run's own accuracy,
+    macro-F1 and per-class F1 for it, and writes the predicted class names line-aligned."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for split, count in (("dev", 60), ("test", 90)):
+        out = tmp_path / f"{split}.labels"
+        result = evaluate("--run", run_dir, "--src", data_dir / split / "sents.txt", "--ref",
+                          data_dir / split / "sentiments.txt", "--hyp", out)
+        assert result.code == 0, result.stderr[-3000:]
+        entry = json.loads((run_dir / "metrics.json").read_text())[
+            "evaluations"]["model.keras"]["sents.txt"]
+        assert {k: entry[k] for k in ("accuracy", "macro_f1", "f1")} == {
+            k: metrics[f"{split}_{k}"] for k in ("accuracy", "macro_f1", "f1")}
+        assert (entry["sentences"], entry["skipped"], entry["hypotheses"]) == (count, 0,
+                                                                                str(out))
+        assert f"accuracy {metrics[f'{split}_accuracy']:.2f}%, macro-F1" in result.stdout
+        predicted = [NAMES.index(name) for name in out.read_text("utf-8").splitlines()]
+        assert reference_scores(read_split(data_dir, split)[1], predicted)[0] == \
+            pytest.approx(metrics[f"{split}_accuracy"], abs=0.006)
+    # Class ids instead of names, and a blank line: skipped, its output line empty.
+    texts, gold = read_split(data_dir, "test")
+    src, ref, out = tmp_path / "blank.txt", tmp_path / "blank.ids", tmp_path / "blank.labels"
+    src.write_text("".join(f"{t}\n" for t in [*texts[:5], "  ", *texts[5:]]), "utf-8")
+    ref.write_text("".join(f"{g}\n" for g in [*gold[:5], "", *gold[5:]]), "utf-8")
+    result = evaluate("--run", run_dir, "--src", src, "--ref", ref, "--hyp", out)
+    assert result.code == 0, result.stderr[-3000:]
+    assert "skipped 1 empty lines" in result.stderr
+    lines = out.read_text("utf-8").split("\n")
+    assert len(lines) == 92 and lines[5] == "" and lines[-1] == ""
+    entry = json.loads((run_dir / "metrics.json").read_text())[
+        "evaluations"]["model.keras"]["blank.txt"]
+    assert (entry["accuracy"], entry["macro_f1"], entry["skipped"]) == (
+        metrics["test_accuracy"], metrics["test_macro_f1"], 1)
+    # Without --ref: the labels only, nothing recorded.
+    result = evaluate("--run", run_dir, "--src", src, "--hyp", out, "--overwrite")
+    assert result.code == 0 and "macro-F1" not in result.stdout, result.stderr[-3000:]
+    assert out.read_text("utf-8").split("\n") == lines
+
+
+def test_evaluate_refuses_bad_labels_and_options_in_one_line(run_dir, data_dir, tmp_path):
+    src, ref = data_dir / "test" / "sents.txt", tmp_path / "labels.txt"
+    labels = (data_dir / "test" / "sentiments.txt").read_text("utf-8").splitlines()
+    before = tree_digest(run_dir)
+    cases = [
+        ([*labels[:2], "happy", *labels[3:]], [], [f"{ref}:3", "unknown label 'happy'",
+                                                  "negative, neutral, positive"]),
+        ([*labels[:2], "3", *labels[3:]], [], [f"{ref}:3", "unknown label '3'"]),
+        ([*labels[:2], "", *labels[3:]], [], [f"{ref}:3", "empty label"]),
+        (labels[:-1], [], ["has 90 lines", "has 89"]),
+        (labels, ["--beam", "2"], ["--beam does not apply to a classification run"]),
+        (labels, ["--plot-attention", "1"], ["--plot-attention does not apply"]),
+        (labels, ["--min-length", "3"], ["--min-length does not apply"]),
+    ]
+    for lines, extra, words in cases:
+        ref.write_text("".join(f"{x}\n" for x in lines), "utf-8")
+        result = evaluate("--run", run_dir, "--src", src, "--ref", ref, *extra)
+        assert_clean_failure(result, 2, *words)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    tsv = evaluate("--run", run_dir, "--tsv", tmp_path / "x.tsv")
+    assert_clean_failure(tsv, 2, "--tsv does not apply to a classification run")
+    assert tree_digest(run_dir) == before
 
 
 def test_manifest_records_the_classifier(manifest, run_dir):

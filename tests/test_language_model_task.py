@@ -1,7 +1,8 @@
 """Task language_model: the windows of one token stream, the summed negative log-likelihood and
 the perplexities derived from it against hand-computed values, `python -m train` end to end on
-a made-up Vietnamese-like corpus, and `python -m train.generate` (greedy = the uncached
-argmax, reproducible sampling, bad input)."""
+a made-up Vietnamese-like corpus, `python -m train.generate` (greedy = the uncached argmax,
+reproducible sampling, bad input), and `python -m train.evaluate` on a text file (the run's
+own test perplexity)."""
 
 from __future__ import annotations
 
@@ -223,6 +224,57 @@ def test_run_writes_perplexities_from_one_summed_nll(lm_run):
                                                                abs=1e-3)
     assert metrics["dev_score_articles"] == 10 and (out / "best.keras").is_file()
     assert stdout.count("PROMPT ") == 2
+
+
+@pytest.mark.slow
+def test_evaluate_gives_the_runs_test_perplexity_on_its_text(lm_run, tmp_path):
+    """train.evaluate on the run's test articles, one a line with their word joints as the
+    file holds them (data.word_joints splits them, as in training) and a blank line among
+    them, gives the run's own test perplexities and counts; no output file is written."""
+    from train.data import load_summaries
+    from train.evaluate import main
+
+    out, root, _ = lm_run
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    articles = load_summaries(root / "test.tsv").articles[:15]  # eval.max_sentences
+    assert any("_" in a for a in articles)
+    src = tmp_path / "test.txt"
+    src.write_text("\n".join([*articles[:7], "", *articles[7:]]) + "\n", encoding="utf-8")
+    result = call_main(main, "--run", out, "--src", src)
+    assert result.code == 0, result.stderr[-3000:]
+    entry = json.loads((out / "metrics.json").read_text(encoding="utf-8"))[
+        "evaluations"]["model.keras"]["test.txt"]
+    for key in ("tokens", "syllables", "characters"):
+        assert entry[key] == metrics[f"test_{key}"], key
+    for key in ("nll", "perplexity_token", "perplexity_syllable", "bits_per_character"):
+        assert entry[key] == pytest.approx(metrics[f"test_{key}"], rel=1e-9), key
+    assert (entry["articles"], entry["skipped"]) == (15, 1)
+    assert f"perplexity {metrics['test_perplexity_token']:.2f} per token" in result.stdout
+    assert "skipped 1 empty lines" in result.stderr
+    assert not (out / "eval").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, words", [
+    (("--ref", "REF"), ["--ref does not apply to a language_model run", "--batch-size"]),
+    (("--hyp", "OUT"), ["--hyp does not apply to a language_model run"]),
+    (("--beam", "2"), ["--beam does not apply"]),
+    (("--plot-attention", "1"), ["--plot-attention does not apply"]),
+])
+def test_evaluate_refuses_what_a_language_model_does_not_take(lm_run, tmp_path, args, words):
+    from train.evaluate import main
+
+    src = tmp_path / "a.txt"
+    src.write_text("mưa lớn .\n", encoding="utf-8")
+    args = [str(src) if a == "REF" else str(tmp_path / "o.txt") if a == "OUT" else a
+            for a in args]
+    result = call_main(main, "--run", lm_run[0], "--src", src, *args)
+    assert_clean_failure(result, 2, *words)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n", encoding="utf-8")
+    assert_clean_failure(call_main(main, "--run", lm_run[0], "--src", blank), 2,
+                         "no non-empty line")
 
 
 def generate(out: Path, *args):

@@ -112,6 +112,9 @@ def test_uit_vsfc_config_reports_dev_and_test_macro_f1(tmp_path):
         assert set(metrics[f"{split}_f1"]) == {"negative", "neutral", "positive"}
         assert metrics[f"{split}_macro_f1"] == pytest.approx(sum(f1) / len(f1), abs=0.01)
         assert 0.0 <= metrics[f"{split}_accuracy"] <= 100.0
+    # The dev macro-F1 of the one epoch picks best.keras.
+    assert metrics["best_dev_macro_f1"] == metrics["epoch_dev"]["macro_f1"][0]
+    assert metrics["best_epoch"] == 1 and (tmp_path / "best.keras").is_file()
 
 
 def test_tatoeba_envi_holds_out_whole_english_sources():

@@ -1,5 +1,6 @@
 """The attention weights of a trained model, as NumPy arrays, and the token pieces that label
-them: what `train.evaluate --plot-attention` and `train.visualize` draw.
+them, and the cross-attention heatmaps of `train.evaluate --plot-attention`: what it and
+`train.visualize` draw.
 
 One teacher-forced forward pass (dropout off) gives every weight at once: the decoder row
 that produced output token t is the row that sees BOS and the first t output tokens, which
@@ -8,7 +9,11 @@ is the state the search was in when it chose token t.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+
+from .plots import heatmap_grid
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 
@@ -97,3 +102,42 @@ def pieces(tokenizer, ids) -> list[str]:
     processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_bytes)
     return [processor.id_to_piece(int(i)) for i in ids]
 
+
+def plot_attention(weights: np.ndarray, source_pieces: list[str], target_pieces: list[str],
+                   path: Path, title: str) -> None:
+    """One heatmap per decoder layer (heads averaged): target tokens down, source across."""
+    layers = weights.shape[0]
+    heatmap_grid(weights.mean(axis=1), path, columns=layers,
+                 titles=[f"decoder layer {layer + 1}, mean over heads" for layer in range(layers)],
+                 row_labels=target_pieces, col_labels=source_pieces, xlabel="source",
+                 ylabel="output", suptitle=title, dpi=110)
+
+
+def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
+                          *, beam_size: int, alpha: float,
+                          line_numbers: list[int] | None = None, **search) -> list[Path]:
+    """PNG heatmaps of the cross-attention for each sentence's own output (by the search
+    settings given: beam_size, alpha, and keras_transformer.decoding's constraints in
+    `search`; an over-long source is cut as the search cuts it), named attention_<line>.png
+    by `line_numbers` (1-based; default 1, 2, ...)."""
+    from keras_transformer.text.sources import encode_sources
+    from keras_transformer.translator import search_ids
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    c = model.config
+    paths = []
+    numbers = line_numbers or list(range(1, len(sentences) + 1))
+    for number, sentence, ids in zip(numbers, sentences, encode_sources(
+            sentences, source_tok.encode, c.max_source_length, c.eos_id, truncate=True),
+            strict=True):
+        source = np.array(ids, np.int32)
+        result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha,
+                            **search)
+        output = result.to_lists(c.eos_id)[0]
+        generated = generated_tokens(result, c.eos_id)[0]  # the row that chose EOS too
+        weights = cross_attention(model, source, generated)
+        path = out_dir / f"attention_{number:03d}.png"
+        plot_attention(weights, pieces(source_tok, ids), pieces(target_tok, generated),
+                       path, f"{sentence}\n→ {target_tok.decode([output])[0]}")
+        paths.append(path)
+    return paths

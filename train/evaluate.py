@@ -1,16 +1,31 @@
 """python -m train.evaluate: run a trained model over a file and score it with its task's
 metric: a translation run by sacreBLEU (BLEU and chrF, with signatures), a summarization run
-by ROUGE-1/2/L beside the Lead-1 and Lead-3 baselines; and draw cross-attention heatmaps.
+by ROUGE-1/2/L beside the Lead-1 and Lead-3 baselines, a classification run by accuracy,
+macro-F1 and per-class F1 against a label file, a language-model run by its perplexity per
+token and per syllable and bits per character on the text itself; and draw the
+cross-attention heatmaps of a seq2seq model.
+
+The run's task (train.tasks) does the work through its evaluate hooks (Task.evaluate_file and
+the methods beside it); an option that does not apply to it (--beam for a classifier, --tsv
+beside summarization, --plot-attention beside seq2seq, --ref and --hyp for a language model)
+is a one-line error, exit 2.
 
 The search settings default to the run's own (its config.yaml `eval:` section). Translation
 leaves out sentences longer than the model accepts (their output lines stay empty);
-summarization cuts an article to its first pieces, as in training.
+summarization cuts an article to its first pieces, as in training; a classifier cuts a
+sentence to data.max_source_length pieces, as in training. --ref for a classifier holds one
+label per line, line-aligned, as the run's data reads labels (a class id, or a name of the
+run's labels.json); an unknown label is an error naming the line. A language model reads
+each line as an article or a sentence (word joints as data.word_joints says), blank lines
+left out, all of them one token stream as in training.
 
-It reads the run and never replaces the run's own files: the translations go to
+It reads the run and never replaces the run's own files: the outputs (translations,
+summaries, or a classifier's label names, line-aligned, empty for a skipped line) go to
 `<run>/eval/<model>/<src name>.hyp` (its own directory, replaced on a rerun) or to `--hyp FILE`
 (an existing FILE is replaced only with `--overwrite`, never when it is a file of the run),
-written atomically; scores are added to the run's metrics.json under "evaluations". Every
-input and the output path are checked before the model is loaded.
+written atomically; a language model writes no output file. Scores are added to the run's
+metrics.json under "evaluations". Every input and the output path are checked before the
+model is loaded.
 """
 
 from __future__ import annotations
@@ -20,9 +35,6 @@ import json
 import os
 import sys
 from pathlib import Path
-
-import numpy as np
-from tqdm import tqdm
 
 from keras_transformer.command_line import (
     CommandError,
@@ -35,51 +47,7 @@ from keras_transformer.command_line import (
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import read_lines
 
-from .attention import cross_attention, generated_tokens, pieces
 from .data import load_summaries
-from .plots import heatmap_grid
-from .tokenizers import load_run_tokenizers
-
-
-def plot_attention(weights: np.ndarray, source_pieces: list[str], target_pieces: list[str],
-                   path: Path, title: str) -> None:
-    """One heatmap per decoder layer (heads averaged): target tokens down, source across."""
-    layers = weights.shape[0]
-    heatmap_grid(weights.mean(axis=1), path, columns=layers,
-                 titles=[f"decoder layer {layer + 1}, mean over heads" for layer in range(layers)],
-                 row_labels=target_pieces, col_labels=source_pieces, xlabel="source",
-                 ylabel="output", suptitle=title, dpi=110)
-
-
-def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
-                          *, beam_size: int, alpha: float,
-                          line_numbers: list[int] | None = None, **search) -> list[Path]:
-    """PNG heatmaps of the cross-attention for each sentence's own output (by the search
-    settings given: beam_size, alpha, and keras_transformer.decoding's constraints in
-    `search`; an over-long source is cut as the search cuts it), named attention_<line>.png
-    by `line_numbers` (1-based; default 1, 2, ...)."""
-    from keras_transformer.text.sources import encode_sources
-    from keras_transformer.translator import search_ids
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    c = model.config
-    paths = []
-    numbers = line_numbers or list(range(1, len(sentences) + 1))
-    for number, sentence, ids in zip(numbers, sentences, encode_sources(
-            sentences, source_tok.encode, c.max_source_length, c.eos_id, truncate=True),
-            strict=True):
-        source = np.array(ids, np.int32)
-        result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha,
-                            **search)
-        output = result.to_lists(c.eos_id)[0]
-        generated = generated_tokens(result, c.eos_id)[0]  # the row that chose EOS too
-        weights = cross_attention(model, source, generated)
-        path = out_dir / f"attention_{number:03d}.png"
-        plot_attention(weights, pieces(source_tok, ids), pieces(target_tok, generated),
-                       path, f"{sentence}\n→ {target_tok.decode([output])[0]}")
-        paths.append(path)
-    return paths
-
 
 EVAL_DIR = "eval"  # train.evaluate's own directory in a run
 MAX_BEAM, MAX_BATCH, MAX_PLOTS = 64, 4096, 100
@@ -128,29 +96,42 @@ def input_name(args) -> str:
     return Path(args.src or args.tsv).name
 
 
+# train.evaluate's options that a task may take or not (Task.evaluate_options), and whether
+# each was given.
+TASK_OPTIONS = {
+    "--ref": lambda a: a.ref is not None, "--tsv": lambda a: a.tsv is not None,
+    "--beam": lambda a: a.beam is not None, "--alpha": lambda a: a.alpha is not None,
+    "--no-repeat-ngram-size": lambda a: a.no_repeat_ngram_size is not None,
+    "--min-length": lambda a: a.min_length is not None,
+    "--plot-attention": lambda a: a.plot_attention is not None,
+    "--hyp": lambda a: a.hyp is not None, "--overwrite": lambda a: a.overwrite,
+}
+
+
 def run_task(run: Path, args):
     """The run's task (train.run.TASKS by its config.yaml `task:`), its config's eval
-    settings replaced by the options given, with the run's tokenizers."""
+    settings replaced by the options given; an option the task does not take is refused."""
     from .config import load_config
     from .run import TASKS
-    from .tasks.seq2seq import Seq2SeqTask
 
     config = load_config(run / "config.yaml")
-    task = TASKS[config.task](config) if config.task in TASKS else None
-    if not isinstance(task, Seq2SeqTask):
-        raise CommandError(f"{run} is a {config.task} run; train.evaluate scores translation "
-                           f"and summarization runs")
-    if args.tsv and config.task != "summarization":
-        raise CommandError(f"--tsv reads article/summary columns, for summarization runs; "
-                           f"give this {config.task} run --src and --ref")
-    given = {"beam_size": args.beam, "alpha": args.alpha, "batch_size": args.batch_size,
+    if config.task not in TASKS:
+        raise CommandError(f"{run} is a {config.task} run; train.evaluate scores "
+                           f"{', '.join(TASKS)} runs")
+    task = TASKS[config.task](config)
+    for flag, given in TASK_OPTIONS.items():
+        if given(args) and flag not in task.evaluate_options:
+            takes = sorted(task.evaluate_options) + ["--batch-size", "--model"]
+            raise CommandError(f"{flag} does not apply to a {config.task} run (it takes "
+                               f"--src with {', '.join(sorted(takes))})")
+    given = {"beam_size": args.beam, "alpha": args.alpha,
              "no_repeat_ngram_size": args.no_repeat_ngram_size, "min_length": args.min_length}
     config.eval = dataclasses.replace(config.eval, **{k: v for k, v in given.items()
                                                       if v is not None})
     return task
 
 
-def read_inputs(args) -> tuple[list[str], list[str] | None]:
+def read_inputs(args, task) -> tuple[list[str], list[str] | None]:
     """(sources, references or None) from --src/--ref or --tsv, checked line for line."""
     if args.tsv:
         if args.ref:
@@ -162,7 +143,8 @@ def read_inputs(args) -> tuple[list[str], list[str] | None]:
     if references is not None and len(references) != len(sources):
         raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has "
                          f"{len(references)}")
-    if references is not None and not any(s.strip() for s in sources):
+    scored = references is not None or task.scored_without_references
+    if scored and not any(s.strip() for s in sources):
         raise ValueError(f"{args.src} holds no non-empty line to score")
     return sources, references
 
@@ -193,14 +175,18 @@ def main(argv) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m train.evaluate",
         description="Run a trained model over a file and score it by its task: BLEU and "
-                    "chrF (translation), ROUGE with Lead-1/Lead-3 (summarization). Exit codes: 0 done, 2 bad usage or input, 1 a failure while working, "
-                    "130 interrupted.")
+                    "chrF (translation), ROUGE with Lead-1/Lead-3 (summarization), accuracy "
+                    "and macro-F1 (classification), perplexity (language model). Exit codes: "
+                    "0 done, 2 bad usage or input, 1 a failure while working, 130 "
+                    "interrupted.")
     parser.add_argument("--run", required=True, help="run directory, e.g. runs/demo")
     inputs = parser.add_mutually_exclusive_group(required=True)
-    inputs.add_argument("--src", help="source sentences (articles), one per line")
+    inputs.add_argument("--src", help="source sentences (articles; a language model's text), "
+                                      "one per line")
     inputs.add_argument("--tsv", help="summarization: a TSV file with a header naming its "
                                       "article and summary columns (e.g. VNDS's test.tsv.gz)")
-    parser.add_argument("--ref", help="references, line-aligned with --src")
+    parser.add_argument("--ref", help="references (a classifier's labels: class ids or names), "
+                                      "line-aligned with --src; not for a language model")
     parser.add_argument("--model", default="model.keras",
                         help="model file in the run directory (e.g. best.keras, average.keras)")
     parser.add_argument("--beam", type=int_in(1, MAX_BEAM), default=None,
@@ -210,16 +196,17 @@ def main(argv) -> int:
     add_search_constraints(parser, "the run's")
     parser.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=None,
                         help=f"sentences per batch, 1 to {MAX_BATCH} (default: the run's "
-                             f"eval.batch_size)")
+                             f"eval.batch_size; a classifier's training batch; a language "
+                             f"model's windows of its training batch)")
     parser.add_argument("--hyp", "--out", dest="hyp",
                         help="file to write the outputs to (default: "
                              "<run>/eval/<model>/<input name>.hyp)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --hyp file")
-    parser.add_argument("--plot-attention", type=int_in(0, MAX_PLOTS), default=0, metavar="K",
-                        help="write cross-attention heatmaps of the first K scored sentences "
-                             f"(0 to {MAX_PLOTS}), named by their input line, to "
-                             "<run>/eval/<model>/attention/")
+    parser.add_argument("--plot-attention", type=int_in(0, MAX_PLOTS), default=None, metavar="K",
+                        help="seq2seq runs: write cross-attention heatmaps of the first K "
+                             f"scored sentences (0 to {MAX_PLOTS}), named by their input line, "
+                             "to <run>/eval/<model>/attention/")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -230,59 +217,34 @@ def main(argv) -> int:
     model_path = run / args.model
     if Path(args.model).name != args.model:
         raise CommandError(f"--model {args.model!r} must be a file name in the run directory")
-    hyp_path = output_path(args, run)
     task = run_task(run, args)
-    lines, references = read_inputs(args)
+    # A task that writes no output file (a language model's perplexities) refuses --hyp.
+    hyp_path = output_path(args, run) if "--hyp" in task.evaluate_options else None
+    lines, references = read_inputs(args, task)
+    if references is not None and args.ref:
+        references = task.read_references(run, lines, references, args.ref)
     lines = task.prepare_sources(lines)
 
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
     model = load_run_model(model_path)
-    source_tok, target_tok = load_run_tokenizers(run)
-    task.use_tokenizers(source_tok, target_tok)
-    nonempty = [i for i, s in enumerate(lines) if s.strip()]
-    fits = task.scorable([lines[i] for i in nonempty], model.config.max_source_length)
-    scored = [i for i, keep in zip(nonempty, fits, strict=True) if keep]
-    dropped, too_long = len(lines) - len(nonempty), len(nonempty) - len(scored)
-    if references is not None and not scored:
-        raise ValueError(f"every non-empty line of {input_name(args)} is longer than the "
-                         f"model's {model.config.max_source_length} source tokens; nothing "
-                         f"to score")
-    sources = [lines[i] for i in scored]
-    if references is not None:
-        references = [references[i] for i in scored]
-    if dropped or too_long:
-        print(f"skipped {dropped} empty and {too_long} over-long source lines (their lines "
-              f"in the output are empty)", file=sys.stderr)
-    hypotheses = []
-    if sources:
-        with tqdm(total=len(sources), desc="decoding", unit="line") as bar:
-            hypotheses = task.generate(model, sources, progress=bar)
-    # Line i of the file is the output for input line i, as export.translate writes it.
-    aligned = [""] * len(lines)
-    for i, hypothesis in zip(scored, hypotheses, strict=True):
-        aligned[i] = hypothesis
-    hyp_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(hyp_path, "".join(f"{line}\n" for line in aligned))
-    print(f"outputs: {hyp_path}")
-    e = task.config.eval
-    if references is not None:
-        scores, printed = task.score(hypotheses, references, sources)
-        for line in printed:
-            print(line)
+    task.use_run(run, model, args.batch_size)
+    result = task.evaluate_file(model, lines, references, input_name(args))
+    for note in result.notes:
+        print(note, file=sys.stderr)
+    if hyp_path is not None:
+        hyp_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(hyp_path, "".join(f"{line}\n" for line in result.outputs))
+        print(f"outputs: {hyp_path}")
+    for line in result.printed:
+        print(line)
+    if result.scores is not None:
+        written = {"hypotheses": str(hyp_path)} if hyp_path is not None else {}
         record_scores(run, args.model, input_name(args), {
-            **scores, "model": args.model, "beam": e.beam_size, "alpha": e.alpha,
-            "no_repeat_ngram_size": e.no_repeat_ngram_size, "min_length": e.min_length,
-            "sentences": len(sources), "skipped": dropped + too_long,
-            "hypotheses": str(hyp_path)})
+            **result.scores, "model": args.model, **result.details, **written})
     if args.plot_attention:
         plots = run / EVAL_DIR / args.model.removesuffix(".keras") / "attention"
-        paths = write_attention_plots(model, source_tok, target_tok,
-                                      sources[: args.plot_attention], plots,
-                                      beam_size=e.beam_size, alpha=e.alpha,
-                                      line_numbers=[i + 1 for i in scored[: args.plot_attention]],
-                                      no_repeat_ngram_size=e.no_repeat_ngram_size,
-                                      min_length=e.min_length)
+        paths = task.plot_attention(model, result, args.plot_attention, plots)
         print(f"attention heatmaps: {len(paths)} PNG files in {plots}")
     return 0
 

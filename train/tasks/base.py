@@ -29,10 +29,41 @@ class DevScore:
     label: str = "BLEU"
 
 
+@dataclass
+class FileScores:
+    """What a trained run's model made of an input file (`Task.evaluate_file`, for
+    train.evaluate).
+
+    `outputs`: one output line per input line (empty for a line not given to the model), or
+    None when the task writes no output file; `scores`: what metrics.json records under
+    "evaluations" (None without references); `details`: the settings and counts recorded
+    beside them; `printed`: the lines that print the scores; `notes`: lines for stderr (what
+    was skipped). `sources` and `scored` (their 0-based input lines) are what the model read."""
+
+    outputs: list[str] | None = None
+    scores: dict | None = None
+    details: dict = field(default_factory=dict)
+    printed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    scored: list[int] = field(default_factory=list)
+
+
 class Task:
     """One kind of training run. `train.engine.train` calls, in this order: prepare,
     datasets, build_model, (compile with) loss_and_metrics, dev_score, then after model.fit
-    data_metrics on every worker and, on the chief only, evaluate."""
+    data_metrics on every worker and, on the chief only, evaluate.
+
+    `python -m train.evaluate` scores a trained run's model on a file with the methods at
+    the end (prepare_sources, read_references, use_run, evaluate_file), where `prepare` has
+    not run."""
+
+    # The options of train.evaluate, beside --run, --src, --model and --batch-size, that apply
+    # to the task's runs; another one given is refused. Without "--hyp" the task writes no
+    # output file.
+    evaluate_options: frozenset[str] = frozenset()
+    # Whether an input file is scored by itself (a language model's text), with no --ref.
+    scored_without_references = False
 
     def __init__(self, config: RunConfig):
         self.config = config
@@ -73,6 +104,30 @@ class Task:
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         """Score the trained model, print the results, add them to `metrics`."""
+        raise NotImplementedError
+
+    # -- scoring a trained run's model on a file (train.evaluate) -------------------------
+
+    def prepare_sources(self, sources: list[str]) -> list[str]:
+        """Input lines as the run's training data read them (e.g. VNDS word joints)."""
+        return sources
+
+    def read_references(self, run: Path, sources: list[str], references: list[str],
+                        path: str) -> list:
+        """The reference lines of the file `path`, line-aligned with `sources`, as the task
+        scores them (e.g. class ids); ValueError naming the file and line for a bad one.
+        Called before the model is loaded."""
+        return references
+
+    def use_run(self, run: Path, model, batch_size: int | None = None) -> None:
+        """What the methods here need of the trained run in `run` whose model is `model`
+        (its tokenizers, class names); `batch_size` replaces the run's where given."""
+        raise NotImplementedError
+
+    def evaluate_file(self, model, lines: list[str], references: list | None,
+                      name: str) -> FileScores:
+        """The model over the input `lines` (of the file `name`), scored against
+        `references` (read_references) when given."""
         raise NotImplementedError
 
 

@@ -15,11 +15,11 @@ from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
 
 from ..config import ConfigError
-from ..data import load_classification
+from ..data import LabeledSplit, load_classification, parse_label
 from ..engine import replayable
 from ..scoring import classification_scores
-from ..tasks.base import Task, transformer_config
-from ..tokenizers import train_tokenizer
+from ..tasks.base import DevScore, FileScores, Task, transformer_config
+from ..tokenizers import load_run_tokenizers, train_tokenizer
 
 log = logging.getLogger("train")
 
@@ -44,7 +44,8 @@ def class_names(labels: list[str], num_classes: int, splits: dict) -> list[str]:
 
 class ClassificationTask(Task):
     """Labeled sentences (train.data.load_classification); dev and test accuracy, per-class
-    F1 and macro-F1."""
+    F1 and macro-F1. After every epoch the dev macro-F1 (eval.dev_bleu_sentences 0 turns it
+    off) picks best.keras."""
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
@@ -98,22 +99,112 @@ class ClassificationTask(Task):
     def describe(self, model) -> str:
         return f", {self.num_classes} classes, batch {self.batch_size}"
 
+    def predict(self, model, split: LabeledSplit) -> tuple[np.ndarray, np.ndarray]:
+        """(gold, predicted) class ids of a split's sentences, in its order: the one
+        prediction loop of the per-epoch dev score, the final scores and train.evaluate."""
+        gold, predicted = [], []
+        for ids, labels in self.labeled_batches(split):
+            gold.append(labels.numpy())
+            predicted.append(np.argmax(model(ids, training=False), axis=-1))
+        return np.concatenate(gold), np.concatenate(predicted)
+
+    def scores(self, model, split: LabeledSplit) -> dict:
+        """train.scoring.classification_scores of the model's predictions on a split."""
+        return classification_scores(*self.predict(model, split), self.names)
+
+    def dev_score(self):
+        if not self.config.eval.dev_bleu_sentences:
+            return None
+        dev = self.dev
+
+        def score(model):
+            s = self.scores(model, dev)
+            # Not "accuracy": val_accuracy is Keras' own (a fraction), logged beside it.
+            return {"macro_f1": s["macro_f1"], "accuracy_percent": s["accuracy"]}
+
+        return DevScore(score, {"dev_score_sentences": len(dev)}, name="macro_f1",
+                        label="macro-F1")
+
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         for split in ("dev", "test"):
             if split not in self.splits:
                 continue
-            gold, predicted = [], []
-            for ids, labels in self.labeled_batches(self.splits[split]):
-                gold.append(labels.numpy())
-                predicted.append(np.argmax(model(ids, training=False), axis=-1))
-            scores = classification_scores(np.concatenate(gold), np.concatenate(predicted),
-                                           self.names)
+            scores = self.scores(model, self.splits[split])
             metrics[f"{split}_accuracy"] = scores["accuracy"]
             metrics[f"{split}_macro_f1"] = scores["macro_f1"]
             metrics[f"{split}_f1"] = scores["f1"]
             metrics[f"{split}_sentences"] = len(self.splits[split])
-            per_class = ", ".join(f"{name} {'-' if f1 is None else f'{f1:.2f}'}"
-                                  for name, f1 in scores["f1"].items())
-            print(f"{split}: accuracy {scores['accuracy']:.2f}%, macro-F1 "
-                  f"{scores['macro_f1']:.2f} (F1 {per_class}) ({len(self.splits[split])} "
-                  f"sentences)")
+            print(f"{split}: {format_scores(scores)} ({len(self.splits[split])} sentences)")
+
+    # -- train.evaluate: a label file scored like the run's dev and test splits ----------
+
+    evaluate_options = frozenset({"--ref", "--hyp", "--overwrite"})
+
+    def read_references(self, run, sources, references, path):
+        """Class ids of the labels beside the non-empty sentences (ids or names of the run's
+        labels.json, as train.data.parse_label reads a split's labels); None beside a blank
+        sentence."""
+        names = run_class_names(run)
+        labels = []
+        for lineno, (text, label) in enumerate(zip(sources, references, strict=True), start=1):
+            if not text.strip():
+                labels.append(None)
+            elif not label.strip():
+                raise ValueError(f"{path}:{lineno}: empty label for the sentence on line "
+                                 f"{lineno}")
+            else:
+                labels.append(parse_label(label, names, f"{path}:{lineno}"))
+        return labels
+
+    def use_run(self, run, model, batch_size=None):
+        self.tok = load_run_tokenizers(run)[0]
+        self.names = run_class_names(run)
+        if len(self.names) != model.num_classes:
+            raise ValueError(f"{run / LABELS_FILE} names {len(self.names)} classes but the "
+                             f"model has {model.num_classes}")
+        d = self.config.data
+        self.batch_size = batch_size or max(1, d.tokens_per_batch // d.max_source_length)
+
+    def evaluate_file(self, model, lines, references, name):
+        """The predicted class name of every non-empty line (sentences cut to
+        data.max_source_length pieces, as in training); accuracy, macro-F1 and per-class F1
+        against the labels."""
+        scored = [i for i, text in enumerate(lines) if text.strip()]
+        result = FileScores(sources=[lines[i].strip() for i in scored], scored=scored)
+        if len(scored) < len(lines):
+            result.notes.append(f"skipped {len(lines) - len(scored)} empty lines (their lines "
+                                f"in the output are empty)")
+        gold = [references[i] for i in scored] if references is not None else [0] * len(scored)
+        result.outputs = [""] * len(lines)
+        if not scored:
+            return result
+        gold, predicted = self.predict(model, LabeledSplit(result.sources, gold))
+        for i, label in zip(scored, predicted, strict=True):
+            result.outputs[i] = self.names[label]
+        if references is not None:
+            result.scores = classification_scores(gold, predicted, self.names)
+            result.printed = [f"{format_scores(result.scores)} ({len(scored)} sentences)"]
+            result.details = {"sentences": len(scored), "skipped": len(lines) - len(scored)}
+        return result
+
+
+def run_class_names(run: Path) -> list[str]:
+    """The class names a classification run wrote to labels.json, in id order."""
+    path = run / LABELS_FILE
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found: the run's class names are missing") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is unreadable ({err})") from err
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path} must hold a JSON list of class names")
+    return names
+
+
+def format_scores(scores: dict) -> str:
+    """Accuracy, macro-F1 and the per-class F1 of classification_scores, on one line."""
+    per_class = ", ".join(f"{name} {'-' if f1 is None else f'{f1:.2f}'}"
+                          for name, f1 in scores["f1"].items())
+    return (f"accuracy {scores['accuracy']:.2f}%, macro-F1 {scores['macro_f1']:.2f} "
+            f"(F1 {per_class})")

@@ -15,11 +15,11 @@ from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.text.pipeline import language_model_rows, make_language_model_dataset
 
-from ..data import load_articles, split_sentences
+from ..data import load_articles, split_sentences, word_joints
 from ..engine import replayable, token_loss
 from ..scoring import perplexities, syllables_and_characters
-from ..tasks.base import DevScore, Task, transformer_config
-from ..tokenizers import train_tokenizer
+from ..tasks.base import DevScore, FileScores, Task, transformer_config
+from ..tokenizers import load_run_tokenizers, train_tokenizer
 
 log = logging.getLogger("train")
 
@@ -110,34 +110,37 @@ class LanguageModelTask(Task):
         self.model_config = transformer_config(config, self.tok, self.tok,
                                                max_source_length=d.max_target_length,
                                                max_target_length=d.max_target_length)
-        c = self.model_config
-        self.rows = {name: language_model_rows(split, self.tok, d.max_target_length,
-                                               pad_id=c.pad_id, bos_id=c.bos_id,
-                                               eos_id=c.eos_id)
-                     for name, split in texts.items()}
+        self.rows = {name: self.text_rows(split) for name, split in texts.items()}
         self.batch_size = max(1, d.tokens_per_batch // d.max_target_length)
         self.counts = {"windows": {k: len(v) for k, v in self.rows.items()}}
         log.info("windows of %d tokens: %s", d.max_target_length,
                  ", ".join(f"{n} {k}" for k, n in self.counts["windows"].items()))
         return self.model_config
 
-    def dataset(self, name: str, *, shuffle: bool = False, repeat: bool = False):
+    def text_rows(self, texts: list[str]):
+        """The windows of data.max_target_length tokens of one stream of the texts."""
+        c = self.model_config
+        return language_model_rows(texts, self.tok, self.config.data.max_target_length,
+                                   pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id)
+
+    def dataset(self, rows, *, shuffle: bool = False, repeat: bool = False):
+        """(inputs, targets) batches of windows (text_rows)."""
         c = self.model_config
         return make_language_model_dataset(
-            self.rows[name], batch_size=self.batch_size, pad_id=c.pad_id, bos_id=c.bos_id,
+            rows, batch_size=self.batch_size, pad_id=c.pad_id, bos_id=c.bos_id,
             shuffle=shuffle, seed=self.config.training.seed, repeat=repeat)
 
     def datasets(self):
         repeat = self.config.training.steps_per_epoch > 0
 
         def make_train():
-            return replayable(lambda: self.dataset("train", shuffle=True, repeat=repeat),
-                              repeat)
+            rows = self.rows["train"]
+            return replayable(lambda: self.dataset(rows, shuffle=True, repeat=repeat), repeat)
 
         # The per-epoch dev loss reads the dev score's articles (eval.dev_bleu_sentences),
         # not the whole dev split, which evaluate() scores once at the end.
         dev = "dev_score" if "dev_score" in self.rows else "dev"
-        return make_train, lambda: self.dataset(dev)
+        return make_train, lambda: self.dataset(self.rows[dev])
 
     def build_model(self, model_config):
         model = TransformerLM(model_config)
@@ -154,8 +157,14 @@ class LanguageModelTask(Task):
 
     def scores(self, model, name: str) -> dict:
         """train.scoring.perplexities of the split `name` under `model`."""
-        nll, tokens = summed_nll(model, self.dataset(name), model.config.pad_id)
-        return perplexities(nll, tokens, *syllables_and_characters(self.texts[name]))
+        return self.text_scores(model, self.texts[name], self.rows[name])
+
+    def text_scores(self, model, texts: list[str], rows=None) -> dict:
+        """train.scoring.perplexities of `texts` (their windows `rows`, else made here) under
+        `model`: what the final scores, the dev score and train.evaluate report."""
+        rows = self.text_rows(texts) if rows is None else rows
+        nll, tokens = summed_nll(model, self.dataset(rows), model.config.pad_id)
+        return perplexities(nll, tokens, *syllables_and_characters(texts))
 
     def dev_score(self):
         if "dev_score" not in self.rows:
@@ -183,11 +192,7 @@ class LanguageModelTask(Task):
             s = self.scores(model, name)
             metrics.update({f"{name}_{k}": v for k, v in s.items()})
             metrics[f"{name}_articles"] = len(self.texts[name])
-            print(f"{name}: perplexity {s['perplexity_token']:.2f} per token, "
-                  f"{s['perplexity_syllable']:.2f} per syllable; "
-                  f"{s['bits_per_character']:.3f} bits per character ({len(self.texts[name])} "
-                  f"articles, {s['tokens']} tokens, {s['syllables']} syllables, "
-                  f"{s['characters']} characters)")
+            print(f"{name}: {format_perplexities(s, len(self.texts[name]))}")
         e = self.config.eval
         last = self.texts.get("test", self.texts["dev"])
         length = min(12, model.config.max_target_length // 2)
@@ -196,3 +201,35 @@ class LanguageModelTask(Task):
             prompt = self.tok.decode([ids[:length]])[0]
             text = generate_texts(model, self.tok, prompt, max_new_tokens=40)[0]
             print(f"  PROMPT {prompt}\n  OUT    {text}")
+
+    # -- train.evaluate: the perplexities of a text file ----------------------------------
+
+    scored_without_references = True
+
+    def prepare_sources(self, sources):
+        return [word_joints(text, self.config.data.word_joints) for text in sources]
+
+    def use_run(self, run, model, batch_size=None):
+        self.tok = load_run_tokenizers(run)[0]
+        self.model_config = model.config
+        d = self.config.data
+        self.batch_size = batch_size or max(1, d.tokens_per_batch // d.max_target_length)
+
+    def evaluate_file(self, model, lines, references, name):
+        """The perplexities of the non-empty lines (each an article or a sentence, stripped;
+        one stream cut into windows as in training), by `text_scores`. No output file."""
+        texts = [line.strip() for line in lines if line.strip()]
+        scores = self.text_scores(model, texts)
+        skipped = len(lines) - len(texts)
+        return FileScores(
+            scores=scores, details={"articles": len(texts), "skipped": skipped},
+            printed=[format_perplexities(scores, len(texts))],
+            notes=[f"skipped {skipped} empty lines"] if skipped else [])
+
+
+def format_perplexities(s: dict, texts: int) -> str:
+    """The scores of train.scoring.perplexities, and what they count, on one line."""
+    return (f"perplexity {s['perplexity_token']:.2f} per token, "
+            f"{s['perplexity_syllable']:.2f} per syllable; {s['bits_per_character']:.3f} bits "
+            f"per character ({texts} articles, {s['tokens']} tokens, {s['syllables']} "
+            f"syllables, {s['characters']} characters)")

@@ -3,14 +3,19 @@ label-smoothed loss, and the training and dev streams of (source, target) text p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
+
+from tqdm import tqdm
 
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.text.pipeline import make_translation_dataset
 
 from ..engine import replayable, token_loss
-from ..tasks.base import Task
+from ..tasks.base import FileScores, Task
+from ..tokenizers import load_run_tokenizers
 
 
 class Seq2SeqTask(Task):
@@ -46,14 +51,18 @@ class Seq2SeqTask(Task):
 
     # -- scoring a trained run's outputs (train.evaluate) ---------------------------------
 
+    evaluate_options = frozenset({"--ref", "--beam", "--alpha", "--no-repeat-ngram-size",
+                                  "--min-length", "--plot-attention", "--hyp", "--overwrite"})
+
     def use_tokenizers(self, source_tok, target_tok) -> None:
         """The tokenizers of a trained run (train.tokenizers.load_run_tokenizers), for the
         methods below when `prepare` did not run."""
         self.source_tok, self.target_tok = source_tok, target_tok
 
-    def prepare_sources(self, sources: list[str]) -> list[str]:
-        """Input lines as the run's training data read them (e.g. VNDS word joints)."""
-        return sources
+    def use_run(self, run: Path, model, batch_size: int | None = None) -> None:
+        self.use_tokenizers(*load_run_tokenizers(run))
+        if batch_size is not None:
+            self.config.eval = dataclasses.replace(self.config.eval, batch_size=batch_size)
 
     def scorable(self, sources: list[str], max_source_length: int) -> list[bool]:
         """Which non-empty sources the model is given and scored on."""
@@ -68,3 +77,48 @@ class Seq2SeqTask(Task):
         """(scores for metrics.json, the lines that print them with their settings)."""
         raise NotImplementedError
 
+    def evaluate_file(self, model, lines, references, name):
+        """Outputs by the search settings of config.eval (a progress bar on stderr) for the
+        non-empty lines the model accepts (`scorable`), scored by `score`."""
+        max_source_length = model.config.max_source_length
+        nonempty = [i for i, s in enumerate(lines) if s.strip()]
+        fits = self.scorable([lines[i] for i in nonempty], max_source_length)
+        scored = [i for i, keep in zip(nonempty, fits, strict=True) if keep]
+        dropped, too_long = len(lines) - len(nonempty), len(nonempty) - len(scored)
+        if references is not None and not scored:
+            raise ValueError(f"every non-empty line of {name} is longer than the model's "
+                             f"{max_source_length} source tokens; nothing to score")
+        result = FileScores(sources=[lines[i] for i in scored], scored=scored)
+        if dropped or too_long:
+            result.notes.append(f"skipped {dropped} empty and {too_long} over-long source "
+                                f"lines (their lines in the output are empty)")
+        hypotheses = []
+        if result.sources:
+            with tqdm(total=len(result.sources), desc="decoding", unit="line") as bar:
+                hypotheses = self.generate(model, result.sources, progress=bar)
+        # Line i of the file is the output for input line i, as export.translate writes it.
+        result.outputs = [""] * len(lines)
+        for i, hypothesis in zip(scored, hypotheses, strict=True):
+            result.outputs[i] = hypothesis
+        if references is not None:
+            result.scores, result.printed = self.score(
+                hypotheses, [references[i] for i in scored], result.sources)
+            e = self.config.eval
+            result.details = {"beam": e.beam_size, "alpha": e.alpha,
+                              "no_repeat_ngram_size": e.no_repeat_ngram_size,
+                              "min_length": e.min_length, "sentences": len(scored),
+                              "skipped": dropped + too_long}
+        return result
+
+    def plot_attention(self, model, result: FileScores, count: int, directory: Path):
+        """Cross-attention heatmaps of the first `count` scored lines of `result` (by the
+        search settings of config.eval), named by their input line; their paths."""
+        from ..attention import write_attention_plots
+
+        e = self.config.eval
+        return write_attention_plots(model, self.source_tok, self.target_tok,
+                                     result.sources[:count], directory,
+                                     beam_size=e.beam_size, alpha=e.alpha,
+                                     line_numbers=[i + 1 for i in result.scored[:count]],
+                                     no_repeat_ngram_size=e.no_repeat_ngram_size,
+                                     min_length=e.min_length)

@@ -135,6 +135,8 @@ class SummarizationTask(Seq2SeqTask):
                     shown = article if len(article) <= 300 else article[:300] + " ..."
                     print(f"  ARTICLE {shown}\n  OUT     {hypothesis}\n  REF     {reference}")
 
+    evaluate_options = Seq2SeqTask.evaluate_options | {"--tsv"}
+
     def prepare_sources(self, sources):
         return [word_joints(text, self.config.data.word_joints) for text in sources]
 
