@@ -83,29 +83,19 @@ def _export_savedmodel(module: ClassifierModule, out: Path) -> None:
                         signatures={SIGNATURE: module.classify.get_concrete_function()})
 
 
-def _export_onnx(module: ClassifierModule, out: Path, int8: bool) -> dict:
+def _export_onnx(module: ClassifierModule, out: Path, int8: bool, lean: bool = True) -> dict:
     import onnx
     import tf2onnx
 
     from .onnx_convert import safe_reshape_merging
+    from .onnx_optimize import write_variants
 
-    files = {"classifier": "classifier.onnx"}
     with safe_reshape_merging():
         graph, _ = tf2onnx.convert.from_function(
             module.classify, input_signature=module.classify.input_signature, opset=ONNX_OPSET)
     onnx.checker.check_model(graph, full_check=True)
-    onnx.save(graph, str(out / files["classifier"]))
-    variants = {"float32": files}
-    if int8:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantized = {"classifier": "classifier.int8.onnx"}
-        # Weight MatMuls only, as for the translator: the embedding lookup stays float32.
-        quantize_dynamic(str(out / files["classifier"]), str(out / quantized["classifier"]),
-                         weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
-        onnx.checker.check_model(onnx.load(str(out / quantized["classifier"])))
-        variants["int8"] = quantized
-    return variants
+    # export.onnx_optimize's pass; int8 quantizes weight MatMuls only, as for the translator.
+    return write_variants({"classifier": ("classifier.onnx", graph)}, out, int8, lean)
 
 
 def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...]) -> dict:
@@ -128,7 +118,7 @@ def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...
 
 
 def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, formats,
-                           quantize: str, versions: dict) -> dict:
+                           quantize: str, versions: dict, onnx_optimize: bool = True) -> dict:
     """Every format of `formats` and the manifest into `out` (the staged export directory)."""
     tokenizer_path = run_dir / TOKENIZER
     if not tokenizer_path.is_file():
@@ -152,8 +142,10 @@ def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, forma
                                           "variants": {"float32": {"model": "savedmodel"}}}
     if "onnx" in formats:
         log.info("exporting ONNX (opset %d)", ONNX_OPSET)
-        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "variants": _export_onnx(
-            module, out, int8=quantize in ("int8", "all"))}
+        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "optimized": onnx_optimize,
+                                    "variants": _export_onnx(module, out,
+                                                             int8=quantize in ("int8", "all"),
+                                                             lean=onnx_optimize)}
     if "tflite" in formats:
         log.info("exporting TFLite")
         variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
