@@ -53,12 +53,13 @@ def test_the_pass_removes_nodes_and_the_plain_export_stays_standard(exports):
         plain, lean = _graph(exports["plain"], role), _graph(exports["lean"], role)
         assert {n.domain for n in plain.graph.node} <= {""}, role
         assert len(lean.graph.node) < len(plain.graph.node), role
-        counts = op_counts(lean)
-        assert counts.get("SkipLayerNormalization", 0) > 0, (role, counts)
-        assert "GlobalAveragePool" not in counts, role
-    # The step's residual Adds and its Dense biases are fused: 151 -> under 130 for `small`;
-    # the demo's 2+2 layers go from 108 to under 95.
-    assert len(_graph(exports["lean"], "decoder_step").graph.node) < 95
+        # onnxruntime's SkipLayerNormalization is slower on CPU than the pair it replaces.
+        assert "SkipLayerNormalization" not in op_counts(lean), role
+    encoder = op_counts(_graph(exports["lean"], "encoder"))
+    # tf2onnx's LayerNorms are fused and its Dense reshapes gone: under half the nodes.
+    assert "GlobalAveragePool" not in encoder and encoder["LayerNormalization"] == 4
+    assert 2 * len(_graph(exports["lean"], "encoder").graph.node) < len(
+        _graph(exports["plain"], "encoder").graph.node)
     data = json.loads((exports["lean"].root / "manifest.json").read_text())
     assert data["formats"]["onnx"]["optimized"] is True
 
