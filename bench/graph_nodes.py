@@ -2,6 +2,7 @@
 latency of decoder_step.onnx and encoder.onnx both ways.
 
     python -m bench.graph_nodes [--configs demo small base] [--batches 1 16] [--seconds 6]
+                                [--threads 1]
 
 For each config (random weights, bench.common.CONFIGS; `demo` is the `tiny` preset at the
 demo's size): the graphs as export wrote them before the pass ("plain"), the plain graphs as
@@ -57,7 +58,7 @@ def graphs(name: str) -> dict:
     return {"decoder_step": build_decoder_step(model), "encoder": encoder}
 
 
-def session(proto, role: str):
+def session(proto, role: str, threads: int = 0):
     """A session as export.runtime.onnx makes one."""
     import onnxruntime as ort
 
@@ -65,6 +66,7 @@ def session(proto, role: str):
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.intra_op_num_threads = threads
     if role == "encoder":  # as export.runtime.onnx sets it
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(proto.SerializeToString(), options,
@@ -98,6 +100,9 @@ def main(argv=None) -> None:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--seconds", type=float, default=6.0,
                         help="timed seconds per file and cell, in 12 interleaved rounds")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="onnxruntime intra-op threads (0: onnxruntime's default, as the "
+                             "runtime; 1 is steadier on a CPU other processes share)")
     parser.add_argument("--quick", action="store_true", help="demo only, 1 s per cell")
     parser.add_argument("--results", default=None, help="results directory")
     args = parser.parse_args(argv)
@@ -106,8 +111,10 @@ def main(argv=None) -> None:
     names = args.configs or (["demo"] if args.quick else ["demo", "small", "base"])
     seconds = 1.0 if args.quick else args.seconds
     cpu = cpu_model()
-    print(f"CPU: {cpu}; load average {loadavg()}. Other processes may share this CPU: "
-          f"compare the ratios, timed interleaved in one run, more than the times.")
+    print(f"CPU: {cpu}; load average {loadavg()}; onnxruntime threads {args.threads or 'default'}."
+          f" Other processes may share this CPU: compare the ratios, timed interleaved in one "
+          f"run, more than the times. decoder_step's lean file holds the kernels onnxruntime "
+          f"makes of the plain one at load time, so its ratio shows the timing noise.")
     counts, timings = [], []
     rng = np.random.default_rng(SEED)
     for name in names:
@@ -126,7 +133,8 @@ def main(argv=None) -> None:
                                              row["lean_ops"].get(op, 0)))
             print_table(["op", "plain", "onnxruntime", "lean"],
                         [[op, *(row[f"{f}_ops"].get(op, 0) for f in forms)] for op in ops])
-            sessions = {form: session(forms[form], role) for form in ("plain", "lean")}
+            sessions = {form: session(forms[form], role, args.threads)
+                        for form in ("plain", "lean")}
             for batch in args.batches:
                 inputs = feeds(plain, role, batch, rng)
                 fns = [lambda s=s, i=inputs: s.run(None, i) for s in sessions.values()]
@@ -147,7 +155,7 @@ def main(argv=None) -> None:
         t["plain"].pop("samples_s")
         t["lean"].pop("samples_s")
     path = write_json(results_dir(args) / "graph_nodes.json", payload(
-        "graph_nodes", cache_slots=CACHE_SLOTS, index=INDEX, source_length=SOURCE_LENGTH,
+        "graph_nodes", threads=args.threads, cache_slots=CACHE_SLOTS, index=INDEX, source_length=SOURCE_LENGTH,
         note="other processes may share the CPU; plain and lean are timed interleaved",
         nodes=counts, results=timings))
     print(f"wrote {path}")

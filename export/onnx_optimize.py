@@ -261,24 +261,42 @@ def _is_leading_dims_of(g: _Graph, shape_name: str, x: str, last: int) -> bool:
 
 
 def remove_identities(model) -> int:
-    """Identity nodes and Casts to their input's own type: readers read the input instead
-    (kept where the output is a graph output)."""
+    """Identity nodes and Casts to their input's own type: readers read the input instead.
+    One that writes a graph output hands its name to the node that made its input, when
+    nothing else reads that."""
     types = _types(model)
     graph = model.graph
     outputs = {o.name for o in graph.output}
-    rename, kept = {}, []
-    for node in graph.node:
-        node.input[:] = [rename.get(i, i) for i in node.input]
-        identity = node.op_type == "Identity" or (
+    readers = collections.Counter(name for node in graph.node for name in set(node.input))
+    producer = {name: node for node in graph.node for name in node.output}
+
+    def identity(node):
+        return node.op_type == "Identity" or (
             node.op_type == "Cast" and node.input[0] in types
             and types[node.input[0]] == next(a.i for a in node.attribute if a.name == "to"))
-        if identity and node.output[0] not in outputs:
+
+    rename, removed = {}, 0
+    for node in graph.node:
+        source = node.input[0] if node.input else None
+        if (identity(node) and node.output[0] in outputs and source in producer
+                and readers[source] == 1 and source not in outputs):
+            made = producer[source]
+            made.output[list(made.output).index(source)] = node.output[0]
+            node.op_type = "Dropped"
+    kept = []
+    for node in graph.node:
+        node.input[:] = [rename.get(i, i) for i in node.input]
+        if node.op_type == "Dropped":
+            removed += 1
+            continue
+        if identity(node) and node.output[0] not in outputs:
             rename[node.output[0]] = node.input[0]
+            removed += 1
             continue
         kept.append(node)
     del graph.node[:]
     graph.node.extend(kept)
-    return len(rename)
+    return removed
 
 
 def remove_dead_nodes(model) -> int:

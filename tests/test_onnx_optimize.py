@@ -1,4 +1,5 @@
-"""export/onnx_optimize.py: the optimized ONNX export against the plain one.
+"""export/onnx_optimize.py: its rewrites on a small graph of tf2onnx's patterns, and the
+optimized ONNX export against the plain one.
 
 One random-weight model of the demo's shape is exported twice, with and without the pass;
 the two must give the same tensors (within export.parity's tolerance) and the same tokens,
@@ -19,9 +20,58 @@ from export.common import Manifest
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
 
-pytestmark = pytest.mark.slow
-
 SENTENCES = 60
+
+
+def _tf2onnx_like_graph():
+    """x (B,S,8) -> tf2onnx's 13-node LayerNorm -> Reshape(-1, 8), MatMul, Reshape back to
+    Shape(x)[:2] + [4] through Casts -> y, the two patterns the pass rewrites."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    consts = {"gamma": rng.normal(size=8), "beta": rng.normal(size=8), "eps": 1e-6,
+              "w": rng.normal(size=(8, 4)), "flat": np.array([-1, 8], np.int64),
+              "first_two": np.array([0, 1], np.int64), "four": np.array([4], np.int64)}
+    types = {"flat": np.int64, "first_two": np.int64, "four": np.int32}
+    inits = [numpy_helper.from_array(np.asarray(v, types.get(k, np.float32)), k)
+             for k, v in consts.items()]
+    n = helper.make_node
+    nodes = [
+        n("GlobalAveragePool", ["x"], ["mean"]), n("Neg", ["mean"], ["neg"]),
+        n("Sub", ["x", "mean"], ["d"]), n("Mul", ["d", "d"], ["sq"]),
+        n("GlobalAveragePool", ["sq"], ["var"]), n("Add", ["var", "eps"], ["ve"]),
+        n("Sqrt", ["ve"], ["sd"]), n("Reciprocal", ["sd"], ["inv"]),
+        n("Mul", ["inv", "gamma"], ["scale"]), n("Mul", ["x", "scale"], ["xs"]),
+        n("Mul", ["neg", "scale"], ["ms"]), n("Add", ["ms", "beta"], ["shift"]),
+        n("Add", ["xs", "shift"], ["normed"]),
+        n("Reshape", ["normed", "flat"], ["rows"]), n("MatMul", ["rows", "w"], ["product"]),
+        n("Shape", ["normed"], ["shape64"]), n("Cast", ["shape64"], ["shape32"], to=6),
+        n("Gather", ["shape32", "first_two"], ["lead"], axis=0),
+        n("Concat", ["lead", "four"], ["shape_back32"], axis=0),
+        n("Cast", ["shape_back32"], ["shape_back"], to=7),
+        n("Reshape", ["product", "shape_back"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_the_pass_fuses_tf2onnx_patterns_into_fewer_nodes_with_the_same_output():
+    import onnxruntime as ort
+
+    from export.onnx_optimize import op_counts, optimize, rewrite
+
+    model = _tf2onnx_like_graph()
+    rewritten, counts = rewrite(model)
+    assert counts["layer_norms"] == 1 and counts["dense_reshapes"] == 1
+    assert op_counts(rewritten) == {"LayerNormalization": 1, "MatMul": 1}
+    x = np.random.default_rng(1).normal(size=(3, 5, 8)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    for graph in (rewritten, optimize(model)[0]):
+        got = ort.InferenceSession(graph.SerializeToString()).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +96,7 @@ def _graph(manifest, role, variant="float32"):
     return onnx.load(str(manifest.file(manifest.format_files("onnx", variant)[role])))
 
 
+@pytest.mark.slow  # exports a model twice (module fixture)
 def test_the_pass_removes_nodes_and_the_plain_export_stays_standard(exports):
     from export.onnx_optimize import op_counts
 
@@ -73,6 +124,7 @@ def _sessions(manifest, variant="float32"):
             for role, name in files.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 5])
 def test_optimized_tensors_match_the_plain_export(exports, batch):
     rng = np.random.default_rng(batch)
@@ -107,6 +159,7 @@ def _ids(manifest, variant, sources):
             translator.translate_ids(sources[:20], beam_size=4))
 
 
+@pytest.mark.slow
 def test_optimized_tokens_match_the_plain_export(exports):
     sources = parity.demo_test_split(SENTENCES)[0]
     plain, lean = (_ids(exports[name], "float32", sources) for name in ("plain", "lean"))
@@ -114,6 +167,7 @@ def test_optimized_tokens_match_the_plain_export(exports):
         assert parity.first_difference(plain[search], lean[search]) is None, search
 
 
+@pytest.mark.slow
 def test_optimized_int8_stays_near_the_plain_int8(exports):
     """int8 quantizes each activation at run time, so a float32 rounding difference of 1e-6
     before a quantizer can move a value by a quantization step: the two int8 exports are held
