@@ -8,8 +8,9 @@ For each config (random weights, bench.common.CONFIGS; `demo` is the `tiny` pres
 demo's size): the graphs as export wrote them before the pass ("plain"), the plain graphs as
 onnxruntime runs them (its load-time fusions, saved with optimized_model_filepath at
 ORT_ENABLE_EXTENDED: the kernels a session.run launches), and the optimized files ("lean"),
-per op type. Then one session of each file, timed interleaved in the same rounds
-(bench.common.time_interleaved) so that the ratio does not take the host's drift: decoder_step
+per op type. Then one session of each file and a second one of the plain file (the control:
+identical work), timed interleaved in the same rounds (bench.common.time_interleaved) so
+that the ratios do not take the host's drift: decoder_step
 with a 32-slot cache at index 16, and encoder on 32 source ids, at each batch. Other processes
 may share the CPU; the JSON records the load average and each timing's CPU ratio.
 """
@@ -133,27 +134,32 @@ def main(argv=None) -> None:
                                              row["lean_ops"].get(op, 0)))
             print_table(["op", "plain", "onnxruntime", "lean"],
                         [[op, *(row[f"{f}_ops"].get(op, 0) for f in forms)] for op in ops])
-            sessions = {form: session(forms[form], role, args.threads)
-                        for form in ("plain", "lean")}
+            # "plain_again", a second session of the plain file, is the control: its ratio to
+            # "plain" is what noise and the order within a round make of identical work.
+            sessions = {form: session(forms[form.removesuffix("_again")], role, args.threads)
+                        for form in ("plain", "lean", "plain_again")}
             for batch in args.batches:
                 inputs = feeds(plain, role, batch, rng)
                 fns = [lambda s=s, i=inputs: s.run(None, i) for s in sessions.values()]
-                plain_t, lean_t = time_interleaved(fns, warmup=5, repeats=12,
-                                                   min_seconds=seconds)
+                plain_t, lean_t, again_t = time_interleaved(fns, warmup=5, repeats=12,
+                                                            min_seconds=seconds)
                 timings.append({"config": name, "role": role, "batch": batch,
                                 "cpu_model": cpu, "plain": plain_t, "lean": lean_t,
-                                "lean_over_plain": lean_t["median_s"] / plain_t["median_s"]})
+                                "plain_again": again_t,
+                                "lean_over_plain": lean_t["median_s"] / plain_t["median_s"],
+                                "control_ratio": again_t["median_s"] / plain_t["median_s"]})
     print(f"\nPer-call latency, median of interleaved calls ({cpu}; load average {loadavg()}):")
-    print_table(["config", "graph", "batch", "plain ms", "lean ms", "lean/plain", "calls",
-                 "cpu ratio", "CPU"],
+    print_table(["config", "graph", "batch", "plain ms", "lean ms", "lean/plain",
+                 "plain again/plain", "calls", "cpu ratio", "CPU"],
                 [[t["config"], t["role"], t["batch"], f"{t['plain']['median_s'] * 1e3:.3f}",
                   f"{t['lean']['median_s'] * 1e3:.3f}", f"{t['lean_over_plain']:.3f}",
+                  f"{t['control_ratio']:.3f}",
                   f"{t['plain']['runs']}/{t['lean']['runs']}",
                   f"{t['plain']['cpu_ratio']:.2f}/{t['lean']['cpu_ratio']:.2f}", cpu]
                  for t in timings])
-    for t in timings:  # the samples stay in the JSON; the printout does not need them
-        t["plain"].pop("samples_s")
-        t["lean"].pop("samples_s")
+    for t in timings:  # the JSON keeps the statistics, not every sample
+        for form in ("plain", "lean", "plain_again"):
+            t[form].pop("samples_s")
     path = write_json(results_dir(args) / "graph_nodes.json", payload(
         "graph_nodes", threads=args.threads, cache_slots=CACHE_SLOTS, index=INDEX, source_length=SOURCE_LENGTH,
         note="other processes may share the CPU; plain and lean are timed interleaved",
