@@ -16,7 +16,7 @@ from ..common import ExportError, Manifest
 from ..runtime.base import Backend
 
 # onnxruntime's fusion of a residual Add and LayerNormalization into SkipLayerNormalization,
-# whose CPU kernel measured 7-8x slower than the pair (export/onnx_optimize.py).
+# whose CPU kernel measured 2-6x slower than the pair (export/onnx_optimize.py).
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 
