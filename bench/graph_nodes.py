@@ -138,6 +138,14 @@ def main(argv=None) -> None:
             # "plain" is what noise and the order within a round make of identical work.
             sessions = {form: session(forms[form.removesuffix("_again")], role, args.threads)
                         for form in ("plain", "lean", "plain_again")}
+            # Load time: the lean file carries what onnxruntime would otherwise do at load.
+            loads = time_interleaved(
+                [lambda p=forms[f], r=role: session(p, r, args.threads) for f in ("plain", "lean")],
+                warmup=1, repeats=5, min_seconds=seconds / 3)
+            row["load_ms"] = {f: round(t["median_s"] * 1e3, 2)
+                              for f, t in zip(("plain", "lean"), loads, strict=True)}
+            print(f"session load, median: plain {row['load_ms']['plain']} ms, lean "
+                  f"{row['load_ms']['lean']} ms ({cpu})")
             for batch in args.batches:
                 inputs = feeds(plain, role, batch, rng)
                 fns = [lambda s=s, i=inputs: s.run(None, i) for s in sessions.values()]
