@@ -218,7 +218,8 @@ def collapse_dense_reshapes(model) -> int:
         for matmul in g.consumers.get(flat.output[0], []):
             weight = g.const(matmul.input[1]) if matmul.op_type == "MatMul" else None
             back = g.only_consumer(matmul.output[0], "Reshape")
-            if (weight is None or weight.ndim != 2 or matmul.input[0] != flat.output[0]
+            if (weight is None or weight.ndim != 2 or weight.shape[0] != shape[1]
+                    or matmul.input[0] != flat.output[0]
                     or back is None
                     or not _is_leading_dims_of(g, back.input[1], x, weight.shape[1])):
                 pairs = []
@@ -229,7 +230,9 @@ def collapse_dense_reshapes(model) -> int:
         for matmul, back in pairs:
             matmul.input[0] = x
             back.op_type, back.input[1:] = "Identity", []
+            del back.attribute[:]
         flat.op_type, flat.input[1:] = "Identity", []
+        del flat.attribute[:]
         done += 1
     if done:
         remove_identities(model)
