@@ -112,22 +112,12 @@ def _export_savedmodel(module: ClassifierModule, out: Path) -> None:
                         signatures={SIGNATURE: module.classify.get_concrete_function()})
 
 
-def _export_onnx(module: ClassifierModule, out: Path, int8: bool) -> dict:
-    import onnx
+def _export_onnx(module: ClassifierModule, out: Path, int8: bool, lean: bool = True) -> dict:
+    from .onnx_optimize import write_variants
 
-    files = {"classifier": "classifier.onnx"}
-    convert_function(module.classify, out / files["classifier"])
-    variants = {"float32": files}
-    if int8:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantized = {"classifier": "classifier.int8.onnx"}
-        # Weight MatMuls only, as for the translator: the embedding lookup stays float32.
-        quantize_dynamic(str(out / files["classifier"]), str(out / quantized["classifier"]),
-                         weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
-        onnx.checker.check_model(onnx.load(str(out / quantized["classifier"])))
-        variants["int8"] = quantized
-    return variants
+    # export.onnx_optimize's pass; int8 quantizes weight MatMuls only, as for the translator.
+    return write_variants({"classifier": ("classifier.onnx", convert_function(module.classify))},
+                          out, int8, lean)
 
 
 def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...]) -> dict:
@@ -150,10 +140,11 @@ def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...
 
 
 def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, formats,
-                           quantize: str, versions: dict, with_attention: bool = False) -> dict:
+                           quantize: str, versions: dict, with_attention: bool = False,
+                           onnx_optimize: bool = True) -> dict:
     """Every format of `formats` and the manifest into `out` (the staged export directory);
     `with_attention` adds attention.onnx (attention_function), which the attention explorer
-    (export.serve) reads."""
+    (export.serve) reads; `onnx_optimize` False skips export.onnx_optimize's pass."""
     tokenizer_path = run_dir / TOKENIZER
     if not tokenizer_path.is_file():
         raise FileNotFoundError(f"{tokenizer_path} is missing: is {run_dir} a finished "
@@ -176,8 +167,10 @@ def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, forma
                                           "variants": {"float32": {"model": "savedmodel"}}}
     if "onnx" in formats:
         log.info("exporting ONNX (opset %d)", ONNX_OPSET)
-        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "variants": _export_onnx(
-            module, out, int8=quantize in ("int8", "all"))}
+        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "optimized": onnx_optimize,
+                                    "variants": _export_onnx(module, out,
+                                                             int8=quantize in ("int8", "all"),
+                                                             lean=onnx_optimize)}
     if "tflite" in formats:
         log.info("exporting TFLite")
         variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
@@ -188,7 +181,7 @@ def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, forma
     if with_attention:
         log.info("exporting the attention weights (ONNX)")
         attention = export_attention(attention_function(model), out,
-                                     CLASSIFIER_ATTENTION_INTERFACE)
+                                     CLASSIFIER_ATTENTION_INTERFACE, onnx_optimize)
     files = {TOKENIZER: file_entry(out, out / TOKENIZER)}
     if attention is not None:
         files[attention["file"]] = file_entry(out, out / attention["file"])

@@ -32,6 +32,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also export attention.onnx, every layer's attention weights for "
                              "one sentence pair (a classifier: for its sentences), what python "
                              "-m export.serve shows; needs the onnx format")
+    parser.add_argument("--no-onnx-optimize", action="store_true",
+                        help="write the ONNX graphs without the offline pass "
+                             "(export/onnx_optimize.py): standard ONNX operators only, for "
+                             "runtimes other than onnxruntime")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it holds files that are not an export "
                              "made by this tool")
@@ -52,7 +56,8 @@ def main(argv) -> int:
 
     formats = FORMATS if args.format == "all" else (args.format,)
     manifest = export_run(Path(args.run), Path(args.out), formats, args.quantize,
-                          overwrite=args.overwrite, with_attention=args.with_attention)
+                          overwrite=args.overwrite, with_attention=args.with_attention,
+                          onnx_optimize=not args.no_onnx_optimize)
     print(f"exported {args.run} to {args.out}")
     for name, fmt in manifest["formats"].items():
         for variant, files in fmt["variants"].items():

@@ -144,33 +144,21 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
     return sorted(signatures)
 
 
-def export_onnx(model, out: Path, int8: bool) -> dict[str, dict[str, str]]:
+def export_onnx(model, out: Path, int8: bool, lean: bool = True) -> dict[str, dict[str, str]]:
     """encoder.onnx (tf2onnx; none for a language model) + decoder_step.onnx
-    (export.onnx_graph), opset 17, checked, and dynamic-int8 copies."""
-    import onnx
+    (export.onnx_graph), opset 17, checked, through export.onnx_optimize when `lean`, and
+    dynamic-int8 copies."""
 
     from .onnx_graph import build_decoder_step
+    from .onnx_optimize import write_variants
 
     module = decoding_module(model)
-    files = {"decoder_step": "decoder_step.onnx"}
+    graphs = {}
     if hasattr(module, "encode"):
-        files = {"encoder": "encoder.onnx", **files}
-        convert_function(module.encode, out / files["encoder"])
+        graphs["encoder"] = ("encoder.onnx", convert_function(module.encode))
     # The step runs once per token, where tf2onnx's node count costs more than the FLOPs.
-    onnx.save(build_decoder_step(model), str(out / files["decoder_step"]))
-    variants = {"float32": files}
-    if int8:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantized = {role: name.replace(".onnx", ".int8.onnx") for role, name in files.items()}
-        for role in files:
-            # Weight MatMuls only: a quantized Gather of the embedding or position table
-            # comes out mis-shaped, and the lookups cost nothing in float32.
-            quantize_dynamic(str(out / files[role]), str(out / quantized[role]),
-                             weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
-            onnx.checker.check_model(onnx.load(str(out / quantized[role])))
-        variants["int8"] = quantized
-    return variants
+    graphs["decoder_step"] = ("decoder_step.onnx", build_decoder_step(model))
+    return write_variants(graphs, out, int8, lean)
 
 
 def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -197,14 +185,16 @@ def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict
 
 def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                quantize: str = "none", translate_signature: bool = True,
-               overwrite: bool = False, with_attention: bool = False) -> dict:
+               overwrite: bool = False, with_attention: bool = False,
+               onnx_optimize: bool = True) -> dict:
     """Export a training run; returns the manifest that is also written to out/manifest.json.
 
     The run is checked (model, tokenizers) and --out with it before anything is written; the
     export is built in a hidden sibling of `out_dir` and swapped in whole at the end, so a
     failed or killed export leaves the previous one as it was. `with_attention` adds
     attention.onnx (the weights the attention explorer, export.serve, shows) to a
-    translator's or a classifier's export."""
+    translator's or a classifier's export. `onnx_optimize` False writes the ONNX graphs
+    without export.onnx_optimize's pass (standard operators only)."""
     run_dir, out = Path(run_dir), Path(out_dir)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
@@ -223,7 +213,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
 
         with staged_directory(out) as stage:
             manifest = export_classifier_into(stage, run_dir, trained, formats, quantize,
-                                              _versions(), with_attention)
+                                              _versions(), with_attention, onnx_optimize)
             Manifest(stage)
         return manifest
     model = float32_transformer(run_dir, trained)
@@ -234,7 +224,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     source_tok, target_tok = _tokenizer_files(run_dir)
     with staged_directory(out) as stage:
         manifest = _export_into(stage, run_dir, model, formats, quantize, translate_signature,
-                                source_tok, target_tok, with_attention)
+                                source_tok, target_tok, with_attention, onnx_optimize)
         Manifest(stage)  # the manifest as a reader will see it, before it replaces anything
     return manifest
 
@@ -259,7 +249,7 @@ def run_settings(run_dir: Path) -> dict:
 
 def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                  translate_signature: bool, source_tok: str, target_tok: str,
-                 with_attention: bool = False) -> dict:
+                 with_attention: bool = False, onnx_optimize: bool = True) -> dict:
     c = model.config
     kind = model_kind(model)
     # The strings-to-strings translate signature is the seq2seq model's only.
@@ -278,8 +268,10 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                                           "variants": {"float32": {"model": "savedmodel"}}}
     if "onnx" in formats:
         log.info("exporting ONNX (opset %d)", ONNX_OPSET)
-        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "variants": export_onnx(
-            model, out, int8=quantize in ("int8", "all"))}
+        manifest_formats["onnx"] = {"opset": ONNX_OPSET, "optimized": onnx_optimize,
+                                    "variants": export_onnx(model, out,
+                                                            int8=quantize in ("int8", "all"),
+                                                            lean=onnx_optimize)}
     if "tflite" in formats:
         log.info("exporting TFLite")
         variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
@@ -291,7 +283,8 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
     attention = None
     if with_attention:
         log.info("exporting the attention weights (ONNX)")
-        attention = export_attention(attention_function(model), out, ATTENTION_INTERFACE)
+        attention = export_attention(attention_function(model), out, ATTENTION_INTERFACE,
+                                     onnx_optimize)
 
     files = {name: file_entry(out, out / name) for name in sorted({source_tok, target_tok})}
     if attention is not None:

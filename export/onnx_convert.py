@@ -32,9 +32,9 @@ def safe_reshape_merging():
         b2b._func_map[key] = merge
 
 
-def convert_function(function, path) -> None:
+def convert_function(function):
     """tf2onnx's conversion of a tf.function with an input signature (opset ONNX_OPSET, the
-    Reshape merge guarded), checked in full and saved to `path`."""
+    Reshape merge guarded), checked in full: an onnx ModelProto."""
     import onnx
     import tf2onnx
 
@@ -44,16 +44,24 @@ def convert_function(function, path) -> None:
         graph, _ = tf2onnx.convert.from_function(
             function, input_signature=function.input_signature, opset=ONNX_OPSET)
     onnx.checker.check_model(graph, full_check=True)
-    onnx.save(graph, str(path))
+    return graph
 
 
-def export_attention(function, out, interface: str) -> dict:
+def export_attention(function, out, interface: str, lean: bool = True) -> dict:
     """attention.onnx in `out`: the conversion of `function`, a model's attention weights
     (export.module.attention_function for a translator, export.classifier's for a
-    classifier), and its manifest entry {"file", "opset", "interface"}. Float32 only: it is
-    read by a person, once per sentence."""
+    classifier), through export.onnx_optimize's pass when `lean`, and its manifest entry
+    {"file", "opset", "interface"}. Float32 only: it is read by a person, once per
+    sentence."""
+    import onnx
+
     from .common import ATTENTION_FILE
     from .onnx_graph import ONNX_OPSET
 
-    convert_function(function, Path(out) / ATTENTION_FILE)
+    graph = convert_function(function)
+    if lean:
+        from .onnx_optimize import optimize
+
+        graph = optimize(graph)[0]
+    onnx.save(graph, str(Path(out) / ATTENTION_FILE))
     return {"file": ATTENTION_FILE, "opset": ONNX_OPSET, "interface": interface}

@@ -18,6 +18,7 @@ from keras_transformer.text.sources import batches_by_length, encode_sources
 
 from ..common import ExportError, Manifest
 from ..runtime.base import _load_sentencepiece
+from .onnx import DISABLED_OPTIMIZERS
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
@@ -35,7 +36,8 @@ def _onnx_session(path: Path, threads: int = 0):
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=DISABLED_OPTIMIZERS)
     except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
         raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
 

@@ -15,6 +15,10 @@ import numpy as np
 from ..common import ExportError, Manifest
 from ..runtime.base import Backend
 
+# onnxruntime's fusion of a residual Add and LayerNormalization into SkipLayerNormalization,
+# whose CPU kernel measured 2-6x slower than the pair (export/onnx_optimize.py).
+DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+
 
 class OnnxBackend(Backend):
     name = "onnx"
@@ -54,7 +58,8 @@ class OnnxBackend(Backend):
     def _session(self, path, options):
         try:
             return self._ort.InferenceSession(str(path), options,
-                                              providers=["CPUExecutionProvider"])
+                                              providers=["CPUExecutionProvider"],
+                                              disabled_optimizers=DISABLED_OPTIMIZERS)
         except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
             raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
 
