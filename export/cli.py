@@ -47,8 +47,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
+    # Warnings from every library, progress from this one: onnxruntime's quantizer logs a
+    # line per tensor on the root logger at INFO.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    logging.getLogger("export").setLevel(logging.INFO)
     for noisy in ("tf2onnx", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     from .common import variant_bytes
