@@ -28,21 +28,42 @@ ONNX_OPSET = 17
 
 
 class _Graph:
-    """Nodes, constants and fresh names for onnx.helper.make_graph."""
+    """Nodes, constants and fresh names for onnx.helper.make_graph.
 
-    def __init__(self):
-        self.nodes, self.initializers, self._count = [], [], 0
+    `subgraph()` gives a graph of its own nodes (a Loop's or an If's body) that shares the
+    constants and the name counter, so that its nodes read the weights from the outer graph
+    (ONNX lets a subgraph read outer-scope names) and no name is made twice. With
+    `share_constants`, a constant asked for again under the same hint is the one made first
+    (checked equal): several loop bodies then read one copy of every weight.
+    """
+
+    def __init__(self, share_constants: bool = False):
+        self.nodes, self.initializers, self._count = [], [], [0]
+        self._shared = {} if share_constants else None
+
+    def subgraph(self) -> _Graph:
+        child = _Graph.__new__(_Graph)
+        child.nodes, child.initializers = [], self.initializers
+        child._count, child._shared = self._count, self._shared
+        return child
 
     def name(self, hint: str) -> str:
-        self._count += 1
-        return f"{hint}_{self._count}"
+        self._count[0] += 1
+        return f"{hint}_{self._count[0]}"
 
     def const(self, value, hint: str = "const", dtype=None) -> str:
         from onnx import numpy_helper
 
-        name = self.name(hint)
         array = np.asarray(value, dtype=dtype)
+        if self._shared is not None and hint in self._shared:
+            name, known = self._shared[hint]
+            if known.dtype != array.dtype or not np.array_equal(known, array):
+                raise ValueError(f"two constants named {hint!r} differ")
+            return name
+        name = self.name(hint)
         self.initializers.append(numpy_helper.from_array(array, name))
+        if self._shared is not None:
+            self._shared[hint] = (name, array)
         return name
 
     def op(self, op_type: str, inputs, hint: str | None = None, outputs: int = 1,
@@ -98,6 +119,7 @@ class _Shapes:
     """Constant shape tensors shared by every layer."""
 
     def __init__(self, g: _Graph, heads: int, head_dim: int, d_model: int):
+        self.head_dim = head_dim
         self.query_column = g.const([-1, heads, head_dim, 1], "shape_query_column", np.int64)
         self.heads_row = g.const([-1, heads, 1, head_dim], "shape_heads_row", np.int64)
         self.logits_row = g.const([0, 0, 1, -1], "shape_logits_row", np.int64)
@@ -122,6 +144,98 @@ def _model_proto(g: _Graph, name: str, inputs, outputs):
     return proto
 
 
+def _embed(g: _Graph, model, tokens: str, index: str) -> tuple[str, str]:
+    """Embedding (3.4) and position (3.5) of one token per row: -> (x (B,D), the name of the
+    token table, which a tied output projection reads)."""
+    c = model.config
+    embedding = model.target_embedding if model.decoder.cross_attention else model.embedding
+    table = np.asarray(embedding.embeddings.numpy(), np.float32)
+    table_name = g.const(table, "token_embedding")
+    x = g.op("Gather", [table_name, tokens], "embed", axis=0)
+    x = g.op("Mul", [x, g.const(np.float32(math.sqrt(c.d_model)), "embed_scale")],
+             "embed_scaled")
+    positions = np.asarray(embedding.position_embedding if c.positional == "sinusoidal"
+                           else embedding.position_embedding.numpy(), np.float32)
+    position = g.op("Gather", [g.const(positions, "positions"), index], "position", axis=0)
+    return g.op("Add", [x, position], "embedded"), table
+
+
+def _qkv(g: _Graph, h: str, attention, scale: float, hint: str) -> tuple[str, str]:
+    """One fused projection of a self-attention's query, key and value: -> (q (B,D) scaled by
+    1/sqrt(d_k), kv (B,2D))."""
+    d_model = attention.query_dense.kernel.shape[0]
+    wq, bq = _weights(attention.query_dense, "kernel", "bias")
+    wk, bk = _weights(attention.key_dense, "kernel", "bias")
+    wv, bv = _weights(attention.value_dense, "kernel", "bias")
+    qkv = _matmul_add(g, h, np.concatenate([wq * scale, wk, wv], axis=1),
+                      np.concatenate([bq * scale, bk, bv]), hint + "_qkv")
+    q, kv = g.op("Split", [qkv, g.const([d_model, 2 * d_model], "split_q_kv", np.int64)],
+                 hint + "_q_kv", outputs=2, axis=1)
+    return q, kv
+
+
+def _decoder_layers(g: _Graph, s: _Shapes, model, x: str, self_attention, cross) -> str:
+    """x (B,D) through every decoder layer (3.1). `self_attention(i, layer, h)` -> the heads
+    of layer i's masked self-attention merged to (B,D) before its output projection (the
+    cache is the caller's); `cross(i)` -> (cross_keys, cross_values, bias (B,1,1,S)) of layer
+    i, or None for a model without cross-attention."""
+    for i, layer in enumerate(model.decoder.decoder_layers):
+        p = f"layer{i}"
+        h = _sublayer_input(g, x, layer.self_attention_norm, p + "_self")
+        attended = _dense(g, self_attention(i, layer, h), layer.self_attention.output_dense,
+                          p + "_self_out")
+        x = _add_norm(g, x, attended, layer.self_attention_norm, p + "_self")
+
+        # Cross-attention over the encoder's precomputed keys/values (none in an LM).
+        if cross is not None:
+            keys, values, bias = cross(i)
+            attention = layer.cross_attention_layer
+            h = _sublayer_input(g, x, layer.cross_attention_norm, p + "_cross")
+            scale = 1.0 / math.sqrt(s.head_dim)
+            q = g.op("Reshape", [_dense(g, h, attention.query_dense, p + "_cross_q", scale),
+                                 s.query_column], p + "_cross_q_column")
+            logits = g.op("Add", [_logits(g, s, q, keys, p + "_cross"), bias],
+                          p + "_cross_logits")
+            weights = g.op("Softmax", [logits], p + "_cross_weights", axis=-1)
+            attended = g.op("Reshape", [g.op("MatMul", [weights, values]), s.rows],
+                            p + "_cross_merged")
+            attended = _dense(g, attended, attention.output_dense, p + "_cross_out")
+            x = _add_norm(g, x, attended, layer.cross_attention_norm, p + "_cross")
+
+        # Position-wise feed-forward.
+        h = _sublayer_input(g, x, layer.feed_forward_norm, p + "_ffn")
+        inner = g.op("Relu", [_dense(g, h, layer.feed_forward.inner, p + "_ffn_inner")])
+        x = _add_norm(g, x, _dense(g, inner, layer.feed_forward.outer, p + "_ffn_outer"),
+                      layer.feed_forward_norm, p + "_ffn")
+    if model.decoder.final_norm is not None:
+        x = _layer_norm(g, x, model.decoder.final_norm, "final_norm")
+    return x
+
+
+def _output_logits(g: _Graph, model, x: str, table: np.ndarray, name: str) -> None:
+    """The pre-softmax projection into the graph value `name` (B,V)."""
+    if model.output_projection is None:
+        # Tied output (3.4): logits = x E^T. E^T is stored as its own constant (a Gemm with
+        # transB=1 could read E, but int8 quantization only handles MatMul).
+        g.output("MatMul", [x, g.const(np.ascontiguousarray(table.T), "output_kernel")], name)
+    else:
+        kernel, bias = _weights(model.output_projection, "kernel", "bias")
+        product = g.op("MatMul", [x, g.const(kernel, "output_kernel")], "output_matmul")
+        g.output("Add", [product, g.const(bias, "output_bias")], name)
+
+
+def _log_normalizer(g: _Graph, logits: str, name: str) -> None:
+    """logsumexp of each row of logits (B,V) into `name` (B,), for the search's
+    log-probabilities: onnxruntime's vectorised Exp and reductions do it several times faster
+    than NumPy."""
+    row_max = g.op("ReduceMax", [logits], "logits_max", axes=[1], keepdims=1)
+    shifted = g.op("Exp", [g.op("Sub", [logits, row_max], "logits_shifted")], "logits_exp")
+    total = g.op("ReduceSum", [shifted, g.const([1], "axis1", np.int64)], "logits_sum",
+                 keepdims=0)
+    g.output("Add", [g.op("Squeeze", [row_max, g.const([1], "squeeze_axis", np.int64)],
+                          "logits_max_rows"), g.op("Log", [total], "logits_log_sum")], name)
+
+
 def build_decoder_step(model: Transformer | TransformerLM):
     """A checked onnx.ModelProto of one decoding step of `model` (float32, opset 17).
 
@@ -141,18 +255,8 @@ def build_decoder_step(model: Transformer | TransformerLM):
     scale = 1.0 / math.sqrt(head_dim)
     g = _Graph()
     s = _Shapes(g, heads, head_dim, d_model)
-
-    # Embedding (3.4) and position (3.5): rows (B, D).
     cross = model.decoder.cross_attention
-    embedding = model.target_embedding if cross else model.embedding
-    table = np.asarray(embedding.embeddings.numpy(), np.float32)
-    table_name = g.const(table, "token_embedding")
-    x = g.op("Gather", [table_name, "tokens"], "embed", axis=0)
-    x = g.op("Mul", [x, g.const(np.float32(math.sqrt(d_model)), "embed_scale")], "embed_scaled")
-    positions = np.asarray(embedding.position_embedding if c.positional == "sinusoidal"
-                           else embedding.position_embedding.numpy(), np.float32)
-    position = g.op("Gather", [g.const(positions, "positions"), "index"], "position", axis=0)
-    x = g.op("Add", [x, position], "embedded")
+    x, table = _embed(g, model, "tokens", "index")
 
     # Masks, once per step. Self-attention: cache slots < index; cross: the source's padding.
     zero, masked = g.const(np.float32(0.0), "zero"), g.const(np.float32(MASKED_LOGIT), "masked")
@@ -164,24 +268,21 @@ def build_decoder_step(model: Transformer | TransformerLM):
     self_bias = g.op("Where", [earlier, zero, masked], "self_bias")
     split_sizes = g.op("Concat", [cache_length, g.const([1], "one", np.int64)], "split_sizes",
                        axis=0)
+    cross_inputs = None
     if cross:
         cross_bias = g.op("Where", ["memory_mask", zero, masked], "cross_bias")
         cross_bias = g.op("Unsqueeze", [cross_bias, g.const([1, 2], "axes12", np.int64)],
                           "cross_bias_heads")
 
+        def cross_inputs(i):
+            return f"cross_keys_{i}", f"cross_values_{i}", cross_bias
+
     step_rows = []
-    for i, layer in enumerate(model.decoder.decoder_layers):
+
+    def self_attention(i, layer, h):
+        """Over the cache plus this position's own key/value, which is not in it yet."""
         p = f"layer{i}"
-        # Masked self-attention over the cache plus this position's own key/value.
-        attention = layer.self_attention
-        h = _sublayer_input(g, x, layer.self_attention_norm, p + "_self")
-        wq, bq = _weights(attention.query_dense, "kernel", "bias")
-        wk, bk = _weights(attention.key_dense, "kernel", "bias")
-        wv, bv = _weights(attention.value_dense, "kernel", "bias")
-        qkv = _matmul_add(g, h, np.concatenate([wq * scale, wk, wv], axis=1),
-                          np.concatenate([bq * scale, bk, bv]), p + "_qkv")
-        q, kv = g.op("Split", [qkv, g.const([d_model, 2 * d_model], "split_q_kv", np.int64)],
-                     p + "_q_kv", outputs=2, axis=1)
+        q, kv = _qkv(g, h, layer.self_attention, scale, p)
         step_rows.append(g.op("Reshape", [kv, s.key_value_row], p + "_step_kv"))
         k_new, v_new = g.op("Split", [kv], p + "_k_v", outputs=2, axis=1)
         q_column = g.op("Reshape", [q, s.query_column], p + "_q_column")
@@ -197,51 +298,12 @@ def build_decoder_step(model: Transformer | TransformerLM):
             g.op("MatMul", [w_cached, f"cache_values_{i}"]),
             g.op("Mul", [w_own, g.op("Reshape", [v_new, s.heads_row], p + "_v_row")])],
             p + "_self_heads")
-        attended = g.op("Reshape", [attended, s.rows], p + "_self_merged")
-        attended = _dense(g, attended, attention.output_dense, p + "_self_out")
-        x = _add_norm(g, x, attended, layer.self_attention_norm, p + "_self")
+        return g.op("Reshape", [attended, s.rows], p + "_self_merged")
 
-        # Cross-attention over the encoder's precomputed keys/values (none in an LM).
-        if cross:
-            attention = layer.cross_attention_layer
-            h = _sublayer_input(g, x, layer.cross_attention_norm, p + "_cross")
-            q = g.op("Reshape", [_dense(g, h, attention.query_dense, p + "_cross_q", scale),
-                                 s.query_column], p + "_cross_q_column")
-            logits = g.op("Add", [_logits(g, s, q, f"cross_keys_{i}", p + "_cross"), cross_bias],
-                          p + "_cross_logits")
-            weights = g.op("Softmax", [logits], p + "_cross_weights", axis=-1)
-            attended = g.op("Reshape", [g.op("MatMul", [weights, f"cross_values_{i}"]), s.rows],
-                            p + "_cross_merged")
-            attended = _dense(g, attended, attention.output_dense, p + "_cross_out")
-            x = _add_norm(g, x, attended, layer.cross_attention_norm, p + "_cross")
-
-        # Position-wise feed-forward.
-        h = _sublayer_input(g, x, layer.feed_forward_norm, p + "_ffn")
-        inner = g.op("Relu", [_dense(g, h, layer.feed_forward.inner, p + "_ffn_inner")])
-        x = _add_norm(g, x, _dense(g, inner, layer.feed_forward.outer, p + "_ffn_outer"),
-                      layer.feed_forward_norm, p + "_ffn")
-
-    if model.decoder.final_norm is not None:
-        x = _layer_norm(g, x, model.decoder.final_norm, "final_norm")
-    if model.output_projection is None:
-        # Tied output (3.4): logits = x E^T. E^T is stored as its own constant (a Gemm with
-        # transB=1 could read E, but int8 quantization only handles MatMul).
-        g.output("MatMul", [x, g.const(np.ascontiguousarray(table.T), "output_kernel")],
-                 "logits")
-    else:
-        kernel, bias = _weights(model.output_projection, "kernel", "bias")
-        product = g.op("MatMul", [x, g.const(kernel, "output_kernel")], "output_matmul")
-        g.output("Add", [product, g.const(bias, "output_bias")], "logits")
+    x = _decoder_layers(g, s, model, x, self_attention, cross_inputs)
+    _output_logits(g, model, x, table, "logits")
     g.output("Concat", step_rows, "step_key_values", axis=1)
-    # logsumexp of each row of logits, for the search's log-probabilities: onnxruntime's
-    # vectorised Exp and reductions do it several times faster than NumPy.
-    row_max = g.op("ReduceMax", ["logits"], "logits_max", axes=[1], keepdims=1)
-    shifted = g.op("Exp", [g.op("Sub", ["logits", row_max], "logits_shifted")], "logits_exp")
-    total = g.op("ReduceSum", [shifted, g.const([1], "axis1", np.int64)], "logits_sum",
-                 keepdims=0)
-    g.output("Add", [g.op("Squeeze", [row_max, g.const([1], "squeeze_axis", np.int64)],
-                          "logits_max_rows"), g.op("Log", [total], "logits_log_sum")],
-             "log_normalizer")
+    _log_normalizer(g, "logits", "log_normalizer")
 
     float_, batch = TensorProto.FLOAT, "batch"
     inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT32, [batch])]

@@ -1,0 +1,561 @@
+"""search.onnx: the encoder, every decoding step and greedy or beam search in one onnxruntime
+call, for a translator's (or summarizer's) export.
+
+The stepwise runtime (export/runtime/onnx.py) calls onnxruntime once per token and runs the
+search in NumPy; at batch 1 with a small model, Python, the calls and the cache writes cost
+as much as a third of the decode. This graph runs the whole search in onnxruntime: the
+encoder's nodes (the export's encoder graph, inlined), then an ONNX `Loop` whose body is one
+decoding step followed by the search's choice of the next tokens. It computes exactly what
+`keras_transformer.decoding` computes (greedy search; beam search with the "2K candidates"
+scheme, the GNMT length penalty and Hugging Face's stopping rule; `no_repeat_ngram_size` and
+`min_length`), so its tokens are the NumPy search's; export.parity and the tests hold the two
+to each other. The NumPy search stays the reference.
+
+Inputs: source_ids int32 (B,S) (EOS-terminated, PAD-padded), max_length int32 () (generated
+tokens, EOS included), beam_size int32 () (1: greedy), alpha float64 (), no_repeat_ngram_size
+int32 () and min_length int32 () (0: off). Outputs: tokens int32 (B,T) (T = steps taken; PAD
+after EOS) and scores float32 (B,), as `decoding.SearchResult` holds them.
+
+How it is laid out:
+
+- Weights are initializers of the main graph; the loop bodies read them from the outer scope,
+  so the four bodies (greedy or beam, with or without the constraints, picked by `If` nodes on
+  the inputs) share one copy.
+- Inside the loop the self-attention cache grows by one position per step (`Concat` of the
+  loop-carried keys/values and the new ones): a step attends to exactly the positions before
+  it, with no mask. Beam search gathers the cache rows of the surviving beams (`Gather`).
+- Scores are float64, as in NumPy. Ties are broken as NumPy breaks them: ONNX's `TopK` and
+  `ArgMax` return the lower index first, which is NumPy's order of (beam, rank in the beam,
+  token) for candidates and of (earlier, later) for finished hypotheses.
+- no_repeat_ngram_size n: every row carries the n-grams it generated, each stored as a marker
+  column 0 and its n tokens, plus its last n tokens; at each step the n-grams whose first n-1
+  tokens equal the row's last n-1 ban their last token (a `ScatterElements` add into a
+  (rows, V) count). Before a row has n tokens its "last n" hold a sentinel (-2), which no
+  stored n-gram prefix can equal; the list starts with one entry whose marker is -1, so it is
+  never empty and never matches.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from keras_transformer.cache.layout import memory_names
+from keras_transformer.layers.attention import MASKED_LOGIT
+from keras_transformer.models.transformer import Transformer
+
+from .onnx_graph import (
+    ONNX_OPSET,
+    _decoder_layers,
+    _embed,
+    _Graph,
+    _log_normalizer,
+    _logits,
+    _output_logits,
+    _qkv,
+    _Shapes,
+)
+
+SEARCH_FILE = "search.onnx"
+INPUTS = ("source_ids", "max_length", "beam_size", "alpha", "no_repeat_ngram_size",
+          "min_length")
+OUTPUTS = ("tokens", "scores")
+_BIG = np.iinfo(np.int64).max
+_SENTINEL = -2  # what a row's "last n tokens" hold before it generated n
+
+
+def _info(name, elem_type, shape=None):
+    from onnx import helper
+
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+class _Builder:
+    """The search graph of one model; `g` holds the main graph's nodes and every weight."""
+
+    def __init__(self, model: Transformer):
+        from onnx import TensorProto
+
+        self.T = TensorProto
+        self.model = model
+        c = model.config
+        self.layers, self.vocab = c.num_decoder_layers, c.target_vocab_size
+        self.heads, self.head_dim = c.num_heads, c.d_model // c.num_heads
+        self.pad, self.bos, self.eos = c.pad_id, c.bos_id, c.eos_id
+        self.g = _Graph(share_constants=True)
+        self.s = _Shapes(self.g, self.heads, self.head_dim, c.d_model)
+
+    # -- small helpers over a (sub)graph -------------------------------------------------------
+
+    def c64(self, value, hint="i64"):
+        """An int64 constant, one per value and hint."""
+        label = re.sub(r"[^0-9a-z]+", "_", f"{value}".replace("-", "m")).strip("_")
+        return self.g.const(np.asarray(value, np.int64), f"{hint}_{label}")
+
+    def slice(self, b, x, start, end, axis, hint="slice"):
+        """x[start:end] along `axis`; start/end are ints or (1,) int64 names."""
+        def as_name(v, what):
+            return self.c64([v], what) if isinstance(v, int) else v
+        return b.op("Slice", [x, as_name(start, "start"), as_name(end, "end"),
+                              self.c64([axis], "axis")], hint)
+
+    def unsqueeze(self, b, x, axes, hint="unsqueeze"):
+        return b.op("Unsqueeze", [x, self.c64(list(axes), "axes")], hint)
+
+    def squeeze(self, b, x, axes, hint="squeeze"):
+        return b.op("Squeeze", [x, self.c64(list(axes), "axes")], hint)
+
+    def to(self, b, x, elem_type, hint="cast"):
+        return b.op("Cast", [x], hint, to=elem_type)
+
+    def gather_rows(self, b, x, rows, hint="gather_rows"):
+        return b.op("Gather", [x, rows], hint, axis=0)
+
+    # -- one decoding step with a growing cache ------------------------------------------------
+
+    def step(self, b, tokens, index, pasts, cross_keys, cross_values, cross_bias):
+        """tokens (n,) int32 at position `index` (int64 ()), pasts [keys_0, values_0, ...]
+        (n,H,t,dh) -> (logits (n,V), log-normalizer (n,), presents (n,H,t+1,dh))."""
+        s, model = self.s, self.model
+        scale = 1.0 / math.sqrt(self.head_dim)
+        x, table = _embed(b, model, tokens, index)
+        presents = []
+
+        def self_attention(i, layer, h):
+            p = f"layer{i}"
+            q, kv = _qkv(b, h, layer.self_attention, scale, p)
+            k_new, v_new = b.op("Split", [kv], p + "_k_v", outputs=2, axis=1)
+            keys = b.op("Concat", [pasts[2 * i], b.op("Reshape", [k_new, s.heads_row])],
+                        p + "_present_keys", axis=2)
+            values = b.op("Concat", [pasts[2 * i + 1], b.op("Reshape", [v_new, s.heads_row])],
+                          p + "_present_values", axis=2)
+            presents.extend([keys, values])
+            q_column = b.op("Reshape", [q, s.query_column], p + "_q_column")
+            weights = b.op("Softmax", [_logits(b, s, q_column, keys, p + "_self")],
+                           p + "_self_weights", axis=-1)
+            return b.op("Reshape", [b.op("MatMul", [weights, values]), s.rows],
+                        p + "_self_merged")
+
+        x = _decoder_layers(b, s, model, x, self_attention,
+                            lambda i: (cross_keys[i], cross_values[i], cross_bias))
+        logits, lse = b.name("logits"), b.name("log_normalizer")
+        _output_logits(b, model, x, table, logits)
+        _log_normalizer(b, logits, lse)
+        return logits, lse, presents
+
+    # -- the constraints -------------------------------------------------------------------------
+
+    def constrain(self, b, logits, index, grams, recent, ngram_on, min_length):
+        """logits (n,V) -> the logits with every banned token at -inf (decoding._constrain):
+        EOS while index < min_length, and each token that would repeat an n-gram; a row with
+        nothing left keeps its EOS logit."""
+        T = self.T
+        eos_row = self.g.const(np.arange(self.vocab)[None, :] == self.eos, "eos_row")
+        ban_eos = b.op("And", [eos_row, b.op("Less", [index, min_length])], "ban_eos")
+        marker = b.op("ConstantOfShape", [b.op("Shape", [recent], end=1)], "marker",
+                      value=_scalar_tensor(np.int32(0)))
+        marker = self.unsqueeze(b, marker, [1])
+        suffix = b.op("Concat", [marker, self.slice(b, recent, 1, _BIG, 1)], "suffix", axis=1)
+        prefixes = self.slice(b, grams, 0, -1, 2, "prefixes")
+        equal = b.op("Equal", [prefixes, self.unsqueeze(b, suffix, [1])])
+        match = b.op("ReduceMin", [self.to(b, equal, T.FLOAT)], "ngram_match", axes=[2],
+                     keepdims=0)
+        match = b.op("Mul", [match, ngram_on], "ngram_match_on")
+        banned = self.to(b, self.squeeze(b, self.slice(b, grams, -1, _BIG, 2), [2]), T.INT64)
+        zeros = b.op("ConstantOfShape", [b.op("Shape", [logits])], "ban_counts_zero",
+                     value=_scalar_tensor(np.float32(0)))
+        counts = b.op("ScatterElements", [zeros, banned, match], "ban_counts", axis=1,
+                      reduction="add")
+        ban = b.op("Or", [b.op("Greater", [counts, self.g.const(np.float32(0), "zero_f")]),
+                          ban_eos], "ban")
+        minus_inf = self.g.const(np.float32(-np.inf), "minus_inf_f")
+        masked = b.op("Where", [ban, minus_inf, logits], "masked_logits")
+        dead = b.op("Equal", [b.op("ReduceMax", [masked], axes=[1], keepdims=1), minus_inf],
+                    "dead_rows")
+        return b.op("Where", [b.op("And", [dead, eos_row]), logits, masked], "constrained")
+
+    def remember(self, b, grams, recent, chosen):
+        """The n-gram state after each row generated `chosen` (n,) int32."""
+        recent = b.op("Concat", [self.slice(b, recent, 1, _BIG, 1),
+                                 self.unsqueeze(b, chosen, [1])], "recent", axis=1)
+        marker = b.op("ConstantOfShape", [b.op("Shape", [recent], end=1)], "marker",
+                      value=_scalar_tensor(np.int32(0)))
+        gram = b.op("Concat", [self.unsqueeze(b, marker, [1]), recent], "gram", axis=1)
+        grams = b.op("Concat", [grams, self.unsqueeze(b, gram, [1])], "grams", axis=1)
+        return grams, recent
+
+    def initial_ngram_state(self, b, rows, ngram):
+        """-> (grams (rows,1,n+1) holding the never-matching entry, recent (rows,n) of
+        sentinels), n = max(no_repeat_ngram_size, 1)."""
+        width = b.op("Max", [ngram, self.c64(1, "one")], "ngram_width")
+        width_1d = self.unsqueeze(b, width, [0])
+        recent = b.op("Expand", [self.g.const(np.int32(_SENTINEL), "sentinel"),
+                                 b.op("Concat", [rows, width_1d], axis=0)], "recent0")
+        head = b.op("Expand", [self.g.const(np.int32(-1), "minus_one_i32"),
+                               b.op("Concat", [rows, self.c64([1, 1], "ones2")], axis=0)])
+        tail = b.op("ConstantOfShape", [b.op("Concat", [rows, self.c64([1], "one1"), width_1d],
+                                              axis=0)], value=_scalar_tensor(np.int32(0)))
+        return b.op("Concat", [head, tail], "grams0", axis=2), recent
+
+    # -- greedy search ---------------------------------------------------------------------------
+
+    def greedy(self, memory, cross_bias, rows, constrained):
+        """-> a GraphProto (an If branch): the greedy loop over `rows` (1,) int64 sources."""
+        T, g = self.T, self.g
+        b = g.subgraph()
+        n_pasts = 2 * self.layers
+        empty = self.empty_cache(b, rows)
+        tokens0 = b.op("Expand", [g.const(np.int32(self.bos), "bos"), rows], "tokens0")
+        finished0 = b.op("Expand", [g.const(False, "false"), rows], "finished0")
+        scores0 = b.op("Expand", [g.const(np.float64(0), "zero_d"), rows], "scores0")
+        carried0 = [tokens0, finished0, scores0] + [empty] * n_pasts
+        if constrained:
+            ngram_on, ngram, min_length = self.constraint_inputs(b)
+            carried0 += list(self.initial_ngram_state(b, rows, ngram))
+
+        body = g.subgraph()
+        index, cond_in = b.name("index"), b.name("cond")
+        names = [b.name(n) for n in ("tokens", "finished", "scores")]
+        tokens, finished, scores = names
+        pasts = [b.name("past") for _ in range(n_pasts)]
+        logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
+        if constrained:
+            grams, recent = b.name("grams"), b.name("recent")
+            logits = self.constrain(body, logits, index, grams, recent, ngram_on, min_length)
+        best = body.op("ArgMax", [logits], "best", axis=1, keepdims=1)
+        gain = body.op("Sub", [
+            self.to(body, self.squeeze(body, body.op("GatherElements", [logits, best], axis=1),
+                                       [1]), T.DOUBLE),
+            self.to(body, lse, T.DOUBLE)], "gain")
+        new_scores = body.op("Where", [finished, scores, body.op("Add", [scores, gain])],
+                             "scores_out")
+        chosen = body.op("Where", [finished, g.const(np.int32(self.pad), "pad"),
+                                   self.to(body, self.squeeze(body, best, [1]), T.INT32)],
+                         "chosen")
+        done = body.op("Or", [finished, body.op("Equal", [chosen, g.const(np.int32(self.eos),
+                                                                           "eos")])], "done")
+        all_done = body.op("ReduceMin", [self.to(body, done, T.INT32)], keepdims=0)
+        cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
+        carried = [chosen, done, new_scores] + presents
+        if constrained:
+            carried += list(self.remember(body, grams, recent, chosen))
+        scan = body.op("Identity", [chosen], "scan_tokens")
+
+        types = [T.INT32, T.BOOL, T.DOUBLE] + [T.FLOAT] * n_pasts
+        in_names = names + pasts
+        if constrained:
+            types += [T.INT32, T.INT32]
+            in_names += [grams, recent]
+        graph = _body_graph(body, "greedy_step", index, cond_in, in_names, types,
+                            cond_out, carried, [(scan, T.INT32)])
+        loop_out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0],
+                        "greedy_loop", outputs=len(carried0) + 1, body=graph)
+        steps_tokens = loop_out[-1]  # (steps, B)
+        tokens_out = b.op("Transpose", [steps_tokens], "tokens_bt", perm=[1, 0])
+        scores_out = self.to(b, loop_out[2], T.FLOAT, "scores_f")
+        return _branch_graph(b, "greedy", tokens_out, scores_out)
+
+    # -- beam search -----------------------------------------------------------------------------
+
+    def beam(self, memory, cross_bias, batch, constrained):
+        """-> a GraphProto (an If branch): the beam loop over `batch` (1,) int64 sources."""
+        T, g = self.T, self.g
+        b = g.subgraph()
+        n_pasts = 2 * self.layers
+        k = b.op("Cast", [self.beam_size], "k", to=T.INT64)
+        k_1d = self.unsqueeze(b, k, [0])
+        two_k = b.op("Mul", [k, self.c64(2, "two")], "two_k")
+        m = b.op("Min", [two_k, self.c64(self.vocab, "vocab")], "m")
+        rows = b.op("Mul", [batch, k_1d], "rows")
+        # Every source's memory repeated once per beam: rows b * K + k.
+        row_source = b.op("Div", [b.op("Range", [self.c64(0, "zero"),
+                                                 self.squeeze(b, rows, [0]),
+                                                 self.c64(1, "one")]), k], "row_source")
+        memory = [[self.gather_rows(b, x, row_source) for x in part] for part in memory]
+        cross_bias = self.gather_rows(b, cross_bias, row_source)
+        empty = self.empty_cache(b, rows)
+        tokens0 = b.op("Expand", [g.const(np.int32(self.bos), "bos"), rows], "tokens0")
+        bk = b.op("Concat", [batch, k_1d], "bk", axis=0)
+        first = b.op("Equal", [b.op("Range", [self.c64(0, "zero"), k, self.c64(1, "one")]),
+                               self.c64(0, "zero")])
+        alive0 = b.op("Expand", [b.op("Where", [first, g.const(np.float64(0), "zero_d"),
+                                                g.const(np.float64(-np.inf), "minus_inf_d")]),
+                                 bk], "alive0")
+        bkt = b.op("Concat", [bk, self.unsqueeze(b, self.max_length, [0])], "bkt", axis=0)
+        history0 = b.op("Expand", [g.const(np.int32(self.pad), "pad"), bkt], "history0")
+        fin_scores0 = b.op("Expand", [g.const(np.float64(-np.inf), "minus_inf_d"), bk])
+        done0 = b.op("Expand", [g.const(False, "false"), batch], "done0")
+        gen_len0 = self.c64(0, "zero")
+        carried0 = [tokens0, alive0, history0, fin_scores0, history0, done0, gen_len0]
+        carried0 += [empty] * n_pasts
+        if constrained:
+            ngram_on, ngram, min_length = self.constraint_inputs(b)
+            carried0 += list(self.initial_ngram_state(b, rows, ngram))
+
+        body = g.subgraph()
+        index, cond_in = b.name("index"), b.name("cond")
+        names = [b.name(n) for n in ("tokens", "alive", "history", "fin_scores", "fin_seqs",
+                                     "done", "gen_len")]
+        tokens, alive, history, fin_scores, fin_seqs, done, _ = names
+        pasts = [b.name("past") for _ in range(n_pasts)]
+        logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
+        if constrained:
+            grams, recent = b.name("grams"), b.name("recent")
+            logits = self.constrain(body, logits, index, grams, recent, ngram_on, min_length)
+        m_1d = self.unsqueeze(body, m, [0])
+        top_logits, top_ids = body.op("TopK", [logits, m_1d], "row_top", outputs=2, axis=1)
+        gains = body.op("Sub", [self.to(body, top_logits, T.DOUBLE),
+                                self.unsqueeze(body, self.to(body, lse, T.DOUBLE), [1])])
+        km = body.op("Mul", [k_1d, m_1d], "km")
+        b_km = body.op("Concat", [batch, km], "b_km", axis=0)
+        b_k_m = body.op("Concat", [batch, k_1d, m_1d], "b_k_m", axis=0)
+        cand = body.op("Add", [self.unsqueeze(body, alive, [2]),
+                               body.op("Reshape", [gains, b_k_m])], "cand")
+        cand = body.op("Reshape", [cand, b_km], "cand_flat")
+        two_k_1d = self.unsqueeze(body, two_k, [0])
+        top_scores, order = body.op("TopK", [cand, two_k_1d], "top_cand", outputs=2, axis=1)
+        top_beam = body.op("Div", [order, m], "top_beam")
+        top_token = body.op("GatherElements", [body.op("Reshape", [top_ids, b_km]), order],
+                            "top_token", axis=1)
+        is_eos = body.op("Equal", [top_token, self.c64(self.eos, "eos64")], "is_eos")
+
+        gen_len = body.op("Add", [index, self.c64(1, "one")], "gen_len_out")
+        penalty = self.penalty(body, gen_len)
+
+        # Finished hypotheses: EOS candidates ranked below K, for sources still running.
+        first_k = [self.slice(body, x, 0, k_1d, 1) for x in (top_scores, top_beam, is_eos)]
+        k_scores, k_beam, k_eos = first_k
+        new_eos = body.op("And", [body.op("And", [k_eos, _finite(body, k_scores)]),
+                                  self.unsqueeze(body, body.op("Not", [done]), [1])], "new_eos")
+        minus_inf = g.const(np.float64(-np.inf), "minus_inf_d")
+        hyp_scores = body.op("Where", [new_eos, body.op("Div", [k_scores, penalty]),
+                                       minus_inf], "hyp_scores")
+        positions = body.op("Range", [self.c64(0, "zero"), self.max_length64(body),
+                                      self.c64(1, "one")], "positions")
+        at_index = body.op("Equal", [positions, index], "at_index")  # (Tmax,)
+        hyp_seqs = body.op("Where", [at_index, g.const(np.int32(self.eos), "eos"),
+                                     self.gather_beams(body, history, k_beam)], "hyp_seqs")
+        merged = body.op("Concat", [fin_scores, hyp_scores], axis=1)
+        fin_scores_out, kept = body.op("TopK", [merged, k_1d], "finished", outputs=2, axis=1)
+        fin_seqs_out = self.gather_beams(
+            body, body.op("Concat", [fin_seqs, hyp_seqs], axis=1), kept, "fin_seqs_out")
+        n_finished = body.op("ReduceSum", [self.to(body, _finite(body, fin_scores_out),
+                                                   T.INT64), self.c64([1], "axis")],
+                             keepdims=0)
+        worst = self.squeeze(body, self.slice(body, fin_scores_out, -1, _BIG, 1), [1], "worst")
+
+        # New alive beams: the first K non-EOS candidates.
+        not_eos = self.to(body, body.op("Not", [is_eos]), T.FLOAT)
+        _, pick = body.op("TopK", [not_eos, k_1d], "pick", outputs=2, axis=1)
+        parent_beam = body.op("GatherElements", [top_beam, pick], "parent_beam", axis=1)
+        new_tokens = self.to(body, body.op("GatherElements", [top_token, pick], axis=1),
+                             T.INT32, "new_tokens")
+        alive_out = body.op("GatherElements", [top_scores, pick], "alive_out", axis=1)
+        history_out = body.op("Where", [at_index, self.unsqueeze(body, new_tokens, [2]),
+                                        self.gather_beams(body, history, parent_beam)],
+                              "history_out")
+
+        # Hugging Face's stopping rule, against the best alive beam at the current length.
+        full = body.op("And", [body.op("Not", [done]),
+                               body.op("GreaterOrEqual", [n_finished, k])], "full")
+        best_alive = body.op("Div", [body.op("ReduceMax", [alive_out], axes=[1], keepdims=0),
+                                     penalty])
+        done_out = body.op("Or", [done, body.op("And", [
+            full, body.op("GreaterOrEqual", [worst, best_alive])])], "done_out")
+        all_done = body.op("ReduceMin", [self.to(body, done_out, T.INT32)], keepdims=0)
+        cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
+
+        source_base = body.op("Mul", [body.op("Range", [self.c64(0, "zero"),
+                                                        self.squeeze(body, batch, [0]),
+                                                        self.c64(1, "one")]), k])
+        parents = body.op("Reshape", [body.op("Add", [self.unsqueeze(body, source_base, [1]),
+                                                      parent_beam]), self.c64([-1], "flat")],
+                          "parents")
+        carried = [body.op("Reshape", [new_tokens, self.c64([-1], "flat")], "tokens_out"),
+                   alive_out, history_out, fin_scores_out, fin_seqs_out, done_out, gen_len]
+        carried += [self.gather_rows(body, x, parents) for x in presents]
+        if constrained:
+            carried += list(self.remember(body, self.gather_rows(body, grams, parents),
+                                          self.gather_rows(body, recent, parents),
+                                          carried[0]))
+        types = [T.INT32, T.DOUBLE, T.INT32, T.DOUBLE, T.INT32, T.BOOL, T.INT64]
+        types += [T.FLOAT] * n_pasts
+        in_names = names + pasts
+        if constrained:
+            types += [T.INT32, T.INT32]
+            in_names += [grams, recent]
+        graph = _body_graph(body, "beam_step", index, cond_in, in_names, types, cond_out,
+                            carried, [])
+        out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0], "beam_loop",
+                   outputs=len(carried0), body=graph)
+        _, alive, history, fin_scores, fin_seqs, done, gen_len = out[:7]
+
+        # Sources that ran out of length: their alive beams compete as (EOS-less) hypotheses.
+        penalty = self.penalty(b, gen_len)
+        still = b.op("And", [_finite(b, alive), self.unsqueeze(b, b.op("Not", [done]), [1])])
+        alive_hyps = b.op("Where", [still, b.op("Div", [alive, penalty]),
+                                    g.const(np.float64(-np.inf), "minus_inf_d")])
+        scores = b.op("Concat", [fin_scores, alive_hyps], "all_scores", axis=1)
+        best = b.op("ArgMax", [scores], "best", axis=1, keepdims=1)
+        best_score = b.op("GatherElements", [scores, best], "best_score", axis=1)
+        seqs = b.op("Concat", [fin_seqs, history], "all_seqs", axis=1)
+        best_seq = self.squeeze(b, self.gather_beams(b, seqs, best), [1])
+        # Unreachable unless every candidate was -inf: the first beam as it is.
+        first_beam = self.squeeze(b, self.slice(b, history, 0, 1, 1), [1])
+        seq = b.op("Where", [_finite(b, best_score), best_seq, first_beam], "best_tokens")
+        tokens_out = self.slice(b, seq, 0, self.unsqueeze(b, gen_len, [0]), 1, "tokens_bt")
+        scores_out = self.to(b, self.squeeze(b, best_score, [1]), T.FLOAT, "scores_f")
+        return _branch_graph(b, "beam", tokens_out, scores_out)
+
+    def gather_beams(self, b, x, beams, hint="gather_beams"):
+        """x (B,K',T) and beams (B,K) int64 -> x[b, beams[b, k], :] (B,K,T)."""
+        index = b.op("Expand", [self.unsqueeze(b, beams, [2]),
+                                b.op("Concat", [b.op("Shape", [beams]),
+                                                b.op("Shape", [x], start=2)], axis=0)])
+        return b.op("GatherElements", [x, index], hint, axis=1)
+
+    def penalty(self, b, length):
+        """GNMT length penalty ((5 + length) / 6) ** alpha, float64 (decoding.length_penalty)."""
+        base = b.op("Div", [b.op("Add", [self.g.const(np.float64(5), "five_d"),
+                                         self.to(b, length, self.T.DOUBLE)]),
+                            self.g.const(np.float64(6), "six_d")])
+        return b.op("Pow", [base, "alpha"], "penalty")
+
+    # -- the main graph --------------------------------------------------------------------------
+
+    def empty_cache(self, b, rows):
+        """(rows, H, 0, dh) float32: the cache before the first step."""
+        shape = b.op("Concat", [rows, self.c64([self.heads, 0, self.head_dim], "empty_shape")],
+                     axis=0)
+        return b.op("ConstantOfShape", [shape], "empty_cache",
+                    value=_scalar_tensor(np.float32(0)))
+
+    def constraint_inputs(self, b):
+        T = self.T
+        ngram = self.to(b, "no_repeat_ngram_size", T.INT64, "ngram")
+        ngram_on = self.to(b, b.op("Greater", [ngram, self.c64(0, "zero")]), T.FLOAT,
+                           "ngram_on")
+        return ngram_on, ngram, self.to(b, "min_length", T.INT64, "min_length64")
+
+    def max_length64(self, b):
+        return self.max_length
+
+    def build(self, encoder):
+        from onnx import helper
+
+        T, g = self.T, self.g
+        memory_outputs = _inline_encoder(g, encoder)
+        keys = [memory_outputs[n] for n in memory_names(self.layers)[0::2]]
+        values = [memory_outputs[n] for n in memory_names(self.layers)[1::2]]
+        zero, masked = g.const(np.float32(0.0), "zero_f"), g.const(np.float32(MASKED_LOGIT),
+                                                                   "masked")
+        cross_bias = self.unsqueeze(g, g.op("Where", [memory_outputs["memory_mask"], zero,
+                                                      masked]), [1, 2], "cross_bias")
+        batch = g.op("Shape", ["source_ids"], "batch", end=1)
+        self.max_length = self.to(g, "max_length", T.INT64, "max_length64")
+        self.beam_size = "beam_size"
+        constrained = g.op("Or", [g.op("Greater", ["no_repeat_ngram_size",
+                                                   g.const(np.int32(0), "zero_i32")]),
+                                  g.op("Greater", ["min_length",
+                                                   g.const(np.int32(0), "zero_i32")])],
+                           "constrained")
+
+        def pick(kind):
+            plain = getattr(self, kind)((keys, values), cross_bias, batch, False)
+            with_constraints = getattr(self, kind)((keys, values), cross_bias, batch, True)
+            b = g.subgraph()
+            tokens, scores = b.op("If", [constrained], kind + "_constrained", outputs=2,
+                                  then_branch=with_constraints, else_branch=plain)
+            return _branch_graph(b, kind + "_either", tokens, scores)
+
+        beam, greedy = pick("beam"), pick("greedy")
+        is_beam = g.op("Greater", ["beam_size", g.const(np.int32(1), "one_i32")], "is_beam")
+        g.nodes.append(helper.make_node("If", [is_beam], list(OUTPUTS), name="search",
+                                   then_branch=beam, else_branch=greedy))
+        inputs = [_info("source_ids", T.INT32, ["batch", "source_length"]),
+                  _info("max_length", T.INT32, []), _info("beam_size", T.INT32, []),
+                  _info("alpha", T.DOUBLE, []), _info("no_repeat_ngram_size", T.INT32, []),
+                  _info("min_length", T.INT32, [])]
+        outputs = [_info("tokens", T.INT32, ["batch", "steps"]),
+                   _info("scores", T.FLOAT, ["batch"])]
+        graph = helper.make_graph(g.nodes, "search", inputs, outputs, g.initializers)
+        opsets = {o.domain: o.version for o in encoder.opset_import}
+        opsets[""] = max(opsets.get("", ONNX_OPSET), ONNX_OPSET)
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                        for d, v in sorted(opsets.items())],
+                                  producer_name="keras-transformer")
+        proto.ir_version = 8
+        return proto
+
+
+def _scalar_tensor(value: np.ndarray):
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.asarray(value).reshape(1))
+
+
+def _finite(b, x):
+    """Not IsInf (the scores hold no NaN)."""
+    return b.op("Not", [b.op("IsInf", [x])], "finite")
+
+
+def _body_graph(body, name, index, cond_in, in_names, types, cond_out, carried, scans):
+    """A Loop body: (iteration, condition, carried...) -> (condition, carried..., scans...)."""
+    from onnx import TensorProto, helper
+
+    inputs = [_info(index, TensorProto.INT64, []), _info(cond_in, TensorProto.BOOL, [])]
+    inputs += [_info(n, t) for n, t in zip(in_names, types, strict=True)]
+    outputs = [_info(cond_out, TensorProto.BOOL, [])]
+    outputs += [_info(n, t) for n, t in zip(carried, types, strict=True)]
+    outputs += [_info(n, t) for n, t in scans]
+    return helper.make_graph(body.nodes, name, inputs, outputs)
+
+
+def _branch_graph(b, name, tokens, scores):
+    """An If branch whose outputs are (tokens int32, scores float32)."""
+    from onnx import TensorProto, helper
+
+    tokens_out, scores_out = b.name(name + "_tokens"), b.name(name + "_scores")
+    b.output("Identity", [tokens], tokens_out)
+    b.output("Identity", [scores], scores_out)
+    return helper.make_graph(b.nodes, name, [], [_info(tokens_out, TensorProto.INT32),
+                                                 _info(scores_out, TensorProto.FLOAT)])
+
+
+def _inline_encoder(g: _Graph, encoder) -> dict[str, str]:
+    """The encoder graph's nodes and weights into `g`, every name prefixed except its input
+    source_ids; -> {encoder output name: its name in g}."""
+    from onnx import helper
+
+    graph = encoder.graph
+    if any(a.type in (a.GRAPH, a.GRAPHS) for n in graph.node for a in n.attribute):
+        raise ValueError("the encoder graph holds a subgraph; search.onnx inlines flat graphs")
+
+    def rename(name):
+        return name if name in ("", "source_ids") else "encoder/" + name
+
+    for init in graph.initializer:
+        copy = type(init)()
+        copy.CopyFrom(init)
+        copy.name = rename(init.name)
+        g.initializers.append(copy)
+    for node in graph.node:
+        copy = helper.make_node(node.op_type, [rename(n) for n in node.input],
+                                [rename(n) for n in node.output], name=rename(node.name),
+                                domain=node.domain)
+        copy.attribute.extend(node.attribute)
+        g.nodes.append(copy)
+    return {o.name: rename(o.name) for o in graph.output}
+
+
+def build_search(model: Transformer, encoder):
+    """A checked onnx.ModelProto of search.onnx (module docstring) from a seq2seq `model` and
+    its encoder graph (an onnx.ModelProto with standard operators: the export's encoder
+    before onnxruntime's fusions)."""
+    import onnx
+
+    proto = _Builder(model).build(encoder)
+    onnx.checker.check_model(proto)
+    return proto
