@@ -85,7 +85,7 @@ class _Builder:
         self.heads, self.head_dim = c.num_heads, c.d_model // c.num_heads
         self.pad, self.bos, self.eos = c.pad_id, c.bos_id, c.eos_id
         self.g = _Graph(share_constants=True)
-        self.s = _Shapes(self.g, self.heads, self.head_dim, c.d_model)
+        self.cache_shape = ["rows", self.heads, "t", self.head_dim]
 
     # -- small helpers over a (sub)graph -------------------------------------------------------
 
@@ -118,7 +118,8 @@ class _Builder:
     def step(self, b, tokens, index, pasts, cross_keys, cross_values, cross_bias):
         """tokens (n,) int32 at position `index` (int64 ()), pasts [keys_0, values_0, ...]
         (n,H,t,dh) -> (logits (n,V), log-normalizer (n,), presents (n,H,t+1,dh))."""
-        s, model = self.s, self.model
+        model = self.model
+        s = _Shapes(b, self.heads, self.head_dim, model.config.d_model)
         scale = 1.0 / math.sqrt(self.head_dim)
         x, table = _embed(b, model, tokens, index)
         presents = []
@@ -147,13 +148,17 @@ class _Builder:
 
     # -- the constraints -------------------------------------------------------------------------
 
-    def constrain(self, b, logits, index, grams, recent, ngram_on, min_length):
+    def constrain(self, b, logits, index, min_length, grams=None, recent=None):
         """logits (n,V) -> the logits with every banned token at -inf (decoding._constrain):
-        EOS while index < min_length, and each token that would repeat an n-gram; a row with
-        nothing left keeps its EOS logit."""
+        EOS while index < min_length and, given the n-gram state, each token that would
+        repeat an n-gram; a row with nothing left keeps its EOS logit (only n-grams can ban
+        every token)."""
         T = self.T
         eos_row = self.g.const(np.arange(self.vocab)[None, :] == self.eos, "eos_row")
-        ban_eos = b.op("And", [eos_row, b.op("Less", [index, min_length])], "ban_eos")
+        ban = b.op("And", [eos_row, b.op("Less", [index, min_length])], "ban_eos")
+        minus_inf = self.g.const(np.float32(-np.inf), "minus_inf_f")
+        if grams is None:
+            return b.op("Where", [ban, minus_inf, logits], "constrained")
         marker = b.op("ConstantOfShape", [b.op("Shape", [recent], end=1)], "marker",
                       value=_scalar_tensor(np.int32(0)))
         marker = self.unsqueeze(b, marker, [1])
@@ -162,15 +167,13 @@ class _Builder:
         equal = b.op("Equal", [prefixes, self.unsqueeze(b, suffix, [1])])
         match = b.op("ReduceMin", [self.to(b, equal, T.FLOAT)], "ngram_match", axes=[2],
                      keepdims=0)
-        match = b.op("Mul", [match, ngram_on], "ngram_match_on")
         banned = self.to(b, self.squeeze(b, self.slice(b, grams, -1, _BIG, 2), [2]), T.INT64)
         zeros = b.op("ConstantOfShape", [b.op("Shape", [logits])], "ban_counts_zero",
                      value=_scalar_tensor(np.float32(0)))
         counts = b.op("ScatterElements", [zeros, banned, match], "ban_counts", axis=1,
                       reduction="add")
         ban = b.op("Or", [b.op("Greater", [counts, self.g.const(np.float32(0), "zero_f")]),
-                          ban_eos], "ban")
-        minus_inf = self.g.const(np.float32(-np.inf), "minus_inf_f")
+                          ban], "ban")
         masked = b.op("Where", [ban, minus_inf, logits], "masked_logits")
         dead = b.op("Equal", [b.op("ReduceMax", [masked], axes=[1], keepdims=1), minus_inf],
                     "dead_rows")
@@ -189,8 +192,7 @@ class _Builder:
     def initial_ngram_state(self, b, rows, ngram):
         """-> (grams (rows,1,n+1) holding the never-matching entry, recent (rows,n) of
         sentinels), n = max(no_repeat_ngram_size, 1)."""
-        width = b.op("Max", [ngram, self.c64(1, "one")], "ngram_width")
-        width_1d = self.unsqueeze(b, width, [0])
+        width_1d = self.unsqueeze(b, b.op("Max", [ngram, self.c64(1, "one")]), [0])
         recent = b.op("Expand", [self.g.const(np.int32(_SENTINEL), "sentinel"),
                                  b.op("Concat", [rows, width_1d], axis=0)], "recent0")
         head = b.op("Expand", [self.g.const(np.int32(-1), "minus_one_i32"),
@@ -201,7 +203,7 @@ class _Builder:
 
     # -- greedy search ---------------------------------------------------------------------------
 
-    def greedy(self, memory, cross_bias, rows, constrained):
+    def greedy(self, memory, cross_bias, rows):
         """-> a GraphProto (an If branch): the greedy loop over `rows` (1,) int64 sources."""
         T, g = self.T, self.g
         b = g.subgraph()
@@ -211,19 +213,16 @@ class _Builder:
         finished0 = b.op("Expand", [g.const(False, "false"), rows], "finished0")
         scores0 = b.op("Expand", [g.const(np.float64(0), "zero_d"), rows], "scores0")
         carried0 = [tokens0, finished0, scores0] + [empty] * n_pasts
-        if constrained:
-            ngram_on, ngram, min_length = self.constraint_inputs(b)
-            carried0 += list(self.initial_ngram_state(b, rows, ngram))
+        carried0 += list(self.initial_ngram_state(b, rows, self.ngram_size))
 
-        body = g.subgraph()
+        body = self.new_body()
         index, cond_in = b.name("index"), b.name("cond")
         names = [b.name(n) for n in ("tokens", "finished", "scores")]
         tokens, finished, scores = names
         pasts = [b.name("past") for _ in range(n_pasts)]
+        grams, recent = b.name("grams"), b.name("recent")
         logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
-        if constrained:
-            grams, recent = b.name("grams"), b.name("recent")
-            logits = self.constrain(body, logits, index, grams, recent, ngram_on, min_length)
+        logits = self.constrained(body, logits, index, grams, recent)
         best = body.op("ArgMax", [logits], "best", axis=1, keepdims=1)
         gain = body.op("Sub", [
             self.to(body, self.squeeze(body, body.op("GatherElements", [logits, best], axis=1),
@@ -239,27 +238,23 @@ class _Builder:
         all_done = body.op("ReduceMin", [self.to(body, done, T.INT32)], keepdims=0)
         cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
         carried = [chosen, done, new_scores] + presents
-        if constrained:
-            carried += list(self.remember(body, grams, recent, chosen))
+        carried += list(self.remembered(body, grams, recent, chosen))
         scan = body.op("Identity", [chosen], "scan_tokens")
 
-        types = [T.INT32, T.BOOL, T.DOUBLE] + [T.FLOAT] * n_pasts
-        in_names = names + pasts
-        if constrained:
-            types += [T.INT32, T.INT32]
-            in_names += [grams, recent]
-        graph = _body_graph(body, "greedy_step", index, cond_in, in_names, types,
-                            cond_out, carried, [(scan, T.INT32)])
+        types = [T.INT32, T.BOOL, T.DOUBLE] + [T.FLOAT] * n_pasts + [T.INT32, T.INT32]
+        shapes = [["rows"]] * 3 + [self.cache_shape] * n_pasts + [None, None]
+        graph = _body_graph(body, "greedy_step", index, cond_in, names + pasts + [grams, recent],
+                            types, shapes, cond_out, carried, [(scan, T.INT32, ["rows"])])
         loop_out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0],
                         "greedy_loop", outputs=len(carried0) + 1, body=graph)
         steps_tokens = loop_out[-1]  # (steps, B)
         tokens_out = b.op("Transpose", [steps_tokens], "tokens_bt", perm=[1, 0])
         scores_out = self.to(b, loop_out[2], T.FLOAT, "scores_f")
-        return _branch_graph(b, "greedy", tokens_out, scores_out)
+        return _branch(b, "greedy", [(tokens_out, T.INT32), (scores_out, T.FLOAT)])
 
     # -- beam search -----------------------------------------------------------------------------
 
-    def beam(self, memory, cross_bias, batch, constrained):
+    def beam(self, memory, cross_bias, batch):
         """-> a GraphProto (an If branch): the beam loop over `batch` (1,) int64 sources."""
         T, g = self.T, self.g
         b = g.subgraph()
@@ -290,20 +285,17 @@ class _Builder:
         gen_len0 = self.c64(0, "zero")
         carried0 = [tokens0, alive0, history0, fin_scores0, history0, done0, gen_len0]
         carried0 += [empty] * n_pasts
-        if constrained:
-            ngram_on, ngram, min_length = self.constraint_inputs(b)
-            carried0 += list(self.initial_ngram_state(b, rows, ngram))
+        carried0 += list(self.initial_ngram_state(b, rows, self.ngram_size))
 
-        body = g.subgraph()
+        body = self.new_body()
         index, cond_in = b.name("index"), b.name("cond")
         names = [b.name(n) for n in ("tokens", "alive", "history", "fin_scores", "fin_seqs",
                                      "done", "gen_len")]
         tokens, alive, history, fin_scores, fin_seqs, done, _ = names
         pasts = [b.name("past") for _ in range(n_pasts)]
+        grams, recent = b.name("grams"), b.name("recent")
         logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
-        if constrained:
-            grams, recent = b.name("grams"), b.name("recent")
-            logits = self.constrain(body, logits, index, grams, recent, ngram_on, min_length)
+        logits = self.constrained(body, logits, index, grams, recent)
         m_1d = self.unsqueeze(body, m, [0])
         top_logits, top_ids = body.op("TopK", [logits, m_1d], "row_top", outputs=2, axis=1)
         gains = body.op("Sub", [self.to(body, top_logits, T.DOUBLE),
@@ -376,18 +368,16 @@ class _Builder:
         carried = [body.op("Reshape", [new_tokens, self.c64([-1], "flat")], "tokens_out"),
                    alive_out, history_out, fin_scores_out, fin_seqs_out, done_out, gen_len]
         carried += [self.gather_rows(body, x, parents) for x in presents]
-        if constrained:
-            carried += list(self.remember(body, self.gather_rows(body, grams, parents),
-                                          self.gather_rows(body, recent, parents),
-                                          carried[0]))
+        carried += list(self.remembered(body, self.gather_rows(body, grams, parents),
+                                        self.gather_rows(body, recent, parents), carried[0]))
         types = [T.INT32, T.DOUBLE, T.INT32, T.DOUBLE, T.INT32, T.BOOL, T.INT64]
-        types += [T.FLOAT] * n_pasts
-        in_names = names + pasts
-        if constrained:
-            types += [T.INT32, T.INT32]
-            in_names += [grams, recent]
-        graph = _body_graph(body, "beam_step", index, cond_in, in_names, types, cond_out,
-                            carried, [])
+        types += [T.FLOAT] * n_pasts + [T.INT32, T.INT32]
+        shapes = [["rows"], ["batch", "k"], ["batch", "k", "max_length"], ["batch", "k"],
+                  ["batch", "k", "max_length"], ["batch"], []] + [self.cache_shape] * n_pasts
+        shapes += [None, None]
+        in_names = names + pasts + [grams, recent]
+        graph = _body_graph(body, "beam_step", index, cond_in, in_names, types, shapes,
+                            cond_out, carried, [])
         out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0], "beam_loop",
                    outputs=len(carried0), body=graph)
         _, alive, history, fin_scores, fin_seqs, done, gen_len = out[:7]
@@ -407,7 +397,7 @@ class _Builder:
         seq = b.op("Where", [_finite(b, best_score), best_seq, first_beam], "best_tokens")
         tokens_out = self.slice(b, seq, 0, self.unsqueeze(b, gen_len, [0]), 1, "tokens_bt")
         scores_out = self.to(b, self.squeeze(b, best_score, [1]), T.FLOAT, "scores_f")
-        return _branch_graph(b, "beam", tokens_out, scores_out)
+        return _branch(b, "beam", [(tokens_out, T.INT32), (scores_out, T.FLOAT)])
 
     def gather_beams(self, b, x, beams, hint="gather_beams"):
         """x (B,K',T) and beams (B,K) int64 -> x[b, beams[b, k], :] (B,K,T)."""
@@ -432,12 +422,42 @@ class _Builder:
         return b.op("ConstantOfShape", [shape], "empty_cache",
                     value=_scalar_tensor(np.float32(0)))
 
-    def constraint_inputs(self, b):
+    def new_body(self) -> _Graph:
+        """A loop body's graph: its own weights (onnxruntime prepacks the weights of a
+        MatMul or Gemm only when they are initializers of the node's own graph: read from the
+        outer scope, the step measured 1.6x slower), the main graph's name counter."""
+        body = _Graph(share_constants=True)
+        body._count = self.g._count
+        return body
+
+    def constrained(self, body, logits, index, grams, recent):
+        """The step's logits through `constrain`, by If nodes on the inputs: with n-gram
+        blocking (and min length), with min length alone, or as they are."""
         T = self.T
-        ngram = self.to(b, "no_repeat_ngram_size", T.INT64, "ngram")
-        ngram_on = self.to(b, b.op("Greater", [ngram, self.c64(0, "zero")]), T.FLOAT,
-                           "ngram_on")
-        return ngram_on, ngram, self.to(b, "min_length", T.INT64, "min_length64")
+        ngram = body.subgraph()
+        ngram_graph = _branch(ngram, "ngram_constraint", [
+            (self.constrain(ngram, logits, index, self.min_length, grams, recent), T.FLOAT)])
+        min_length = body.subgraph()
+        min_length_graph = _branch(min_length, "min_length_constraint", [
+            (self.constrain(min_length, logits, index, self.min_length), T.FLOAT)])
+        none_graph = _branch(body.subgraph(), "no_constraint", [(logits, T.FLOAT)])
+        either = body.subgraph()
+        either_graph = _branch(either, "no_ngram", [(
+            either.op("If", [self.has_min_length], "if_min_length",
+                      then_branch=min_length_graph, else_branch=none_graph), T.FLOAT)])
+        return body.op("If", [self.has_ngram], "constrained_logits", then_branch=ngram_graph,
+                       else_branch=either_graph)
+
+    def remembered(self, body, grams, recent, chosen):
+        """`remember` when n-gram blocking is on, else the state as it is."""
+        T = self.T
+        then = body.subgraph()
+        then_graph = _branch(then, "remember", [
+            (x, T.INT32) for x in self.remember(then, grams, recent, chosen)])
+        other = body.subgraph()
+        other_graph = _branch(other, "keep", [(grams, T.INT32), (recent, T.INT32)])
+        return body.op("If", [self.has_ngram], "ngram_state", outputs=2,
+                       then_branch=then_graph, else_branch=other_graph)
 
     def max_length64(self, b):
         return self.max_length
@@ -456,21 +476,13 @@ class _Builder:
         batch = g.op("Shape", ["source_ids"], "batch", end=1)
         self.max_length = self.to(g, "max_length", T.INT64, "max_length64")
         self.beam_size = "beam_size"
-        constrained = g.op("Or", [g.op("Greater", ["no_repeat_ngram_size",
-                                                   g.const(np.int32(0), "zero_i32")]),
-                                  g.op("Greater", ["min_length",
-                                                   g.const(np.int32(0), "zero_i32")])],
-                           "constrained")
-
-        def pick(kind):
-            plain = getattr(self, kind)((keys, values), cross_bias, batch, False)
-            with_constraints = getattr(self, kind)((keys, values), cross_bias, batch, True)
-            b = g.subgraph()
-            tokens, scores = b.op("If", [constrained], kind + "_constrained", outputs=2,
-                                  then_branch=with_constraints, else_branch=plain)
-            return _branch_graph(b, kind + "_either", tokens, scores)
-
-        beam, greedy = pick("beam"), pick("greedy")
+        self.ngram_size = self.to(g, "no_repeat_ngram_size", T.INT64, "ngram_size")
+        self.min_length = self.to(g, "min_length", T.INT64, "min_length64")
+        zero = self.c64(0, "zero")
+        self.has_ngram = g.op("Greater", [self.ngram_size, zero], "has_ngram")
+        self.has_min_length = g.op("Greater", [self.min_length, zero], "has_min_length")
+        beam = self.beam((keys, values), cross_bias, batch)
+        greedy = self.greedy((keys, values), cross_bias, batch)
         is_beam = g.op("Greater", ["beam_size", g.const(np.int32(1), "one_i32")], "is_beam")
         g.nodes.append(helper.make_node("If", [is_beam], list(OUTPUTS), name="search",
                                    then_branch=beam, else_branch=greedy))
@@ -501,27 +513,36 @@ def _finite(b, x):
     return b.op("Not", [b.op("IsInf", [x])], "finite")
 
 
-def _body_graph(body, name, index, cond_in, in_names, types, cond_out, carried, scans):
-    """A Loop body: (iteration, condition, carried...) -> (condition, carried..., scans...)."""
+def _body_graph(body, name, index, cond_in, in_names, types, shapes, cond_out, carried,
+                scans):
+    """A Loop body: (iteration, condition, carried...) -> (condition, carried..., scans...).
+    The carried values' shapes (symbolic dimensions where they vary) let onnxruntime's
+    fusions (MatMul + Add into Gemm, among others) match inside the body as they do in a
+    flat graph: they need the rank of their inputs."""
     from onnx import TensorProto, helper
+
+    def out_shape(shape):  # the cache grows by one position per step
+        return None if shape is None else ["t_next" if d == "t" else d for d in shape]
 
     inputs = [_info(index, TensorProto.INT64, []), _info(cond_in, TensorProto.BOOL, [])]
-    inputs += [_info(n, t) for n, t in zip(in_names, types, strict=True)]
+    inputs += [_info(n, t, shape) for n, t, shape in zip(in_names, types, shapes, strict=True)]
     outputs = [_info(cond_out, TensorProto.BOOL, [])]
-    outputs += [_info(n, t) for n, t in zip(carried, types, strict=True)]
-    outputs += [_info(n, t) for n, t in scans]
-    return helper.make_graph(body.nodes, name, inputs, outputs)
+    outputs += [_info(n, t, out_shape(shape))
+                for n, t, shape in zip(carried, types, shapes, strict=True)]
+    outputs += [_info(n, t, shape) for n, t, shape in scans]
+    return helper.make_graph(body.nodes, name, inputs, outputs, body.initializers)
 
 
-def _branch_graph(b, name, tokens, scores):
-    """An If branch whose outputs are (tokens int32, scores float32)."""
-    from onnx import TensorProto, helper
+def _branch(b, name, outputs):
+    """An If branch of `b`'s nodes whose outputs are [(value, elem type)]."""
+    from onnx import helper
 
-    tokens_out, scores_out = b.name(name + "_tokens"), b.name(name + "_scores")
-    b.output("Identity", [tokens], tokens_out)
-    b.output("Identity", [scores], scores_out)
-    return helper.make_graph(b.nodes, name, [], [_info(tokens_out, TensorProto.INT32),
-                                                 _info(scores_out, TensorProto.FLOAT)])
+    infos = []
+    for value, elem_type in outputs:
+        out = b.name(name + "_out")
+        b.output("Identity", [value], out)
+        infos.append(_info(out, elem_type))
+    return helper.make_graph(b.nodes, name, [], infos)
 
 
 def _inline_encoder(g: _Graph, encoder) -> dict[str, str]:
