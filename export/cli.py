@@ -36,6 +36,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="write the ONNX graphs without the offline pass "
                              "(export/onnx_optimize.py): standard ONNX operators only, for "
                              "runtimes other than onnxruntime")
+    parser.add_argument("--no-search-graph", action="store_true",
+                        help="leave out search.onnx, the translator's whole search (encoder, "
+                             "every step, greedy or beam search) in one ONNX graph, which "
+                             "export.translate uses when it is there")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it holds files that are not an export "
                              "made by this tool")
@@ -60,7 +64,8 @@ def main(argv) -> int:
     formats = FORMATS if args.format == "all" else (args.format,)
     manifest = export_run(Path(args.run), Path(args.out), formats, args.quantize,
                           overwrite=args.overwrite, with_attention=args.with_attention,
-                          onnx_optimize=not args.no_onnx_optimize)
+                          onnx_optimize=not args.no_onnx_optimize,
+                          search_graph=not args.no_search_graph)
     print(f"exported {args.run} to {args.out}")
     for name, fmt in manifest["formats"].items():
         for variant, files in fmt["variants"].items():

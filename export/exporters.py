@@ -144,13 +144,15 @@ def export_savedmodel(model, out: Path, source_tokenizer_path: Path | None = Non
     return sorted(signatures)
 
 
-def export_onnx(model, out: Path, int8: bool, lean: bool = True) -> dict[str, dict[str, str]]:
+def export_onnx(model, out: Path, int8: bool, lean: bool = True,
+                search: bool = True) -> dict[str, dict[str, str]]:
     """encoder.onnx (tf2onnx; none for a language model) + decoder_step.onnx
     (export.onnx_graph), opset 17, checked, through export.onnx_optimize when `lean`, and
-    dynamic-int8 copies."""
+    dynamic-int8 copies; with `search`, a seq2seq model's search.onnx too (export.onnx_search:
+    encoder, steps and search in one graph; float32)."""
 
     from .onnx_graph import build_decoder_step
-    from .onnx_optimize import write_variants
+    from .onnx_optimize import ort_extended, rewrite, write_variants
 
     module = decoding_module(model)
     graphs = {}
@@ -158,7 +160,18 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True) -> dict[str, di
         graphs["encoder"] = ("encoder.onnx", convert_function(module.encode))
     # The step runs once per token, where tf2onnx's node count costs more than the FLOPs.
     graphs["decoder_step"] = ("decoder_step.onnx", build_decoder_step(model))
-    return write_variants(graphs, out, int8, lean)
+    variants = write_variants(graphs, out, int8, lean)
+    if search and "encoder" in graphs:
+        import onnx
+
+        from .onnx_search import SEARCH_FILE, build_search
+
+        log.info("building %s (encoder, steps and search in one graph)", SEARCH_FILE)
+        encoder = graphs["encoder"][1]
+        graph = build_search(model, rewrite(encoder)[0] if lean else encoder)
+        onnx.save(ort_extended(graph) if lean else graph, str(out / SEARCH_FILE))
+        variants["float32"]["search"] = SEARCH_FILE
+    return variants
 
 
 def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -186,7 +199,7 @@ def export_tflite(model, out: Path, variants: tuple[str, ...]) -> dict[str, dict
 def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                quantize: str = "none", translate_signature: bool = True,
                overwrite: bool = False, with_attention: bool = False,
-               onnx_optimize: bool = True) -> dict:
+               onnx_optimize: bool = True, search_graph: bool = True) -> dict:
     """Export a training run; returns the manifest that is also written to out/manifest.json.
 
     The run is checked (model, tokenizers) and --out with it before anything is written; the
@@ -194,7 +207,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     failed or killed export leaves the previous one as it was. `with_attention` adds
     attention.onnx (the weights the attention explorer, export.serve, shows) to a
     translator's or a classifier's export. `onnx_optimize` False writes the ONNX graphs
-    without export.onnx_optimize's pass (standard operators only)."""
+    without export.onnx_optimize's pass (standard operators only). `search_graph` False leaves
+    out a translator's search.onnx (export.onnx_search)."""
     run_dir, out = Path(run_dir), Path(out_dir)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
@@ -224,7 +238,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     source_tok, target_tok = _tokenizer_files(run_dir)
     with staged_directory(out) as stage:
         manifest = _export_into(stage, run_dir, model, formats, quantize, translate_signature,
-                                source_tok, target_tok, with_attention, onnx_optimize)
+                                source_tok, target_tok, with_attention, onnx_optimize,
+                                search_graph)
         Manifest(stage)  # the manifest as a reader will see it, before it replaces anything
     return manifest
 
@@ -249,7 +264,8 @@ def run_settings(run_dir: Path) -> dict:
 
 def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                  translate_signature: bool, source_tok: str, target_tok: str,
-                 with_attention: bool = False, onnx_optimize: bool = True) -> dict:
+                 with_attention: bool = False, onnx_optimize: bool = True,
+                 search_graph: bool = True) -> dict:
     c = model.config
     kind = model_kind(model)
     # The strings-to-strings translate signature is the seq2seq model's only.
@@ -271,7 +287,8 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
         manifest_formats["onnx"] = {"opset": ONNX_OPSET, "optimized": onnx_optimize,
                                     "variants": export_onnx(model, out,
                                                             int8=quantize in ("int8", "all"),
-                                                            lean=onnx_optimize)}
+                                                            lean=onnx_optimize,
+                                                            search=search_graph)}
     if "tflite" in formats:
         log.info("exporting TFLite")
         variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
@@ -323,6 +340,11 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                            "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l",
             "onnx_decoder_step": "as decode_step, plus a log_normalizer float32 (B,) output "
                                  "(logsumexp of each row of logits)",
+            "onnx_search": "source_ids int32 (B,S), max_length int32 (), beam_size int32 () "
+                           "(1: greedy), alpha float64 (), no_repeat_ngram_size int32 (), "
+                           "min_length int32 () -> tokens int32 (B,T) (PAD after EOS), scores "
+                           "float32 (B,): the whole search of keras_transformer.decoding in "
+                           "one call",
         },
         "versions": _versions(),
     }

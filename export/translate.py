@@ -52,6 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="length penalty exponent, in [0, 10] (default: the run's, "
                              "else 0.6)")
     add_search_constraints(parser, "the run's, else 0")
+    parser.add_argument("--no-search-graph", action="store_true",
+                        help="with --runtime onnx, step the model from the NumPy search even "
+                             "when the export has search.onnx (the whole search in one "
+                             "onnxruntime call, the default there)")
     parser.add_argument("--batch-size", type=int_in(1, 4096), default=64,
                         help=f"sentences per search, 1 to 4096, with --batch-size x --beam at "
                              f"most {MAX_ROWS} (default 64)")
@@ -89,7 +93,8 @@ def main(argv) -> int:
     from .runtime import load_translator
 
     settings = search_settings(args, Manifest(args.export))
-    translator = load_translator(args.export, args.runtime, args.variant, args.run)
+    translator = load_translator(args.export, args.runtime, args.variant, args.run,
+                                 search_graph=not args.no_search_graph)
     lines = read_input(args)
     progress = None
     if args.input != "-":

@@ -89,6 +89,25 @@ class Backend:
     def to_numpy(self, x) -> np.ndarray:
         return np.asarray(x)
 
+    def search_in_runtime(self, source_ids: np.ndarray, *, beam_size: int, alpha: float,
+                          max_length: int, no_repeat_ngram_size: int,
+                          min_length: int) -> SearchResult | None:
+        """The whole search of `decoding.search` for source_ids (B,S) inside the runtime, in
+        one call, where this runtime can (the ONNX export's search.onnx); None when it
+        cannot, and the NumPy search then drives `decode_step`. Its tokens must be the NumPy
+        search's."""
+        return None
+
+
+def trimmed(tokens: np.ndarray, scores: np.ndarray, eos_id: int) -> SearchResult:
+    """A runtime's (B,T) search output as `decoding.SearchResult` holds it: T cut to the
+    longest output (a row ends at its first EOS, else runs to T)."""
+    tokens = np.asarray(tokens, np.int32)
+    is_eos = tokens == eos_id
+    lengths = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, tokens.shape[1])
+    width = int(lengths.max()) if len(lengths) else 0
+    return SearchResult(tokens=tokens[:, :width].copy(), scores=np.asarray(scores, np.float32))
+
 
 class BackendStepper:
     """The `step(tokens, index)` and `reorder(indices)` of keras_transformer.decoding over a
@@ -140,6 +159,12 @@ def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits, *,
     if max_length > limits.max_target_length:
         raise ValueError(f"max_length={max_length} is more than this model's "
                          f"max_target_length={limits.max_target_length}")
+    result = backend.search_in_runtime(source_ids, beam_size=beam_size, alpha=alpha,
+                                       max_length=max_length,
+                                       no_repeat_ngram_size=no_repeat_ngram_size,
+                                       min_length=min_length)
+    if result is not None:
+        return result
     stepper = BackendStepper(backend, source_ids, beam_size=beam_size, max_length=max_length)
     return search(stepper, source_ids.shape[0], beam_size=beam_size, bos_id=limits.bos_id,
                   eos_id=limits.eos_id, max_length=max_length, alpha=alpha,

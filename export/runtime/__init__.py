@@ -20,9 +20,10 @@ __all__ = ["RUNTIMES", "Backend", "Generator", "Translator", "load_backend", "lo
 
 
 def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
-                 run_dir: str | Path | None = None) -> Backend:
+                 run_dir: str | Path | None = None, search_graph: bool = True) -> Backend:
     """The encode/decode_step pair (decode_step alone for a language model) of one runtime
-    over an export directory."""
+    over an export directory. The onnx runtime also runs the whole search in one call when
+    the export has search.onnx, unless `search_graph` is False."""
     if manifest.kind == "classifier":
         manifest.require_kind("translator", "the decoding runtimes")
     if runtime in ("savedmodel", "keras") and variant != "float32":
@@ -31,7 +32,7 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
     if runtime == "onnx":
         from ..runtime.onnx import OnnxBackend
 
-        return OnnxBackend(manifest, variant)
+        return OnnxBackend(manifest, variant, search_graph=search_graph)
     if runtime == "tflite":
         from ..runtime.tflite import TFLiteBackend
 
@@ -53,11 +54,13 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
 
 
 def load_translator(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
-                    run_dir: str | Path | None = None) -> Translator:
+                    run_dir: str | Path | None = None,
+                    search_graph: bool = True) -> Translator:
     """Text-to-text translator over an export directory (see `Translator.translate`)."""
     manifest = Manifest(export_dir)
     manifest.require_kind("translator", "python -m export.translate")
-    return Translator(manifest, load_backend(manifest, runtime, variant, run_dir))
+    return Translator(manifest, load_backend(manifest, runtime, variant, run_dir,
+                                             search_graph))
 
 
 def load_generator(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",

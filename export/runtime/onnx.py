@@ -4,6 +4,8 @@ decoder_step.onnx (export/onnx_graph.py) reads the cross-attention keys/values a
 as one head-major (B,H,S or T,dh) array per layer and kind: lists of contiguous NumPy arrays,
 which onnxruntime reads without a copy. The base class writes the cache slot of each step in
 place. A language model's export has decoder_step.onnx alone, without the encoder's inputs.
+A translator's float32 export may also hold search.onnx (export/onnx_search.py): the whole
+search in one session.run, which `search_in_runtime` runs instead of the NumPy search.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+
+from keras_transformer.generation import trimmed
 
 from ..common import ExportError, Manifest
 from ..runtime.base import Backend
@@ -23,7 +27,8 @@ DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 class OnnxBackend(Backend):
     name = "onnx"
 
-    def __init__(self, manifest: Manifest, variant: str = "float32", threads: int = 0):
+    def __init__(self, manifest: Manifest, variant: str = "float32", threads: int = 0,
+                 search_graph: bool = True):
         super().__init__(manifest)
         try:
             import onnxruntime as ort
@@ -47,6 +52,13 @@ class OnnxBackend(Backend):
                 # instead.
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             self.sessions[role] = self._session(manifest.file(files[role]), options)
+        if search_graph and "search" in files:
+            # The whole search in one session.run (export/onnx_search.py); the two sessions
+            # above stay for the NumPy search (export.parity, the attention explorer).
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.log_severity_level = 3
+            self.sessions["search"] = self._session(manifest.file(files["search"]), options)
         names = {i.name for i in self.sessions["decoder_step"].get_inputs()}
         outputs = {o.name for o in self.sessions["decoder_step"].get_outputs()}
         if "cache_keys_0" not in names or "log_normalizer" not in outputs:
@@ -82,6 +94,19 @@ class OnnxBackend(Backend):
         feeds = {"source_ids": np.asarray(source_ids, np.int32).reshape(1, -1),
                  "target_ids": np.asarray(target_ids, np.int32).reshape(1, -1)}
         return dict(zip(names, self.sessions["attention"].run(list(names), feeds), strict=True))
+
+    def search_in_runtime(self, source_ids, *, beam_size, alpha, max_length,
+                          no_repeat_ngram_size, min_length):
+        if "search" not in self.sessions:
+            return None
+        tokens, scores = self.sessions["search"].run(["tokens", "scores"], {
+            "source_ids": np.asarray(source_ids, np.int32),
+            "max_length": np.asarray(max_length, np.int32),
+            "beam_size": np.asarray(beam_size, np.int32),
+            "alpha": np.asarray(alpha, np.float64),
+            "no_repeat_ngram_size": np.asarray(no_repeat_ngram_size, np.int32),
+            "min_length": np.asarray(min_length, np.int32)})
+        return trimmed(tokens, scores, self.manifest.special_ids["eos"])
 
     def encode(self, source_ids):
         *memory, memory_mask = self.sessions["encoder"].run(

@@ -1,0 +1,176 @@
+"""export/onnx_search.py: search.onnx against the NumPy search driving decoder_step.onnx.
+
+The reference is keras_transformer.decoding's greedy and beam search stepping the export's
+own decoder_step.onnx (as the onnx runtime does without search.onnx), on random-weight models
+of several shapes (post-LN, pre-LN, learned positions, untied output projection): tokens must
+be identical and scores within float32 rounding, greedy and beam, with and without
+no_repeat_ngram_size and min_length, over random batches with padding.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import decoding
+from keras_transformer.cache import layout
+from keras_transformer.generation import trimmed
+
+ort = pytest.importorskip("onnxruntime")
+
+VOCAB = 40
+
+
+def _model(seed: int, **overrides):
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.models.transformer import Transformer
+
+    keras.utils.set_random_seed(seed)
+    config = TransformerConfig.preset(
+        "tiny", source_vocab_size=VOCAB, target_vocab_size=VOCAB, d_model=32, num_heads=4,
+        d_ff=64, max_source_length=24, max_target_length=24, dropout=0.0, **overrides)
+    model = Transformer(config)
+    model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
+    return model
+
+
+class _Graphs:
+    """search.onnx (through the export's offline pass, as exported) and the stepwise
+    reference of one model."""
+
+    def __init__(self, model):
+        from export.module import decoding_module
+        from export.onnx_convert import convert_function
+        from export.onnx_graph import build_decoder_step
+        from export.onnx_optimize import ort_extended, rewrite
+        from export.onnx_search import build_search
+
+        self.config = model.config
+        encoder = rewrite(convert_function(decoding_module(model).encode))[0]
+        self.search_proto = build_search(model, encoder)
+        self.search = self._session(ort_extended(self.search_proto))
+        self.encoder = self._session(encoder)
+        self.step_session = self._session(build_decoder_step(model))
+
+    @staticmethod
+    def _session(proto):
+        return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    def in_graph(self, source, beam, max_length, alpha=0.6, ngram=0, min_length=0):
+        tokens, scores = self.search.run(None, {
+            "source_ids": source, "max_length": np.asarray(max_length, np.int32),
+            "beam_size": np.asarray(beam, np.int32), "alpha": np.asarray(alpha, np.float64),
+            "no_repeat_ngram_size": np.asarray(ngram, np.int32),
+            "min_length": np.asarray(min_length, np.int32)})
+        return trimmed(tokens, scores, self.config.eos_id)
+
+    def stepwise(self, source, beam, max_length, alpha=0.6, ngram=0, min_length=0):
+        c, layers = self.config, self.config.num_decoder_layers
+        outputs = dict(zip([o.name for o in self.encoder.get_outputs()],
+                           self.encoder.run(None, {"source_ids": source}), strict=True))
+        memory = [np.repeat(outputs[n], beam, 0) for n in layout.memory_names(layers)]
+        mask = np.repeat(outputs["memory_mask"], beam, 0)
+        cache = layout.zeros(layers, len(source) * beam, c.num_heads, max_length, c.d_model)
+
+        def step(tokens, index):
+            feeds = {"tokens": tokens.astype(np.int32), "index": np.asarray(index, np.int32),
+                     "memory_mask": mask, **dict(zip(layout.memory_names(layers), memory)),
+                     **dict(zip(layout.cache_names(layers), cache))}
+            logits, step_key_values, lse = self.step_session.run(
+                ["logits", "step_key_values", "log_normalizer"], feeds)
+            layout.write(cache, step_key_values, index)
+            return logits, lse
+
+        stepper = type("Stepper", (), {})()
+        stepper.step = step
+        stepper.reorder = lambda indices: layout.reorder(cache, indices, None)
+        return decoding.search(stepper, len(source), beam_size=beam, bos_id=c.bos_id,
+                               eos_id=c.eos_id, max_length=max_length, alpha=alpha,
+                               pad_id=c.pad_id, no_repeat_ngram_size=ngram,
+                               min_length=min_length)
+
+
+@pytest.fixture(scope="module", params=[
+    dict(), dict(pre_norm=True), dict(positional="learned", share_embeddings=False,
+                                      tie_output=False)],
+    ids=["post_ln", "pre_ln_tied", "learned_untied"])
+def graphs(request):
+    return _Graphs(_model(3, **request.param))
+
+
+def _sources(rng, eos_id: int, pad_id: int):
+    batch, length = int(rng.integers(1, 5)), int(rng.integers(2, 10))
+    source = rng.integers(4, VOCAB, (batch, length)).astype(np.int32)
+    source[:, -1] = eos_id
+    if batch > 1:  # a shorter, padded row
+        source[0, length - 2:] = [eos_id, pad_id]
+    return source
+
+
+@pytest.mark.parametrize("beam", [1, 2, 4])
+@pytest.mark.parametrize("ngram,min_length", [(0, 0), (2, 0), (0, 6), (3, 4), (1, 0)])
+def test_search_graph_matches_the_numpy_search(graphs, beam, ngram, min_length):
+    c = graphs.config
+    rng = np.random.default_rng(beam * 100 + ngram * 10 + min_length)
+    for _ in range(3):
+        source = _sources(rng, c.eos_id, c.pad_id)
+        max_length = int(rng.integers(3, 20))
+        settings = dict(alpha=float(rng.choice([0.0, 0.6, 1.0])), ngram=ngram,
+                        min_length=min_length)
+        expected = graphs.stepwise(source, beam, max_length, **settings)
+        got = graphs.in_graph(source, beam, max_length, **settings)
+        assert got.tokens.tolist() == expected.tokens.tolist(), (beam, settings)
+        np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+
+
+def test_constraints_hold_in_the_graph(graphs):
+    """What the constraints promise, checked on the graph's own output: no n-gram twice in a
+    row's tokens, and no EOS before min_length."""
+    c = graphs.config
+    rng = np.random.default_rng(7)
+    source = rng.integers(4, VOCAB, (4, 8)).astype(np.int32)
+    source[:, -1] = c.eos_id
+    for beam in (1, 3):
+        result = graphs.in_graph(source, beam, 20, ngram=2, min_length=5)
+        for row in result.to_lists(c.eos_id):
+            pairs = list(zip(row, row[1:]))
+            assert len(pairs) == len(set(pairs)), row
+        for row in result.tokens.tolist():
+            assert c.eos_id not in row[:5], row
+
+
+def test_greedy_stops_when_every_row_ended(graphs):
+    """The loop runs until every row produced EOS, not to max_length: the output is as wide
+    as the longest row, as the NumPy search's."""
+    c = graphs.config
+    rng = np.random.default_rng(11)
+    source = rng.integers(4, VOCAB, (3, 6)).astype(np.int32)
+    source[:, -1] = c.eos_id
+    long_run = graphs.in_graph(source, 1, 23)
+    expected = graphs.stepwise(source, 1, 23)
+    assert long_run.tokens.shape == expected.tokens.shape
+
+
+def test_search_graph_weights_live_in_the_loop_bodies(graphs):
+    """onnxruntime prepacks a MatMul's weights only when they are initializers of the node's
+    own graph: the loop bodies carry their step's weights, the main graph the encoder's."""
+    from onnx import AttributeProto
+
+    def loops(graph):
+        for node in graph.node:
+            for attribute in node.attribute:
+                subgraphs = ([attribute.g] if attribute.type == AttributeProto.GRAPH
+                             else list(attribute.graphs))
+                for sub in subgraphs:
+                    if node.op_type == "Loop":
+                        yield sub
+                    yield from loops(sub)
+
+    bodies = list(loops(graphs.search_proto.graph))
+    assert len(bodies) == 2  # greedy and beam
+    for body in bodies:
+        weights = {i.name for i in body.initializer}
+        matmuls = [n for n in body.node if n.op_type == "MatMul" and n.input[1] in weights]
+        # per layer: qkv, self out, cross q, cross out, ffn inner and outer; and the output
+        assert len(matmuls) == 6 * graphs.config.num_decoder_layers + 1
