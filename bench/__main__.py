@@ -3,8 +3,8 @@
     python -m bench [--configs small base] [--only STEP ...] [--quick] [--no-peers]
 
 Steps: roofline, train_step, dropout (the mask's cost with and without XLA), export_models,
-decode-<runtime> for each runtime (keras, keras-xla, savedmodel, onnx, tflite; `decode`
-selects all five), breakdown (where an ONNX and a TFLite call's time goes), peers (bash
+decode-<runtime> for each runtime (keras, keras-xla, savedmodel, onnx, onnx-search, tflite; `decode`
+selects all six), breakdown (where an ONNX and a TFLite call's time goes), peers (bash
 ../shared/peers/run_all.sh, results in bench/results/peers), report. A failed step is reported
 and the others still run. --quick is a smoke test (demo config, 4 new tokens, one timed call,
 results in bench/results/quick, no peers).
@@ -43,8 +43,9 @@ def commands(step: str, args) -> list[list[str]]:
         return [py + ["bench.export_models", *common, *configs]]
     if step.startswith("decode-"):
         runtime = step.removeprefix("decode-")
-        # Not with XLA: there every prefix length of the no-cache path is a compile.
-        extra = [] if runtime == "keras-xla" else ["--no-cache"]
+        # Not with XLA: there every prefix length of the no-cache path is a compile; and
+        # search.onnx has no no-cache path.
+        extra = [] if runtime in ("keras-xla", "onnx-search") else ["--no-cache"]
         names = args.configs or (["demo"] if args.quick else ["small", "base"])
         # One process per config so each row's peak RSS is that config's; the first
         # overwrites the JSON, the others merge into it.

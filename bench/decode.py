@@ -1,12 +1,15 @@
 """Decoding speed of one runtime: tokens/s and latency of one full call (encoder + every step
 + search) per batch, with the key/value cache and (--no-cache) without it.
 
-    python -m bench.decode [--runtime keras|keras-xla|savedmodel|onnx|tflite]
+    python -m bench.decode [--runtime keras|keras-xla|savedmodel|onnx|onnx-search|tflite]
         [--configs small base] [--new-tokens 32 128] [--batches 1 16] [--beams 1 4] [--no-cache]
 
 Source = 32 random ids, exactly --new-tokens generated per row (EOS is masked out so no row
 stops early), greedy and beam 4 at the shortest --new-tokens, greedy at the longer ones,
-random weights (bench.export_models makes the exports).
+random weights (bench.export_models makes the exports). `onnx` steps decoder_step.onnx from
+the NumPy search; `onnx-search` runs the export's search.onnx, the whole search in one
+onnxruntime call, with min_length = max_length = --new-tokens, as the peers ask CTranslate2
+(min_decoding_length = max_decoding_length); it has no no-cache path.
 The cells of a config are timed in interleaved rounds (bench.common.time_interleaved), so
 the 32- and 128-token cells share the host's drift. One runtime per process, so the peak
 RSS in the JSON is that runtime's. No-cache cells (--no-cache) re-run the decoder over the
@@ -49,7 +52,8 @@ from bench.nocache import NoCacheStepper  # noqa: E402
 from bench.nocache import load_runtime as load_nocache_runtime  # noqa: E402
 from keras_transformer.decoding import search  # noqa: E402
 
-RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "tflite")
+RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "onnx-search", "tflite")
+NO_CACHE_RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "tflite")
 KERAS_RUNTIMES = ("keras", "keras-xla")
 MERGE_KEYS = ("config", "batch", "beam", "new_tokens", "cache")
 # Peak RSS just before the first no-cache runtime loads: every cached cell has had its warm-up
@@ -57,8 +61,22 @@ MERGE_KEYS = ("config", "batch", "beam", "new_tokens", "cache")
 _RSS_BEFORE_NO_CACHE: list[float] = []
 
 
+class WholeSearch:
+    """One batch's search in the runtime (search.onnx), for decode_once."""
+
+    def __init__(self, backend, source, beam: int, new_tokens: int):
+        self.backend, self.source, self.beam, self.new_tokens = backend, source, beam, new_tokens
+
+    def tokens(self) -> np.ndarray:
+        result = self.backend.search_in_runtime(
+            self.source, beam_size=self.beam, alpha=0.6, max_length=self.new_tokens,
+            no_repeat_ngram_size=0, min_length=self.new_tokens)
+        return result.tokens
+
+
 def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
-    """(source, beam, new_tokens, cache) -> stepper with .step and .reorder."""
+    """(source, beam, new_tokens, cache) -> stepper with .step and .reorder (a WholeSearch for
+    onnx-search)."""
     nocache = {}  # the runtime's encode/decode_last, loaded at the first no-cache cell
 
     def uncached(source, beam, model=None):
@@ -85,7 +103,19 @@ def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
     from export.runtime import load_backend
     from keras_transformer.generation import BackendStepper
 
-    backend = load_backend(Manifest(ensure_in_child(name, cache_dir)), runtime)
+    manifest = Manifest(ensure_in_child(name, cache_dir))
+    if runtime == "onnx-search":
+        backend = load_backend(manifest, "onnx")
+        if "search" not in backend.sessions:
+            raise ValueError(f"{manifest.root} has no search.onnx; export it again")
+
+        def search_factory(source, beam, new_tokens, cache):
+            if not cache:
+                raise ValueError("onnx-search has no no-cache path")
+            return WholeSearch(backend, source, beam, new_tokens)
+
+        return search_factory
+    backend = load_backend(manifest, runtime, search_graph=False)
 
     def export_factory(source, beam, new_tokens, cache):
         if cache:
@@ -99,6 +129,8 @@ def decode_once(factory, config, source: np.ndarray, beam: int, new_tokens: int,
                 cache: bool) -> np.ndarray:
     """One full call: encode, new_tokens steps, search; returns the (batch, new_tokens) ids."""
     stepper = factory(source, beam, new_tokens, cache)
+    if isinstance(stepper, WholeSearch):
+        return stepper.tokens()
 
     def step(tokens, index):
         out = stepper.step(tokens, index)
@@ -214,6 +246,9 @@ def main(argv=None) -> None:
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")
     args = parser.parse_args(argv)
+    if args.no_cache and args.runtime not in NO_CACHE_RUNTIMES:
+        parser.error(f"--no-cache: {args.runtime} has no no-cache path; the runtimes that do: "
+                     f"{', '.join(NO_CACHE_RUNTIMES)}")
     configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     new_tokens = args.new_tokens or ([4] if args.quick else [32, 128])
     timing = (dict(warmup=1, repeats=1, min_seconds=0.0) if args.quick

@@ -35,7 +35,8 @@ def code_fingerprint() -> str:
     files = sorted((ROOT / "keras_transformer").rglob("*.py")) + [
         ROOT / "export" / name
         for name in ("common.py", "exporters.py", "module.py", "onnx_convert.py",
-                     "onnx_graph.py", "onnx_optimize.py", "translate_graph.py")]
+                     "onnx_graph.py", "onnx_optimize.py", "onnx_search.py",
+                     "translate_graph.py")]
     digest = hashlib.sha256()
     for path in files:
         if path.is_file():

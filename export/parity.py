@@ -1,5 +1,6 @@
-"""Cross-runtime parity of an export: tensors, greedy/beam tokens, BLEU of the variants, and
-the attention weights of attention.onnx when the export holds it; for a classifier export,
+"""Cross-runtime parity of an export: tensors, greedy/beam tokens, search.onnx against the
+NumPy search, BLEU of the variants, and the attention weights of attention.onnx when the
+export holds it; for a classifier export,
 class probabilities and their argmax (export/classifier_parity.py); for a language model's
 export, tensors and greedy and sampled tokens of random prompts.
 
@@ -262,7 +263,8 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         ok &= passed
         out(f"   keras vs {name:<11} {'identical' if passed else f'DIFFER at sentence {diff}'}")
 
-    # One exported runtime suffices for beam search: the search is the same NumPy code in all.
+    # One exported runtime suffices for beam search: the search is the same NumPy code in all
+    # (search.onnx, the onnx runtime's when the export has it, is held to it in 3b).
     beam_runtime = "onnx" if "onnx" in others else others[0]
     beam_sentences = min(beam_sentences, len(sources))
     out(f"\n3. beam-4 token ids on {beam_sentences} sentences, keras vs {beam_runtime}")
@@ -272,6 +274,9 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     diff = first_difference(beams["keras"], beams[beam_runtime])
     ok &= diff is None
     out(f"   {'identical' if diff is None else f'DIFFER at sentence {diff}'}")
+    if "onnx" in others and "search" in manifest.format_files("onnx"):
+        ok &= search_graph_parity(manifest, translators["onnx"], sources[:sentences],
+                                  sources[:beam_sentences], search, out)
 
     variants = [("tflite", v) for v in manifest["formats"].get("tflite", {}).get("variants", {})]
     variants += [("onnx", v) for v in manifest["formats"].get("onnx", {}).get("variants", {})]
@@ -306,6 +311,28 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         ok &= passed
         out(f"   {'PASS' if passed else 'FAIL'}: worst {worst:.2e}")
     out(f"\n{'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def search_graph_parity(manifest: Manifest, graph: Translator, greedy_sources: list[str],
+                        beam_sources: list[str], search: dict, out=print) -> bool:
+    """search.onnx (the whole search in one onnxruntime call, what `graph` runs) against the
+    NumPy search stepping decoder_step.onnx, the reference: greedy and beam-4 token ids
+    identical, with the run's constraints. The times are for information."""
+    stepwise = Translator(manifest, load_backend(manifest, "onnx", search_graph=False))
+    out("\n3b. search.onnx against the NumPy search over decoder_step.onnx (token ids)")
+    ok = True
+    for what, beam, sources in (("greedy", 1, greedy_sources), ("beam 4", 4, beam_sources)):
+        ids, seconds = {}, {}
+        for name, translator in (("numpy", stepwise), ("graph", graph)):
+            start = time.perf_counter()
+            ids[name] = translator.translate_ids(sources, beam_size=beam, **search)
+            seconds[name] = time.perf_counter() - start
+        diff = first_difference(ids["numpy"], ids["graph"])
+        ok &= diff is None
+        out(f"   {what:<7} {len(sources):>4} sentences  "
+            f"{'identical' if diff is None else f'DIFFER at sentence {diff}'}  "
+            f"(NumPy search {seconds['numpy']:.1f} s, search.onnx {seconds['graph']:.1f} s)")
     return ok
 
 
