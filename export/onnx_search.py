@@ -155,10 +155,17 @@ class _Builder:
         every token)."""
         T = self.T
         eos_row = self.g.const(np.arange(self.vocab)[None, :] == self.eos, "eos_row")
-        ban = b.op("And", [eos_row, b.op("Less", [index, min_length])], "ban_eos")
+        early = b.op("Less", [index, min_length], "before_min_length")
         minus_inf = self.g.const(np.float32(-np.inf), "minus_inf_f")
         if grams is None:
-            return b.op("Where", [ban, minus_inf, logits], "constrained")
+            # Only the EOS column changes: a scatter into it costs a copy of the logits, where
+            # a (rows, V) Where or Add costs several times that in onnxruntime.
+            eos_column = self.slice(b, logits, self.eos, self.eos + 1, 1, "eos_logits")
+            return b.op("ScatterElements", [
+                logits, b.op("Expand", [self.c64([[self.eos]], "eos_index"),
+                                        b.op("Shape", [eos_column])]),
+                b.op("Where", [early, minus_inf, eos_column])], "constrained", axis=1)
+        ban = b.op("And", [eos_row, early], "ban_eos")
         marker = b.op("ConstantOfShape", [b.op("Shape", [recent], end=1)], "marker",
                       value=_scalar_tensor(np.int32(0)))
         marker = self.unsqueeze(b, marker, [1])
@@ -223,11 +230,12 @@ class _Builder:
         grams, recent = b.name("grams"), b.name("recent")
         logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
         logits = self.constrained(body, logits, index, grams, recent)
-        best = body.op("ArgMax", [logits], "best", axis=1, keepdims=1)
-        gain = body.op("Sub", [
-            self.to(body, self.squeeze(body, body.op("GatherElements", [logits, best], axis=1),
-                                       [1]), T.DOUBLE),
-            self.to(body, lse, T.DOUBLE)], "gain")
+        # TopK(1) rather than ArgMax: the same token (ties to the lower id) and its logit,
+        # and faster in onnxruntime (52 against 86 us on 16 x 8000 logits).
+        best_logit, best = body.op("TopK", [logits, self.c64([1], "one1")], "best", outputs=2,
+                                   axis=1)
+        gain = body.op("Sub", [self.to(body, self.squeeze(body, best_logit, [1]), T.DOUBLE),
+                               self.to(body, lse, T.DOUBLE)], "gain")
         new_scores = body.op("Where", [finished, scores, body.op("Add", [scores, gain])],
                              "scores_out")
         chosen = body.op("Where", [finished, g.const(np.int32(self.pad), "pad"),
