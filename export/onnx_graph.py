@@ -144,19 +144,22 @@ def _model_proto(g: _Graph, name: str, inputs, outputs):
     return proto
 
 
-def _embed(g: _Graph, model, tokens: str, index: str) -> tuple[str, str]:
-    """Embedding (3.4) and position (3.5) of one token per row: -> (x (B,D), the name of the
-    token table, which a tied output projection reads)."""
+def _embed(g: _Graph, model, tokens: str, index: str,
+           tables: _Graph | None = None) -> tuple[str, np.ndarray]:
+    """Embedding (3.4) and position (3.5) of one token per row: -> (x (B,D), the token table,
+    which a tied output projection reads). The tables are constants of `tables` (default: g),
+    so that several loop bodies can share one copy of them."""
     c = model.config
+    tables = tables or g
     embedding = model.target_embedding if model.decoder.cross_attention else model.embedding
     table = np.asarray(embedding.embeddings.numpy(), np.float32)
-    table_name = g.const(table, "token_embedding")
+    table_name = tables.const(table, "token_embedding")
     x = g.op("Gather", [table_name, tokens], "embed", axis=0)
     x = g.op("Mul", [x, g.const(np.float32(math.sqrt(c.d_model)), "embed_scale")],
              "embed_scaled")
     positions = np.asarray(embedding.position_embedding if c.positional == "sinusoidal"
                            else embedding.position_embedding.numpy(), np.float32)
-    position = g.op("Gather", [g.const(positions, "positions"), index], "position", axis=0)
+    position = g.op("Gather", [tables.const(positions, "positions"), index], "position", axis=0)
     return g.op("Add", [x, position], "embedded"), table
 
 

@@ -121,7 +121,8 @@ class _Builder:
         model = self.model
         s = _Shapes(b, self.heads, self.head_dim, model.config.d_model)
         scale = 1.0 / math.sqrt(self.head_dim)
-        x, table = _embed(b, model, tokens, index)
+        # The lookup tables once, in the main graph (a Gather needs no prepacking).
+        x, table = _embed(b, model, tokens, index, tables=self.g)
         presents = []
 
         def self_attention(i, layer, h):

@@ -215,6 +215,27 @@ def test_translate_without_tensorflow(exported, manifest, backends, sources, run
     assert result.stdout.splitlines() == expected
 
 
+def test_search_graph_translates_as_the_numpy_search(exported, manifest, sources, tmp_path):
+    """search.onnx (the onnx runtime's default when the export has it) against the NumPy
+    search stepping decoder_step.onnx, greedy and beam, with and without the constraints;
+    and export.translate --no-search-graph, which takes the NumPy search."""
+    assert manifest.format_files("onnx")["search"] == "search.onnx"
+    graph = Translator(manifest, load_backend(manifest, "onnx"))
+    stepwise = Translator(manifest, load_backend(manifest, "onnx", search_graph=False))
+    assert "search" in graph.backend.sessions and "search" not in stepwise.backend.sessions
+    for beam in (1, 4):
+        for constraints in ({}, {"no_repeat_ngram_size": 2, "min_length": 4}):
+            expected = stepwise.translate_ids(sources, beam_size=beam, **constraints)
+            assert graph.translate_ids(sources, beam_size=beam, **constraints) == expected
+    source_file = tmp_path / "in.txt"
+    source_file.write_text("\n".join(sources[:20]) + "\n", encoding="utf-8")
+    outputs = [_run(["-m", "export.translate", "--export", str(exported[1]), *flag,
+                     str(source_file)]) for flag in ([], ["--no-search-graph"])]
+    assert all(r.returncode == 0 for r in outputs), outputs[0].stderr[-2000:]
+    assert outputs[0].stdout == outputs[1].stdout
+    assert outputs[0].stdout.splitlines() == stepwise.translate(sources[:20])
+
+
 def test_translate_cli_handles_bad_input(exported, manifest, tmp_path):
     long_sentence = " ".join(["seven hundred"] * 60)
     raw = ("three red cats\n\n   \n" + long_sentence + "\n").encode() + b"\xff\xfe bad\n"

@@ -87,6 +87,8 @@ def exports(tmp_path_factory):
         export_run(root / "run", root / name, formats=("onnx",), quantize="int8",
                    translate_signature=False, onnx_optimize=lean)
         out[name] = Manifest(root / name)
+    export_run(root / "run", root / "no_search", formats=("onnx",), search_graph=False)
+    out["no_search"] = Manifest(root / "no_search")
     return out
 
 
@@ -100,7 +102,7 @@ def _graph(manifest, role, variant="float32"):
 def test_the_pass_removes_nodes_and_the_plain_export_stays_standard(exports):
     from export.onnx_optimize import op_counts
 
-    for role in ("encoder", "decoder_step"):
+    for role in ("encoder", "decoder_step", "search"):
         plain, lean = _graph(exports["plain"], role), _graph(exports["lean"], role)
         assert {n.domain for n in plain.graph.node} <= {""}, role
         assert len(lean.graph.node) < len(plain.graph.node), role
@@ -113,6 +115,22 @@ def test_the_pass_removes_nodes_and_the_plain_export_stays_standard(exports):
         _graph(exports["plain"], "encoder").graph.node)
     data = json.loads((exports["lean"].root / "manifest.json").read_text())
     assert data["formats"]["onnx"]["optimized"] is True
+
+
+@pytest.mark.slow
+def test_an_export_without_the_search_graph_takes_the_numpy_search(exports):
+    """--no-search-graph: no search.onnx in the manifest or the directory; the onnx runtime
+    then steps decoder_step.onnx, with the tokens search.onnx gives."""
+    no_search = exports["no_search"]
+    assert set(no_search.format_files("onnx")) == {"encoder", "decoder_step"}
+    assert not (no_search.root / "search.onnx").exists()
+    backend = load_backend(no_search, "onnx")
+    assert "search" not in backend.sessions
+    sources = parity.demo_test_split(20)[0]
+    with_graph = Translator(exports["lean"], load_backend(exports["lean"], "onnx"))
+    for beam in (1, 3):
+        assert (Translator(no_search, backend).translate_ids(sources, beam_size=beam)
+                == with_graph.translate_ids(sources, beam_size=beam))
 
 
 def _sessions(manifest, variant="float32"):

@@ -75,8 +75,8 @@ class _Graphs:
 
         def step(tokens, index):
             feeds = {"tokens": tokens.astype(np.int32), "index": np.asarray(index, np.int32),
-                     "memory_mask": mask, **dict(zip(layout.memory_names(layers), memory)),
-                     **dict(zip(layout.cache_names(layers), cache))}
+                     "memory_mask": mask, **dict(zip(layout.memory_names(layers), memory, strict=True)),
+                     **dict(zip(layout.cache_names(layers), cache, strict=True))}
             logits, step_key_values, lse = self.step_session.run(
                 ["logits", "step_key_values", "log_normalizer"], feeds)
             layout.write(cache, step_key_values, index)
@@ -134,7 +134,7 @@ def test_constraints_hold_in_the_graph(graphs):
     for beam in (1, 3):
         result = graphs.in_graph(source, beam, 20, ngram=2, min_length=5)
         for row in result.to_lists(c.eos_id):
-            pairs = list(zip(row, row[1:]))
+            pairs = list(zip(row, row[1:], strict=False))
             assert len(pairs) == len(set(pairs)), row
         for row in result.tokens.tolist():
             assert c.eos_id not in row[:5], row
