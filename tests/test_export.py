@@ -233,7 +233,9 @@ def test_search_graph_translates_as_the_numpy_search(exported, manifest, sources
                      str(source_file)]) for flag in ([], ["--no-search-graph"])]
     assert all(r.returncode == 0 for r in outputs), outputs[0].stderr[-2000:]
     assert outputs[0].stdout == outputs[1].stdout
-    assert outputs[0].stdout.splitlines() == stepwise.translate(sources[:20])
+    # The command's search is the run's (the manifest's decoding settings).
+    assert outputs[0].stdout.splitlines() == stepwise.translate(sources[:20],
+                                                                **manifest.decoding)
 
 
 def test_translate_cli_handles_bad_input(exported, manifest, tmp_path):
