@@ -66,8 +66,9 @@ def measure(runtime: str, name: str, cells, calls: int, new_tokens: int,
     from keras_transformer.generation import BackendStepper
 
     spent: Counter = Counter()
-    backend = TimedBackend(load_backend(Manifest(ensure_in_child(name, cache_dir)), runtime),
-                           spent)
+    # The stepwise path only: search.onnx is one call, with nothing to split.
+    backend = TimedBackend(load_backend(Manifest(ensure_in_child(name, cache_dir)), runtime,
+                                        search_graph=False), spent)
     config = CONFIGS[name]
 
     def factory(source, beam, tokens, cache):

@@ -80,7 +80,7 @@ def test_every_reader_sees_the_same_lines(tmp_path, monkeypatch):
 
     import export.common
 
-    monkeypatch.setattr(export.runtime, "load_translator", lambda *args: Echo())
+    monkeypatch.setattr(export.runtime, "load_translator", lambda *args, **kwargs: Echo())
     decoding = {"beam_size": 1, "alpha": 0.6, "no_repeat_ngram_size": 0, "min_length": 0}
     monkeypatch.setattr(export.common, "Manifest",
                         lambda path: types.SimpleNamespace(decoding=decoding))
