@@ -85,9 +85,11 @@ def bleu_scores(hypotheses: list[str], references: list[str]) -> dict:
     """sacreBLEU on the output as it is (cased references), and on `plain` text both sides."""
     import sacrebleu
 
-    cased = sacrebleu.metrics.BLEU()
+    # force: keras-hub's output is split at punctuation ("está ?"); scored as it comes,
+    # without sacreBLEU's warning about tokenized text on every checkpoint.
+    cased = sacrebleu.metrics.BLEU(force=True)
     score = cased.corpus_score(hypotheses, [references])
-    plain_bleu = sacrebleu.metrics.BLEU()
+    plain_bleu = sacrebleu.metrics.BLEU(force=True)
     plain_score = plain_bleu.corpus_score([plain(h) for h in hypotheses],
                                           [[plain(r) for r in references]])
     return {"bleu": round(score.score, 2), "plain_bleu": round(plain_score.score, 2),
@@ -224,7 +226,8 @@ def keras_hub_side(args, work: Path, mode: str, jits: list[bool], vocab_size: in
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
     tail = [line for line in proc.stdout.splitlines()
-            if line.startswith("[keras-hub") or "Error" in line or "error" in line]
+            if line.startswith(("[keras-hub", "Traceback")) or line.endswith("Error")
+            or "Error: " in line]
     for line in tail[-20:]:
         print("  " + line, flush=True)
     if proc.returncode or not out.is_file():
