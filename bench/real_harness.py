@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 
+import keras
 import numpy as np
 
 
@@ -52,13 +53,7 @@ class BatchCounter:
         return inputs, target_out
 
 
-def _callback_base():
-    import keras
-
-    return keras.callbacks.Callback
-
-
-class StepClock(_callback_base()):
+class StepClock(keras.callbacks.Callback):
     """perf_counter at the end of every training step; stops fit once `enough(ends)` says so."""
 
     def __init__(self, enough=None):
@@ -127,7 +122,7 @@ def throughput(batches: list[dict], ends: list[float], first: int, end: int,
             "distinct_shapes": len({tuple(b["shape"]) for b in batches[:end]})}
 
 
-class TrainingBudget(_callback_base()):
+class TrainingBudget(keras.callbacks.Callback):
     """Stops fit after `budget_s` seconds of training and calls `evaluate(model)` every
     `every_s` seconds of training and at the end; the time evaluate takes is not training
     time. `checkpoints`: [{"minutes", "steps", **evaluate's dict}]."""

@@ -158,8 +158,9 @@ def greedy(model: Model, tokenizer, sources, length: int, batch: int = 100) -> l
             ids = [int(t) for t in row if t not in (PAD, START)]
             ids = ids[: ids.index(END)] if END in ids else ids
             text = tokenizer.detokenize(tf.constant(ids, tf.int32)) if ids else ""
-            out.append(text if isinstance(text, str) else
-                       (text.numpy().decode("utf-8") if hasattr(text, "numpy") else str(text)))
+            if not isinstance(text, str):  # a scalar string tensor
+                text = text.numpy().decode("utf-8")
+            out.append(text)
     return out
 
 
