@@ -2,9 +2,11 @@
 
     python -m bench [--configs small base] [--only STEP ...] [--quick] [--no-peers]
 
-Steps: roofline, train_step, dropout (the mask's cost with and without XLA), export_models,
-decode-<runtime> for each runtime (keras, keras-xla, savedmodel, onnx, onnx-search, tflite; `decode`
-selects all six), breakdown (where an ONNX and a TFLite call's time goes), peers (bash
+Steps: roofline, train_step, dropout (the mask's cost with and without XLA), train_real (the
+spa_eng_small recipe on real data against keras-hub's example: throughput and dev BLEU against
+training minutes; its keras-hub side follows --no-peers), export_models,
+decode-<runtime> for each runtime (keras, keras-xla, savedmodel, onnx, onnx-search, tflite;
+`decode` selects all six), breakdown (where an ONNX and a TFLite call's time goes), peers (bash
 ../shared/peers/run_all.sh, results in bench/results/peers), report. A failed step is reported
 and the others still run. --quick is a smoke test (demo config, 4 new tokens, one timed call,
 results in bench/results/quick, no peers).
@@ -22,8 +24,8 @@ from bench.common import CONFIGS, PEER_RESULTS, PEERS_DIR, ROOT, results_dir
 from bench.decode import RUNTIMES
 
 DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
-STEPS = ("roofline", "train_step", "dropout", "export_models", *DECODE_STEPS, "breakdown", "peers",
-         "report")
+STEPS = ("roofline", "train_step", "dropout", "train_real", "export_models", *DECODE_STEPS,
+         "breakdown", "peers", "report")
 PEER_CONFIGS = ("small", "base")
 
 
@@ -39,6 +41,9 @@ def commands(step: str, args) -> list[list[str]]:
         return [py + ["bench.train_step", *common, *results, *configs]]
     if step == "dropout":
         return [py + ["bench.dropout", *common, *results]]
+    if step == "train_real":
+        no_peer = ["--no-peer"] if args.quick or getattr(args, "no_peers", False) else []
+        return [py + ["bench.train_real", *common, *results, *no_peer]]
     if step == "export_models":
         return [py + ["bench.export_models", *common, *configs]]
     if step.startswith("decode-"):
