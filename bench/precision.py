@@ -19,8 +19,11 @@ exactly 32 new tokens per row, the key/value cache), for each variant:
 
 Each variant runs in its own process (bench.decode's timing: cells interleaved in rounds).
 Training: bench.train_step's float32 and mixed_bfloat16 cells of `small`, XLA off and on, in
-child processes of the same run. Writes bench/results/precision.json; every row carries the
-CPU model and its matrix-unit flags through `machine`.
+child processes of the same run. Quality (--quality EXPORT, a trained translation model's
+export with its parity.json): greedy BLEU on the demo test split of the variants parity does
+not score, Keras mixed_bfloat16 and the float16 ONNX conversion, next to Keras float32 and
+the parity record's. Writes bench/results/precision.json; its `machine` names the CPU model
+and its matrix-unit flags.
 """
 
 from __future__ import annotations
@@ -64,17 +67,7 @@ def keras_model(name: str, precision: str):
     from bench.common import build_model
 
     model = build_model(CONFIGS[name], SEED)
-    if precision == "float32":
-        return model
-    import numpy as np
-
-    from keras_transformer.models.transformer import Transformer
-
-    mixed = Transformer(CONFIGS[name], dtype=precision)
-    ids = np.full((1, 4), 4, "int32")
-    mixed((ids, ids), training=False)
-    mixed.set_weights(model.get_weights())
-    return mixed
+    return model if precision == "float32" else keras_model_like(model, precision)
 
 
 def onnx_fp16_backend(manifest):
@@ -207,6 +200,59 @@ def run_child(variant: str, args, timing: dict) -> list[dict]:
         return rows
 
 
+def quality_rows(export_dir: Path, sentences: int) -> list[dict]:
+    """Greedy BLEU on `sentences` demo test sentences of Keras float32 and mixed_bfloat16,
+    the float16 ONNX conversion and every variant of the export, each one's delta from Keras
+    float32, how many of its translations differ from Keras float32's, and the BLEU that
+    python -m export.parity recorded for it (parity.json, the same sentences)."""
+    from export.choice import read_record
+    from export.common import Manifest
+    from export.parity import bleu, demo_test_split
+    from export.runtime import Translator, load_backend
+    from export.runtime.tf import keras_backend
+    from keras_transformer.tf_backend import KerasBackend
+
+    manifest = Manifest(export_dir)
+    sources, references = demo_test_split(sentences)
+    record = read_record(export_dir)
+    if record["sentences"] != sentences:
+        raise ValueError(f"{export_dir}/parity.json scored {record['sentences']} sentences, "
+                         f"not {sentences}: run export.parity with --bleu-sentences {sentences}")
+    keras32 = keras_backend(manifest).model
+    mixed = keras_model_like(keras32, "mixed_bfloat16")
+    backends = {("keras", "float32"): KerasBackend(keras32),
+                ("keras", "mixed_bfloat16"): KerasBackend(mixed),
+                ("onnx", "fp16"): onnx_fp16_backend(manifest)}
+    recorded = {(v["runtime"], v["variant"]): v["score"] for v in record["variants"]}
+    for key in recorded:
+        backends[key] = load_backend(manifest, *key)
+    rows, reference = [], None
+    for (runtime, precision), backend in backends.items():
+        hyps = Translator(manifest, backend).translate(sources, beam_size=1)
+        reference = reference or hyps
+        score = bleu(hyps, references)
+        rows.append({"runtime": runtime, "precision": precision, "bleu": score,
+                     "delta_vs_float32": round(score - rows[0]["bleu"] if rows else 0.0, 2),
+                     "sentences_differing_from_float32": sum(
+                         a != b for a, b in zip(hyps, reference, strict=True)),
+                     "parity_json_bleu": recorded.get((runtime, precision))})
+        rows[-1]["within_0.5"] = rows[-1]["delta_vs_float32"] >= -0.5
+    return rows
+
+
+def keras_model_like(model, precision: str):
+    """A Transformer of `model`'s config and weights built under the dtype policy `precision`."""
+    import numpy as np
+
+    from keras_transformer.models.transformer import Transformer
+
+    other = Transformer(model.config, dtype=precision)
+    ids = np.full((1, 4), 4, "int32")
+    other((ids, ids), training=False)
+    other.set_weights(model.get_weights())
+    return other
+
+
 def train_rows(args) -> list[dict]:
     """bench.train_step's float32 and mixed_bfloat16 cells of `small`, XLA off and on."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -269,6 +315,11 @@ def main(argv=None) -> None:
                         help="where bench.export_models keeps the exports")
     parser.add_argument("--prepare", action="store_true",
                         help="only make the exports and the CT2 conversions (untimed)")
+    parser.add_argument("--quality", type=Path, default=None, metavar="EXPORT",
+                        help="a trained translation model's export, checked by export.parity "
+                             "(its parity.json): BLEU of every variant against float32")
+    parser.add_argument("--quality-sentences", type=int, default=1000,
+                        help="demo test sentences scored (export.parity's --bleu-sentences)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, batch 1 greedy, one timed call")
     parser.add_argument("--results", default=None, help="results directory")
@@ -319,6 +370,10 @@ def main(argv=None) -> None:
     if not args.no_train:
         rows += [{**r, "runtime": "keras-train"} for r in train_rows(args)]
     add_speedups(rows)
+    quality = []
+    if args.quality:
+        quality = quality_rows(args.quality, args.quality_sentences)
+        meta["quality_export"] = str(args.quality)
     flags = cpu_flags()
     print(f"\nCPU: {cpu_model()}; "
           + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in flags.items()))
@@ -331,7 +386,17 @@ def main(argv=None) -> None:
                     [[r["config"], "on" if r["jit_compile"] else "off", r["precision"],
                       f"{r['median_s'] * 1e3:.0f}", f"{r['target_tokens_per_s']:,.0f}",
                       f"{r.get('speedup_vs_float32', float('nan')):.2f}"] for r in train])
-    path = write_json(results_dir(args) / "precision.json", {**meta, "results": rows})
+    if quality:
+        print(f"\ngreedy BLEU on {args.quality_sentences} demo test sentences, {args.quality}")
+        print_table(["runtime", "precision", "BLEU", "Δ vs Keras float32", "within 0.5",
+                     "differing sentences", "parity.json BLEU"],
+                    [[q["runtime"], q["precision"], f"{q['bleu']:.2f}",
+                      f"{q['delta_vs_float32']:+.2f}", "yes" if q["within_0.5"] else "NO",
+                      q["sentences_differing_from_float32"],
+                      "" if q["parity_json_bleu"] is None else f"{q['parity_json_bleu']:.2f}"]
+                     for q in quality])
+    path = write_json(results_dir(args) / "precision.json", {**meta, "results": rows,
+                                                             "quality": quality})
     print(f"wrote {path}")
 
 
