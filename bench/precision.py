@@ -253,6 +253,30 @@ def keras_model_like(model, precision: str):
     return other
 
 
+MATMUL_SHAPES = ((16, 512, 2048), (512, 512, 2048), (2048, 2048, 2048))  # (m, k, n)
+
+
+def matmul_rows(timing: dict) -> list[dict]:
+    """GFLOP/s of one TF (oneDNN) matmul of float32 and of bfloat16 operands at a few (m, k, n):
+    a decode step's FFN at batch 16, a training batch's, and the roofline's square one."""
+    import tensorflow as tf
+
+    from bench.common import time_calls
+
+    rows = []
+    for m, k, n in MATMUL_SHAPES:
+        for dtype in ("float32", "bfloat16"):
+            a = tf.cast(tf.random.stateless_normal((m, k), (1, 2)), dtype)
+            b = tf.cast(tf.random.stateless_normal((k, n), (3, 4)), dtype)
+            matmul = tf.function(lambda a=a, b=b: tf.linalg.matmul(a, b))
+            t = time_calls(matmul, warmup=2, repeats=max(timing["repeats"], 3),
+                           min_seconds=max(timing["min_seconds"] / 3, 0.2))
+            rows.append({"runtime": "tf-matmul", "precision": dtype, "m": m, "k": k, "n": n,
+                         "gflops": 2 * m * k * n / t["median_s"] / 1e9, **t})
+            print(f"tf matmul {dtype} {m}x{k}x{n}: {rows[-1]['gflops']:.0f} GFLOP/s", flush=True)
+    return rows
+
+
 def train_rows(args) -> list[dict]:
     """bench.train_step's float32 and mixed_bfloat16 cells of `small`, XLA off and on."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -272,7 +296,7 @@ def add_speedups(rows: list[dict]) -> None:
     float32 row with the same CT2_USE_MKL; training: the same config and XLA setting)."""
     def key(r, precision):
         return (r.get("runtime"), r.get("ct2_use_mkl"), r.get("config"), r.get("batch"),
-                r.get("beam"), r.get("jit_compile"), precision)
+                r.get("beam"), r.get("jit_compile"), r.get("m"), r.get("n"), precision)
 
     times = {key(r, r["precision"]): r["median_s"] for r in rows
              if "error" not in r and "median_s" in r}
@@ -285,7 +309,7 @@ def add_speedups(rows: list[dict]) -> None:
 def table(rows: list[dict]) -> list[list]:
     out = []
     for r in rows:
-        if "jit_compile" in r:
+        if "jit_compile" in r or "gflops" in r and "m" in r:
             continue
         name = r["runtime"] + (f" (MKL {r['ct2_use_mkl']})" if r.get("ct2_use_mkl") else "")
         head = [name, r["precision"], r["config"], r["batch"], r["beam"]]
@@ -331,6 +355,9 @@ def main(argv=None) -> None:
         args.batches, args.beams, args.train_configs = [1], [1], ["demo"]
     timing = ({"warmup": 1, "repeats": 1, "min_seconds": 0.0} if args.quick else
               {"warmup": 1, "repeats": args.repeats, "min_seconds": args.min_seconds})
+    if args.child == "matmul":
+        args.child_out.write_text(json.dumps(matmul_rows(timing), default=str))
+        return
     if args.child:
         rows = measure_ours(args.child, args.configs, args.batches, args.beams, timing,
                             args.cache_dir)
@@ -367,6 +394,12 @@ def main(argv=None) -> None:
             args.configs = saved
         else:
             rows += run_child(variant, args, timing)
+    with tempfile.TemporaryDirectory() as tmp:  # the matmuls in a fresh process too
+        out = Path(tmp) / "matmul.json"
+        subprocess.run([sys.executable, "-m", "bench.precision", "--child", "matmul",
+                        "--child-out", str(out), *(["--quick"] if args.quick else [])])
+        if out.exists():
+            rows += json.loads(out.read_text())
     if not args.no_train:
         rows += [{**r, "runtime": "keras-train"} for r in train_rows(args)]
     add_speedups(rows)
@@ -395,6 +428,12 @@ def main(argv=None) -> None:
                       q["sentences_differing_from_float32"],
                       "" if q["parity_json_bleu"] is None else f"{q['parity_json_bleu']:.2f}"]
                      for q in quality])
+    matmuls = [r for r in rows if r.get("runtime") == "tf-matmul"]
+    if matmuls:
+        print()
+        print_table(["TF matmul m x k x n", "precision", "GFLOP/s", "× fp32"],
+                    [[f"{r['m']}x{r['k']}x{r['n']}", r["precision"], f"{r['gflops']:.0f}",
+                      f"{r.get('speedup_vs_float32', float('nan')):.2f}"] for r in matmuls])
     path = write_json(results_dir(args) / "precision.json", {**meta, "results": rows,
                                                              "quality": quality})
     print(f"wrote {path}")
