@@ -147,6 +147,26 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# The CPU features that decide what reduced precision can gain: matrix units (AMX), bfloat16
+# and float16 dot products (AVX-512 BF16/FP16) and int8 dot products (VNNI).
+MATRIX_FLAGS = ("amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "avx512f", "avx512_bf16",
+                "avx512_fp16", "avx512_vnni", "avx_vnni", "avx2", "f16c")
+
+
+def cpu_flags() -> dict[str, bool]:
+    """Each of MATRIX_FLAGS: whether /proc/cpuinfo (lscpu's Flags) lists it."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return {name: name in flags for name in MATRIX_FLAGS}
+
+
 def loadavg() -> list[float]:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -162,7 +182,8 @@ def machine() -> dict:
     except (OSError, ValueError, IndexError):
         pass
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "usable_cores": affinity,
+    return {"cpu_model": cpu_model(), "cpu_flags": cpu_flags(), "cores": os.cpu_count(),
+            "usable_cores": affinity,
             "mem_total_gib": mem, "python": platform.python_version(),
             "machine": platform.machine(), "kernel": platform.release()}
 

@@ -1,10 +1,13 @@
 """Random-weight models of each bench config, exported to SavedModel, ONNX and TFLite once.
 
     python -m bench.export_models [--configs small base] [--cache-dir /tmp/kt-bench] [--force]
+        [--quantize all]
 
 For each config: <cache>/<config>/run (model.keras, model_config.json, spm.model, the files
 export_run reads) and <cache>/<config>/export (manifest.json and every format). An export whose
 bench_meta.json matches the config, seed and code (model and exporter sources) is reused.
+--quantize all makes <cache>/<config>/export-all instead: ONNX and TFLite with their fp16/int8
+variants, from the same run (bench.precision's), with its own bench_meta-all.json.
 """
 
 from __future__ import annotations
@@ -26,8 +29,17 @@ FORMATS = ("savedmodel", "onnx", "tflite")
 META = "bench_meta.json"
 
 
-def export_dir(cache_dir: Path, name: str) -> Path:
-    return Path(cache_dir) / name / "export"
+def export_dir(cache_dir: Path, name: str, quantize: str = "none") -> Path:
+    return Path(cache_dir) / name / ("export" if quantize == "none" else f"export-{quantize}")
+
+
+def _meta_name(quantize: str) -> str:
+    return META if quantize == "none" else f"bench_meta-{quantize}.json"
+
+
+def _formats(quantize: str) -> tuple[str, ...]:
+    """Every format; the variants (quantize != none) of the formats that have them."""
+    return FORMATS if quantize == "none" else ("onnx", "tflite")
 
 
 def code_fingerprint() -> str:
@@ -45,20 +57,23 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def _meta(name: str, seed: int) -> dict:
-    return {"config_name": name, "config": CONFIGS[name].to_dict(), "seed": seed,
-            "formats": list(FORMATS), "code_sha256": code_fingerprint()}
+def _meta(name: str, seed: int, quantize: str = "none") -> dict:
+    meta = {"config_name": name, "config": CONFIGS[name].to_dict(), "seed": seed,
+            "formats": list(_formats(quantize)), "code_sha256": code_fingerprint()}
+    return meta if quantize == "none" else {**meta, "quantize": quantize}
 
 
-def is_current(cache_dir: Path, name: str, seed: int = SEED) -> bool:
+def is_current(cache_dir: Path, name: str, seed: int = SEED, quantize: str = "none") -> bool:
     """True when the export holds every format of this config and seed, made by this code."""
     root = Path(cache_dir) / name
     try:
-        meta = json.loads((root / META).read_text())
-        manifest = json.loads((export_dir(cache_dir, name) / "manifest.json").read_text())
+        meta = json.loads((root / _meta_name(quantize)).read_text())
+        manifest = json.loads((export_dir(cache_dir, name, quantize) / "manifest.json")
+                              .read_text())
     except (OSError, ValueError):
         return False
-    return meta == _meta(name, seed) and set(FORMATS) <= set(manifest.get("formats", {}))
+    return (meta == _meta(name, seed, quantize)
+            and set(_formats(quantize)) <= set(manifest.get("formats", {})))
 
 
 def write_tokenizer(run_dir: Path) -> Path:
@@ -81,33 +96,38 @@ def write_run(run_dir: Path, name: str, seed: int) -> None:
     write_tokenizer(run_dir)
 
 
-def ensure(name: str, cache_dir: Path = CACHE_DIR, seed: int = SEED, force: bool = False) -> Path:
+def ensure(name: str, cache_dir: Path = CACHE_DIR, seed: int = SEED, force: bool = False,
+           quantize: str = "none") -> Path:
     """The export directory of config `name`, made first if missing or stale."""
     root = Path(cache_dir) / name
-    out = export_dir(cache_dir, name)
-    if not force and is_current(cache_dir, name, seed):
+    out = export_dir(cache_dir, name, quantize)
+    if not force and is_current(cache_dir, name, seed, quantize):
         print(f"{name}: reusing {out}")
         return out
     from export.exporters import export_run
 
     start = time.perf_counter()
-    (root / META).unlink(missing_ok=True)  # stale until the export below completes
+    meta = root / _meta_name(quantize)
+    meta.unlink(missing_ok=True)  # stale until the export below completes
     write_run(root / "run", name, seed)
     # The translate signature would embed the tokenizer in the graph; the bench never calls it.
-    export_run(root / "run", out, formats=FORMATS, translate_signature=False)
-    (root / META).write_text(json.dumps(_meta(name, seed), indent=2))
+    export_run(root / "run", out, formats=_formats(quantize), quantize=quantize,
+               translate_signature=False)
+    meta.write_text(json.dumps(_meta(name, seed, quantize), indent=2))
     print(f"{name}: exported to {out} in {time.perf_counter() - start:.0f} s")
     return out
 
 
-def ensure_in_child(name: str, cache_dir: Path = CACHE_DIR, seed: int = SEED) -> Path:
+def ensure_in_child(name: str, cache_dir: Path = CACHE_DIR, seed: int = SEED,
+                    quantize: str = "none") -> Path:
     """ensure() in a separate process, so the caller's peak RSS does not include the export."""
     import subprocess
 
-    if not is_current(cache_dir, name, seed):
+    if not is_current(cache_dir, name, seed, quantize):
         subprocess.run([sys.executable, "-m", "bench.export_models", "--configs", name,
-                        "--cache-dir", str(cache_dir), "--seed", str(seed)], check=True)
-    return export_dir(cache_dir, name)
+                        "--cache-dir", str(cache_dir), "--seed", str(seed),
+                        "--quantize", quantize], check=True)
+    return export_dir(cache_dir, name, quantize)
 
 
 def main(argv=None) -> None:
@@ -118,9 +138,11 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--force", action="store_true", help="re-export even if current")
     parser.add_argument("--quick", action="store_true", help="the demo config only")
+    parser.add_argument("--quantize", choices=("none", "all"), default="none",
+                        help="all: ONNX and TFLite with every fp16/int8 variant, in export-all")
     args = parser.parse_args(argv)
     for name in args.configs or (["demo"] if args.quick else ["small", "base"]):
-        ensure(name, args.cache_dir, args.seed, args.force)
+        ensure(name, args.cache_dir, args.seed, args.force, args.quantize)
 
 
 if __name__ == "__main__":

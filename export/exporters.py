@@ -21,6 +21,7 @@ from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
+from .choice import RECORD
 from .common import (
     ATTENTION_INTERFACE,
     DECODING_DEFAULTS,
@@ -103,7 +104,9 @@ def _made_by_us(out: Path) -> bool:
         ours = isinstance(data["manifest_version"], int) and isinstance(data["formats"], dict)
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return ours and all(entry.name == MANIFEST or entry.name in listed for entry in out.iterdir())
+    # parity.json: what python -m export.parity records in the export (export/choice.py).
+    return ours and all(entry.name in (MANIFEST, RECORD) or entry.name in listed
+                        for entry in out.iterdir())
 
 
 def check_output(run_dir: Path, out: Path, overwrite: bool) -> None:

@@ -12,7 +12,10 @@ run's search constraints (the manifest's `decoding`); quality is BLEU for transl
 ROUGE-L for summaries. Exit codes: 0 every check passes; 1 a
 check fails (or a runtime fails on a sound export); 2 bad usage, or an export directory that
 is missing, corrupt, holds no format, or whose manifest names a path outside it; 130
-interrupted. It reads the export and the run and writes nothing.
+interrupted. A translation or summarization export's check writes one file, parity.json in
+the export directory (each variant's score and the seconds of its greedy pass: what
+`export.translate --variant fastest` chooses from, export/choice.py); --no-record writes
+nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 from keras_transformer.command_line import add_debug_flag, entry_point, int_in
 from keras_transformer.text.lines import read_lines
 
+from . import choice
 from .common import ExportError, Manifest, variant_bytes
 from .runtime import Generator, Translator, load_backend
 
@@ -206,9 +210,11 @@ def file_size(manifest: Manifest, fmt: str, variant: str) -> int:
 def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: int = 200,
         beam_sentences: int = 50, bleu_sentences: int = 1000, out=print,
         backends: dict | None = None, sources: list[str] | None = None,
-        references: list[str] | None = None) -> bool:
+        references: list[str] | None = None, record: bool = False) -> bool:
     """All checks, printed; True when every one passes. `backends` reuses loaded runtimes;
-    `sources` (and `references`, line-aligned) replace the demo corpus' test split."""
+    `sources` (and `references`, line-aligned) replace the demo corpus' test split. With
+    `record`, a translator's check that scored its variants writes parity.json
+    (export/choice.py) into the export directory."""
     manifest = Manifest(export_dir)
     manifest.verify()
     if manifest.kind == "classifier":
@@ -287,19 +293,26 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         bleu_sentences = min(bleu_sentences, len(sources))
         metric, score = quality(manifest.task)
         out(f"\n4. greedy {metric} of each variant on {bleu_sentences} test sentences "
-            f"(quantized: within 1.0 of float32)")
-    scores = {}
+            f"(quantized: within 1.0 of float32; a variant more than {choice.TOLERANCE} below "
+            f"is never --variant fastest) and the seconds of that pass")
+    scores, entries = {}, []
     for fmt, variant in variants:
         backend = backends[fmt] if variant == "float32" else load_backend(manifest, fmt, variant)
-        hyps = Translator(manifest, backend).translate(sources[:bleu_sentences], beam_size=1,
-                                                       **search)
+        translator = Translator(manifest, backend)
+        translator.translate(sources[:8], beam_size=1, **search)  # warm-up, not timed
+        start = time.perf_counter()
+        hyps = translator.translate(sources[:bleu_sentences], beam_size=1, **search)
+        seconds = time.perf_counter() - start
         scores[(fmt, variant)] = score(hyps, references[:bleu_sentences])
         delta = scores[(fmt, variant)] - scores.get((fmt, "float32"), scores[(fmt, variant)])
         passed = abs(delta) <= 1.0
         ok &= passed
+        entries.append({"runtime": fmt, "variant": variant, "score": scores[(fmt, variant)],
+                        "seconds": seconds, "bytes": file_size(manifest, fmt, variant)})
+        far = delta < -choice.TOLERANCE
         out(f"   {fmt:<7} {variant:<8} {file_size(manifest, fmt, variant) / 1e6:7.2f} MB  "
-            f"{metric} {scores[(fmt, variant)]:6.2f}  Δ {delta:+.2f}  "
-            f"{'ok' if passed else 'FAIL'}")
+            f"{metric} {scores[(fmt, variant)]:6.2f}  Δ {delta:+.2f}  {seconds:6.2f} s  "
+            f"{'FAIL' if not passed else 'ok, but not a fastest candidate' if far else 'ok'}")
     if "attention" in manifest.data:
         onnx_backend = backends.get("onnx") or load_backend(manifest, "onnx")
         out(f"\n5. attention weights of attention.onnx against keras, max|Δ| (tolerance "
@@ -310,6 +323,14 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         passed = worst <= TOLERANCE
         ok &= passed
         out(f"   {'PASS' if passed else 'FAIL'}: worst {worst:.2e}")
+    if record and entries:
+        chosen = None
+        if ok:
+            chosen = choice.choose_fastest({"variants": entries})
+        path = choice.write_record(manifest.root, passed=ok, metric=metric,
+                                   sentences=bleu_sentences, variants=entries)
+        out(f"\nwrote {path}" + (f": --variant fastest is {chosen['runtime']} "
+                                 f"{chosen['variant']}" if chosen else ""))
     out(f"\n{'PASS' if ok else 'FAIL'}")
     return ok
 
@@ -407,6 +428,9 @@ def main(argv) -> int:
                         help="beam-4 sentences compared, 1 to 1000 (default 50)")
     parser.add_argument("--bleu-sentences", type=int_in(1, 10000), default=1000,
                         help="sentences scored with BLEU per variant, 1 to 10000 (default 1000)")
+    parser.add_argument("--no-record", action="store_true",
+                        help="write nothing (default: parity.json in the export directory, "
+                             "what export.translate --variant fastest reads)")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -425,7 +449,7 @@ def main(argv) -> int:
                              f"{len(ref_lines)}")
         references = [r for line, r in zip(lines, ref_lines, strict=True) if line.strip()]
     ok = run(args.export, args.run, args.sentences, args.beam_sentences, args.bleu_sentences,
-             sources=sources, references=references)
+             sources=sources, references=references, record=not args.no_record)
     return 0 if ok else 1
 
 

@@ -15,13 +15,26 @@ RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 
 
 def add_text_io_arguments(parser: argparse.ArgumentParser, *, export_help: str,
-                          verb: str) -> None:
-    """FILE (or stdin), --export, --runtime, --variant, --run, --no-truncate and -o."""
+                          verb: str, fastest: bool = False) -> None:
+    """FILE (or stdin), --export, --runtime, --variant, --run, --no-truncate and -o; with
+    `fastest`, --variant fastest too (and --runtime defaults to None: the tool's default, or
+    any runtime for --variant fastest)."""
     parser.add_argument("input", nargs="?", default="-", help="text file (default: stdin)")
     parser.add_argument("--export", required=True, help=export_help)
-    parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
-    parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
-                        help="quantized variant (tflite: fp16/int8, onnx: int8)")
+    if fastest:
+        parser.add_argument("--runtime", default=None, choices=RUNTIMES,
+                            help="default onnx; with --variant fastest, the runtime to choose "
+                                 "within (default: any)")
+        parser.add_argument("--variant", default="float32",
+                            choices=("float32", "fp16", "int8", "fastest"),
+                            help="quantized variant (tflite: fp16/int8, onnx: int8), or "
+                                 "fastest: the fastest runtime and variant whose BLEU the "
+                                 "export's parity check (parity.json) found within 0.5 of "
+                                 "float32's")
+    else:
+        parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
+        parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
+                            help="quantized variant (tflite: fp16/int8, onnx: int8)")
     parser.add_argument("--run", default=None, help="training run (keras runtime only)")
     parser.add_argument("--no-truncate", action="store_true",
                         help="fail on sentences longer than the model accepts")

@@ -1,6 +1,7 @@
 """Translate (or summarize) text with an export directory, one sentence (article) per line.
 
     python -m export.translate --export exports/demo --runtime onnx [--beam 1] [FILE] [-o OUT]
+    python -m export.translate --export exports/demo --variant fastest [FILE]
 
 Reads FILE (or stdin) and writes one output per line. The search settings default to those
 of the exported run (its config's `eval:` section, recorded in manifest.json as `decoding`):
@@ -8,7 +9,10 @@ for a summarization run, e.g., beam 4, alpha 1.0, no repeated trigram and a mini
 Blank lines give blank lines;
 over-long sentences are truncated to the model's max_source_length with a warning
 (--no-truncate makes them an error); invalid UTF-8 bytes become U+FFFD with a warning.
-The onnx runtime needs only onnxruntime, numpy, sentencepiece and tqdm.
+The onnx runtime needs only onnxruntime, numpy, sentencepiece and tqdm. --variant fastest
+runs the fastest runtime and variant whose BLEU (ROUGE-L for summaries) `python -m
+export.parity` recorded within 0.5 of float32's (its parity.json; --runtime narrows the
+choice to one runtime) and names it on stderr.
 
 Exit codes: 0 translated; 2 bad usage or input (an option out of range, a missing or damaged
 export, an -o that cannot be written, a runtime whose package is not installed); 1 a runtime
@@ -45,7 +49,8 @@ MAX_ROWS = 8192
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m export.translate",
                                      description=__doc__.split("\n\n")[0])
-    add_text_io_arguments(parser, export_help="export directory", verb="translating")
+    add_text_io_arguments(parser, export_help="export directory", verb="translating",
+                          fastest=True)
     parser.add_argument("--beam", type=int_in(1, 64), default=None,
                         help="beam size, 1 (greedy) to 64 (default: the run's, else 4)")
     parser.add_argument("--alpha", type=float_in(0, 10), default=None,
@@ -93,7 +98,13 @@ def main(argv) -> int:
     from .runtime import load_translator
 
     settings = search_settings(args, Manifest(args.export))
-    translator = load_translator(args.export, args.runtime, args.variant, args.run,
+    runtime, variant = args.runtime or "onnx", args.variant
+    if variant == "fastest":
+        from .choice import fastest
+
+        runtime, variant = fastest(args.export, args.runtime)
+        print(f"--variant fastest: {runtime} {variant}", file=sys.stderr)
+    translator = load_translator(args.export, runtime, variant, args.run,
                                  search_graph=not args.no_search_graph)
     lines = read_input(args)
     progress = None

@@ -230,3 +230,48 @@ def test_repeats_take_each_ratio_within_its_run(tmp_path):
         _decode_row("tflite", 1, 1, 32, True, 600.0)]})
     best = repeats.build(runs, "best")
     assert "| small | 1 | 1 | 3 | 200 [100-600] | 0.50x [0.25x-2.00x] |" in best
+
+
+def test_machine_names_the_matrix_unit_flags_lscpu_lists():
+    import subprocess
+
+    listed = set()
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Flags:"):
+            listed = set(line.split(":", 1)[1].split())
+    if not listed:
+        pytest.skip("lscpu lists no flags here")
+    flags = common.machine()["cpu_flags"]
+    assert set(flags) == set(common.MATRIX_FLAGS)
+    assert flags == {name: name in listed for name in common.MATRIX_FLAGS}
+
+
+def test_precision_speedups_compare_like_with_like():
+    from bench.precision import add_speedups
+
+    def row(runtime, precision, median, **extra):
+        return {"runtime": runtime, "precision": precision, "config": "small", "batch": 1,
+                "beam": 1, "median_s": median, **extra}
+
+    rows = [row("onnx", "float32", 0.4), row("onnx", "int8", 0.2),
+            row("ctranslate2", "float32", 0.3, ct2_use_mkl="0"),
+            row("ctranslate2", "float32", 0.9, ct2_use_mkl="1"),
+            row("ctranslate2", "int8", 0.6, ct2_use_mkl="1"),
+            row("ctranslate2", "bfloat16", None, ct2_use_mkl="0", error="unsupported"),
+            row("keras-train", "float32", 1.0, jit_compile=True),
+            row("keras-train", "mixed_bfloat16", 1.25, jit_compile=True),
+            row("keras-train", "mixed_bfloat16", 2.0, jit_compile=False)]  # no float32 XLA-off
+    add_speedups(rows)
+    assert [r.get("speedup_vs_float32") for r in rows] == [1.0, 2.0, 1.0, 1.0, 1.5, None, 1.0,
+                                                           0.8, None]
+
+
+def test_quantized_bench_exports_live_apart_and_leave_the_plain_meta_as_it_was(tmp_path):
+    from bench import export_models as em
+
+    assert em.export_dir(tmp_path, "small") == tmp_path / "small" / "export"
+    assert em.export_dir(tmp_path, "small", "all") == tmp_path / "small" / "export-all"
+    plain, quantized = em._meta("small", 1), em._meta("small", 1, "all")
+    assert "quantize" not in plain and plain["formats"] == list(em.FORMATS)
+    assert quantized == {**plain, "formats": ["onnx", "tflite"], "quantize": "all"}
+    assert not em.is_current(tmp_path, "small", 1, "all")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export import parity
+from export import choice, parity
 from export.common import ExportError, Manifest
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
@@ -236,6 +236,63 @@ def test_search_graph_translates_as_the_numpy_search(exported, manifest, sources
     # The command's search is the run's (the manifest's decoding settings).
     assert outputs[0].stdout.splitlines() == stepwise.translate(sources[:20],
                                                                 **manifest.decoding)
+
+
+def test_parity_records_variants_and_translate_runs_the_fastest_accurate(
+        exported, manifest, backends, tmp_path):
+    export_dir = tmp_path / "export"
+    shutil.copytree(exported[1], export_dir)
+    sources, references = parity.demo_test_split(20)
+    lines = []
+    assert parity.run(export_dir, sentences=4, beam_sentences=2, bleu_sentences=20,
+                      out=lines.append, backends=backends, record=True)
+    record = choice.read_record(export_dir)
+    assert record["metric"] == "BLEU" and record["sentences"] == 20
+    # Each variant's recorded BLEU is that of its own greedy translations, scored here anew.
+    for entry in record["variants"]:
+        hyps = Translator(manifest, load_backend(manifest, entry["runtime"], entry["variant"])
+                          ).translate(sources, beam_size=1)
+        assert entry["score"] == pytest.approx(parity.bleu(hyps, references)), entry
+        assert entry["seconds"] > 0
+    assert {(e["runtime"], e["variant"]) for e in record["variants"]} == {
+        ("tflite", "float32"), ("tflite", "fp16"), ("tflite", "int8"), ("onnx", "float32"),
+        ("onnx", "int8")}
+    chosen = choice.choose_fastest(record)
+    assert f"--variant fastest is {chosen['runtime']} {chosen['variant']}" in "\n".join(lines)
+    # A re-export over it is still an export of this tool's (no --overwrite needed).
+    from export.exporters import _made_by_us
+
+    assert _made_by_us(export_dir)
+
+    # Hand-made timings: tflite int8 is the fastest but 0.6 below float32, so tflite fp16 runs.
+    def variants(int8_score):
+        return [{"runtime": "tflite", "variant": "int8", "score": int8_score, "seconds": 1.0},
+                {"runtime": "tflite", "variant": "fp16", "score": 50.0, "seconds": 2.0},
+                {"runtime": "tflite", "variant": "float32", "score": 50.0, "seconds": 3.0},
+                {"runtime": "onnx", "variant": "float32", "score": 50.0, "seconds": 4.0},
+                {"runtime": "onnx", "variant": "int8", "score": 49.9, "seconds": 3.5}]
+
+    choice.write_record(export_dir, passed=True, metric="BLEU", sentences=20,
+                        variants=variants(49.4))
+    source_file = tmp_path / "in.txt"
+    source_file.write_text("\n".join(sources[:10]) + "\n", encoding="utf-8")
+    for runtime, expected_choice in ((None, ("tflite", "fp16")), ("onnx", ("onnx", "int8"))):
+        args = ["--export", str(export_dir), "--variant", "fastest", "--beam", "4",
+                str(source_file)] + (["--runtime", runtime] if runtime else [])
+        result = _run(["-c", BLOCK_TF, *args])  # no TensorFlow on this path
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"--variant fastest: {' '.join(expected_choice)}" in result.stderr
+        expected = Translator(manifest, load_backend(manifest, *expected_choice)).translate(
+            sources[:10], beam_size=4)
+        assert result.stdout.splitlines() == expected
+    choice.write_record(export_dir, passed=True, metric="BLEU", sentences=20,
+                        variants=variants(49.5))  # now within 0.5: int8 runs
+    assert choice.fastest(export_dir) == ("tflite", "int8")
+    (export_dir / "parity.json").unlink()
+    missing = _run(["-m", "export.translate", "--export", str(export_dir), "--variant",
+                    "fastest"], input="one cat\n")
+    assert missing.returncode == 2 and "parity.json is missing" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
 
 
 def test_translate_cli_handles_bad_input(exported, manifest, tmp_path):

@@ -1,0 +1,128 @@
+"""CTranslate2 decoding at one compute type, for bench.precision (which runs it in the peers'
+torch venv, one process per compute type and CT2_USE_MKL setting).
+
+    /tmp/peers/torch/bin/python bench/precision_ct2.py --peers-dir ../shared/peers \\
+        --compute-type int8 --configs small base --out /tmp/ct2_int8.json
+
+The model is the peers' random Marian model of each config, converted once by
+../shared/peers/bench_ct2.py (--prepare, into $PEER_BENCH_MODELS). Source = 32 random ids,
+exactly 32 new tokens per row (min = max decoding length), inter_threads 1, intra_threads =
+the cores. A compute type this CPU does not support is an error row, not a fallback. Only
+the standard library and ctranslate2 are imported (not this project, which the venv lacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def time_cell(fn, warmup: int, repeats: int, min_seconds: float) -> dict:
+    """warmup calls, then `repeats` rounds of at least min_seconds / repeats (one call at
+    least), as bench.common.time_interleaved times one cell."""
+    for _ in range(warmup):
+        fn()
+    samples, cpu = [], 0.0
+    share = min_seconds / max(repeats, 1)
+    for _ in range(max(repeats, 1)):
+        start, cpu0 = time.perf_counter(), time.process_time()
+        while True:
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+            if time.perf_counter() - start >= share:
+                break
+        cpu += time.process_time() - cpu0
+    q = (statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1
+         else [samples[0], samples[0], samples[0]])
+    return {"median_s": statistics.median(samples), "p25_s": q[0], "p75_s": q[2],
+            "runs": len(samples), "samples_s": samples,
+            "cpu_ratio": round(cpu / max(sum(samples), 1e-9), 3)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peers-dir", type=Path, required=True)
+    parser.add_argument("--compute-type", required=True)
+    parser.add_argument("--configs", nargs="+", default=["small", "base"])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--min-seconds", type=float, default=1.5)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(args.peers_dir.resolve()))
+    import common  # the peers' shared helpers (stdlib only)
+    import ctranslate2
+    from bench_ct2 import backend_info, ensure_prepared, token_str
+
+    threads = os.cpu_count() or 1
+    new_tokens, source_length = common.NEW_TOKENS, common.SRC_LEN
+    rows, info = [], {}
+    for cfg in args.configs:
+        ct2_dir = ensure_prepared(cfg)
+        vocab = common.CONFIGS[cfg]["vocab"]
+        base = {"runtime": "ctranslate2", "precision": args.compute_type, "config": cfg,
+                "new_tokens": new_tokens, "source_length": source_length,
+                "ct2_use_mkl": os.environ.get("CT2_USE_MKL")}
+        try:
+            translator = ctranslate2.Translator(str(ct2_dir), device="cpu",
+                                                compute_type=args.compute_type,
+                                                inter_threads=1, intra_threads=threads)
+        except (ValueError, RuntimeError) as err:
+            rows += [{**base, "batch": b, "beam": k, "error": f"{type(err).__name__}: {err}"}
+                     for b in args.batches for k in args.beams]
+            continue
+        info[cfg] = {"compute_type_used": translator.compute_type,
+                     "backend_info": backend_info(
+                         ct2_dir, args.compute_type,
+                         argparse.Namespace(inter_threads=1, intra_threads=threads))}
+        # Greedy tokens of 4 sources against the HF float32 model's (the peers' cross-check):
+        # how far the compute type moves a random-weight model's choices.
+        ref = json.loads((ct2_dir / "hf_reference.json").read_text())
+        out = translator.translate_batch([[token_str(i, vocab) for i in s] for s in ref["src"]],
+                                         beam_size=1, min_decoding_length=new_tokens,
+                                         max_decoding_length=new_tokens)
+        hyp = [[int(t[1:]) if t.startswith("t") else t for t in r.hypotheses[0]] for r in out]
+        same = sum(a == b for h, r in zip(hyp, ref["hf_greedy"], strict=True)
+                   for a, b in zip(h, r, strict=False))
+        info[cfg]["tokens_equal_to_hf_float32_greedy"] = [same, sum(map(len, ref["hf_greedy"]))]
+        rng = random.Random(common.SEED)
+        for batch in args.batches:
+            source = [[token_str(i, vocab) for i in s]
+                      for s in common.random_ids(rng, batch, source_length, vocab)]
+            for beam in args.beams:
+                def run(source=source, beam=beam, translator=translator):
+                    run.out = translator.translate_batch(
+                        source, beam_size=beam, max_batch_size=0,
+                        min_decoding_length=new_tokens, max_decoding_length=new_tokens)
+
+                t = time_cell(run, args.warmup, args.repeats, args.min_seconds)
+                lengths = {len(r.hypotheses[0]) for r in run.out}
+                row = {**base, "batch": batch, "beam": beam, **t,
+                       "tokens_per_s": batch * new_tokens / t["median_s"],
+                       "ms_per_batch": {"median": t["median_s"] * 1e3,
+                                        "p25": t["p25_s"] * 1e3, "p75": t["p75_s"] * 1e3,
+                                        "runs": t["runs"]}}
+                if lengths != {new_tokens}:
+                    row = {**base, "batch": batch, "beam": beam,
+                           "error": f"expected {new_tokens} tokens per row, got {lengths}"}
+                rows.append(row)
+                print(f"ct2 {args.compute_type} mkl={base['ct2_use_mkl']} {cfg} b={batch} "
+                      f"beam={beam}: {t['median_s'] * 1e3:.1f} ms", flush=True)
+        translator = None  # freed before the next config loads
+    args.out.write_text(json.dumps({"versions": {"ctranslate2": ctranslate2.__version__},
+                                    "supported_compute_types_cpu": sorted(
+                                        ctranslate2.get_supported_compute_types("cpu")),
+                                    "info": info, "results": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
