@@ -295,6 +295,17 @@ class _Builder:
         carried0 = [tokens0, alive0, history0, fin_scores0, history0, done0, gen_len0]
         carried0 += [empty] * n_pasts
         carried0 += list(self.initial_ngram_state(b, rows, self.ngram_size))
+        # What the body needs that no step changes, computed once here: each node in the
+        # body costs a few microseconds per step, and most of a step's nodes are small.
+        m_1d = self.unsqueeze(b, m, [0])
+        two_k_1d = self.unsqueeze(b, two_k, [0])
+        b_km = b.op("Concat", [batch, b.op("Mul", [k_1d, m_1d], "km")], "b_km", axis=0)
+        b_k_m = b.op("Concat", [batch, k_1d, m_1d], "b_k_m", axis=0)
+        positions = b.op("Range", [self.c64(0, "zero"), self.max_length, self.c64(1, "one")],
+                         "positions")
+        source_base = self.unsqueeze(b, b.op("Mul", [
+            b.op("Range", [self.c64(0, "zero"), self.squeeze(b, batch, [0]),
+                           self.c64(1, "one")]), k]), [1], "source_base")
 
         body = self.new_body()
         index, cond_in = b.name("index"), b.name("cond")
@@ -305,17 +316,12 @@ class _Builder:
         grams, recent = b.name("grams"), b.name("recent")
         logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
         logits = self.constrained(body, logits, index, grams, recent)
-        m_1d = self.unsqueeze(body, m, [0])
         top_logits, top_ids = body.op("TopK", [logits, m_1d], "row_top", outputs=2, axis=1)
         gains = body.op("Sub", [self.to(body, top_logits, T.DOUBLE),
                                 self.unsqueeze(body, self.to(body, lse, T.DOUBLE), [1])])
-        km = body.op("Mul", [k_1d, m_1d], "km")
-        b_km = body.op("Concat", [batch, km], "b_km", axis=0)
-        b_k_m = body.op("Concat", [batch, k_1d, m_1d], "b_k_m", axis=0)
         cand = body.op("Add", [self.unsqueeze(body, alive, [2]),
                                body.op("Reshape", [gains, b_k_m])], "cand")
         cand = body.op("Reshape", [cand, b_km], "cand_flat")
-        two_k_1d = self.unsqueeze(body, two_k, [0])
         top_scores, order = body.op("TopK", [cand, two_k_1d], "top_cand", outputs=2, axis=1)
         top_beam = body.op("Div", [order, m], "top_beam")
         top_token = body.op("GatherElements", [body.op("Reshape", [top_ids, b_km]), order],
@@ -333,15 +339,14 @@ class _Builder:
         minus_inf = g.const(np.float64(-np.inf), "minus_inf_d")
         hyp_scores = body.op("Where", [new_eos, body.op("Div", [k_scores, penalty]),
                                        minus_inf], "hyp_scores")
-        positions = body.op("Range", [self.c64(0, "zero"), self.max_length64(body),
-                                      self.c64(1, "one")], "positions")
         at_index = body.op("Equal", [positions, index], "at_index")  # (Tmax,)
         hyp_seqs = body.op("Where", [at_index, g.const(np.int32(self.eos), "eos"),
-                                     self.gather_beams(body, history, k_beam)], "hyp_seqs")
+                                     self.gather_beams(body, history, k_beam, bkt)],
+                            "hyp_seqs")
         merged = body.op("Concat", [fin_scores, hyp_scores], axis=1)
         fin_scores_out, kept = body.op("TopK", [merged, k_1d], "finished", outputs=2, axis=1)
         fin_seqs_out = self.gather_beams(
-            body, body.op("Concat", [fin_seqs, hyp_seqs], axis=1), kept, "fin_seqs_out")
+            body, body.op("Concat", [fin_seqs, hyp_seqs], axis=1), kept, bkt, "fin_seqs_out")
         n_finished = body.op("ReduceSum", [self.to(body, _finite(body, fin_scores_out),
                                                    T.INT64), self.c64([1], "axis")],
                              keepdims=0)
@@ -355,7 +360,7 @@ class _Builder:
                              T.INT32, "new_tokens")
         alive_out = body.op("GatherElements", [top_scores, pick], "alive_out", axis=1)
         history_out = body.op("Where", [at_index, self.unsqueeze(body, new_tokens, [2]),
-                                        self.gather_beams(body, history, parent_beam)],
+                                        self.gather_beams(body, history, parent_beam, bkt)],
                               "history_out")
 
         # Hugging Face's stopping rule, against the best alive beam at the current length.
@@ -368,12 +373,8 @@ class _Builder:
         all_done = body.op("ReduceMin", [self.to(body, done_out, T.INT32)], keepdims=0)
         cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
 
-        source_base = body.op("Mul", [body.op("Range", [self.c64(0, "zero"),
-                                                        self.squeeze(body, batch, [0]),
-                                                        self.c64(1, "one")]), k])
-        parents = body.op("Reshape", [body.op("Add", [self.unsqueeze(body, source_base, [1]),
-                                                      parent_beam]), self.c64([-1], "flat")],
-                          "parents")
+        parents = body.op("Reshape", [body.op("Add", [source_base, parent_beam]),
+                                      self.c64([-1], "flat")], "parents")
         carried = [body.op("Reshape", [new_tokens, self.c64([-1], "flat")], "tokens_out"),
                    alive_out, history_out, fin_scores_out, fin_seqs_out, done_out, gen_len]
         carried += [self.gather_rows(body, x, parents) for x in presents]
@@ -408,11 +409,13 @@ class _Builder:
         scores_out = self.to(b, self.squeeze(b, best_score, [1]), T.FLOAT, "scores_f")
         return _branch(b, "beam", [(tokens_out, T.INT32), (scores_out, T.FLOAT)])
 
-    def gather_beams(self, b, x, beams, hint="gather_beams"):
-        """x (B,K',T) and beams (B,K) int64 -> x[b, beams[b, k], :] (B,K,T)."""
-        index = b.op("Expand", [self.unsqueeze(b, beams, [2]),
-                                b.op("Concat", [b.op("Shape", [beams]),
-                                                b.op("Shape", [x], start=2)], axis=0)])
+    def gather_beams(self, b, x, beams, shape=None, hint="gather_beams"):
+        """x (B,K',T) and beams (B,K) int64 -> x[b, beams[b, k], :] (B,K,T); `shape` is
+        (B,K,T) when the caller has it."""
+        if shape is None:
+            shape = b.op("Concat", [b.op("Shape", [beams]), b.op("Shape", [x], start=2)],
+                         axis=0)
+        index = b.op("Expand", [self.unsqueeze(b, beams, [2]), shape])
         return b.op("GatherElements", [x, index], hint, axis=1)
 
     def penalty(self, b, length):
@@ -467,9 +470,6 @@ class _Builder:
         other_graph = _branch(other, "keep", [(grams, T.INT32), (recent, T.INT32)])
         return body.op("If", [self.has_ngram], "ngram_state", outputs=2,
                        then_branch=then_graph, else_branch=other_graph)
-
-    def max_length64(self, b):
-        return self.max_length
 
     def build(self, encoder):
         from onnx import helper
