@@ -1,7 +1,7 @@
 """Decoding speed of one runtime: tokens/s and latency of one full call (encoder + every step
 + search) per batch, with the key/value cache and (--no-cache) without it.
 
-    python -m bench.decode [--runtime keras|keras-xla|savedmodel|onnx|onnx-search|tflite]
+    python -m bench.decode [--runtime keras|keras-xla|savedmodel|onnx|onnx-search|tflite ...]
         [--configs small base] [--new-tokens 32 128] [--batches 1 16] [--beams 1 4] [--no-cache]
 
 Source = 32 random ids, exactly --new-tokens generated per row (EOS is masked out so no row
@@ -228,7 +228,10 @@ def fmt_row(r: dict) -> list:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runtime", default="keras", choices=RUNTIMES)
+    parser.add_argument("--runtime", nargs="+", default=["keras"], choices=RUNTIMES,
+                        help="one runtime, or several timed in the same interleaved rounds "
+                             "(a fair A/B: the host's drift falls on all of them), each "
+                             "written to its own decode_<runtime>.json")
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small base (demo with --quick)")
     parser.add_argument("--new-tokens", type=int, nargs="+", default=None,
@@ -246,51 +249,61 @@ def main(argv=None) -> None:
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")
     args = parser.parse_args(argv)
-    if args.no_cache and args.runtime not in NO_CACHE_RUNTIMES:
-        parser.error(f"--no-cache: {args.runtime} has no no-cache path; the runtimes that do: "
-                     f"{', '.join(NO_CACHE_RUNTIMES)}")
+    runtimes = list(dict.fromkeys(args.runtime))
+    if args.no_cache and not set(runtimes) & set(NO_CACHE_RUNTIMES):
+        parser.error(f"--no-cache: {', '.join(runtimes)} has no no-cache path; the runtimes "
+                     f"that do: {', '.join(NO_CACHE_RUNTIMES)}")
     configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     new_tokens = args.new_tokens or ([4] if args.quick else [32, 128])
     timing = (dict(warmup=1, repeats=1, min_seconds=0.0) if args.quick
               else dict(warmup=1, repeats=3, min_seconds=1.5))
-    meta = payload("decode", runtime=args.runtime, quick=args.quick,
-                   cache_dir=str(args.cache_dir), threads="each runtime's default",
-                   code_sha256=code_fingerprint())
-    results = []
+    results: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
+    metas = {runtime: payload("decode", runtime=runtime, interleaved_with=runtimes,
+                              quick=args.quick, cache_dir=str(args.cache_dir),
+                              threads="each runtime's default", code_sha256=code_fingerprint())
+             for runtime in runtimes}
     for name in configs:
-        try:
-            factory = make_stepper_factory(args.runtime, name, args.cache_dir)
-        except Exception as err:  # e.g. a failed export: every cell of this config fails
-            factory, error = None, f"{type(err).__name__}: {str(err)[:2000]}"
-        cell_list = cells(new_tokens, args.batches, args.beams, args.no_cache)
-        if factory is None:
-            rows = [{"runtime": args.runtime, "config": name, "batch": batch, "beam": beam,
-                     "new_tokens": n, "cache": cache, "error": error}
-                    for batch, beam, n, cache in cell_list]
-        else:
-            rows = measure(factory, name, args.runtime, cell_list, timing)
-        for row in rows:
-            print(" ".join(str(c) for c in fmt_row(row)), flush=True)
-        results += rows
-        del factory
+        timed = []
+        for runtime in runtimes:
+            cell_list = cells(new_tokens, args.batches, args.beams,
+                              args.no_cache and runtime in NO_CACHE_RUNTIMES)
+            try:
+                factory = make_stepper_factory(runtime, name, args.cache_dir)
+            except Exception as err:  # e.g. a failed export: every cell of this config fails
+                error = f"{type(err).__name__}: {str(err)[:2000]}"
+                results[runtime] += [{"runtime": runtime, "config": name, "batch": batch,
+                                      "beam": beam, "new_tokens": n, "cache": cache,
+                                      "error": error}
+                                     for batch, beam, n, cache in cell_list]
+                continue
+            timed += [Cell(factory, name, runtime, *cell) for cell in cell_list]
+        for cell, t in zip(timed, time_interleaved(timed, **timing), strict=True):
+            row = cell.result(t)
+            print(" ".join(str(c) for c in [row["runtime"], *fmt_row(row)]), flush=True)
+            results[row["runtime"]].append(row)
+        del timed
     peak = peak_rss_mb()
     cached_peak = _RSS_BEFORE_NO_CACHE[0] if _RSS_BEFORE_NO_CACHE else peak
-    for r in results:
-        # Of this process, which ran every cell listed: the cached path's, and with the
-        # no-cache path's prefix decoder loaded too.
-        r["process_peak_rss_mb"] = cached_peak
-        r["process_peak_rss_mb_with_no_cache"] = peak
-        r["process_configs"] = configs
-    print(f"\nruntime {args.runtime}")
-    print_table(["config", "batch", "beam", "new tokens", "cache", "ms/batch", "p25-p75",
-                 "ms/token", "tokens/s"], [fmt_row(r) for r in results])
+    failed = False
+    for runtime, rows in results.items():
+        for r in rows:
+            # Of this process, which ran every cell listed: the cached path's, and with the
+            # no-cache path's prefix decoder loaded too.
+            r["process_peak_rss_mb"] = cached_peak
+            r["process_peak_rss_mb_with_no_cache"] = peak
+            r["process_configs"] = configs
+            r["process_runtimes"] = runtimes
+        print(f"\nruntime {runtime}")
+        print_table(["config", "batch", "beam", "new tokens", "cache", "ms/batch", "p25-p75",
+                     "ms/token", "tokens/s"], [fmt_row(r) for r in rows])
+        path = write_json(results_dir(args) / f"decode_{runtime}.json", {
+            **metas[runtime], "results": rows}, merge_keys=MERGE_KEYS if args.merge else None)
+        print(f"wrote {path}")
+        failed |= any("error" in r for r in rows)
     print(f"peak RSS {cached_peak:,.0f} MiB"
-          + (f" ({peak:,.0f} MiB with the no-cache path)" if _RSS_BEFORE_NO_CACHE else ""))
-    path = write_json(results_dir(args) / f"decode_{args.runtime}.json", {
-        **meta, "results": results},
-        merge_keys=MERGE_KEYS if args.merge else None)
-    print(f"wrote {path}")
-    if any("error" in r for r in results):
+          + (f" ({peak:,.0f} MiB with the no-cache path)" if _RSS_BEFORE_NO_CACHE else "")
+          + (f" (one process for {', '.join(runtimes)})" if len(runtimes) > 1 else ""))
+    if failed:
         sys.exit(1)
 
 
