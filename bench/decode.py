@@ -210,13 +210,6 @@ class Cell:
                 "rss_peak_mb_so_far": peak_rss_mb(), **t}
 
 
-def measure(factory, name: str, runtime: str, cell_list, timing: dict) -> list[dict]:
-    """Every cell of one config, timed in interleaved rounds (bench.common.time_interleaved)."""
-    cells = [Cell(factory, name, runtime, *cell) for cell in cell_list]
-    return [cell.result(t) for cell, t in zip(cells, time_interleaved(cells, **timing),
-                                              strict=True)]
-
-
 def fmt_row(r: dict) -> list:
     head = [r["config"], r["batch"], r["beam"], r["new_tokens"], "yes" if r["cache"] else "no"]
     if "error" in r:

@@ -122,6 +122,23 @@ def throughput(batches: list[dict], ends: list[float], first: int, end: int,
             "distinct_shapes": len({tuple(b["shape"]) for b in batches[:end]})}
 
 
+def measured_row(side: str, jit: bool, counter: BatchCounter, clock: StepClock,
+                 started: float, warmup: int, steps: int, needs: str) -> dict:
+    """The JSON row of one side's throughput run, after its `fit` returned: the timed window
+    (RuntimeError, naming `needs`, when the steps run did not cover it), the first steps'
+    seconds, the first and last loss, and `throughput` of the window."""
+    done = len(clock.ends)
+    window = timed_window(counter.batches[:done], warmup, steps)
+    if window is None:
+        raise RuntimeError(f"{done} steps did not cover {needs} and {steps} timed steps")
+    return {"side": side, "jit_compile": jit, "fit_seconds": time.perf_counter() - started,
+            "first_steps_s": [round(clock.ends[0] - clock.start, 2)] + [
+                round(b - a, 2) for a, b in zip(clock.ends[:window[0] - 1],
+                                                clock.ends[1:window[0]], strict=True)],
+            "loss_first_last": [clock.losses[0], clock.losses[-1]] if clock.losses else None,
+            **throughput(counter.batches, clock.ends, *window)}
+
+
 class TrainingBudget(keras.callbacks.Callback):
     """Stops fit after `budget_s` seconds of training and calls `evaluate(model)` every
     `every_s` seconds of training and at the end; the time evaluate takes is not training

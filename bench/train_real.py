@@ -162,7 +162,7 @@ def our_model(config, task, jit: bool):
 
 
 def our_throughput(config, task, jit: bool, warmup: int, steps: int) -> dict:
-    from bench.real_harness import BatchCounter, StepClock, throughput, timed_window
+    from bench.real_harness import BatchCounter, StepClock, measured_row, timed_window
 
     model = our_model(config, task, jit)
     make_train, _ = task.datasets()
@@ -176,17 +176,8 @@ def our_throughput(config, task, jit: bool, warmup: int, steps: int) -> dict:
     t0 = time.perf_counter()
     model.fit(make_train().map(counter), epochs=1, steps_per_epoch=cap, callbacks=[clock],
               verbose=0, shuffle=False)
-    done = len(clock.ends)
-    window = timed_window(counter.batches[:done], warmup, steps)
-    if window is None:
-        raise RuntimeError(f"{done} steps did not cover warm-up, every bucket's first batch "
-                           f"and {steps} timed steps")
-    row = {"side": "ours", "jit_compile": jit, "fit_seconds": time.perf_counter() - t0,
-           "first_steps_s": [round(clock.ends[0] - clock.start, 2)] + [
-               round(b - a, 2) for a, b in zip(clock.ends[:window[0] - 1],
-                                               clock.ends[1:window[0]], strict=True)],
-           "loss_first_last": [clock.losses[0], clock.losses[-1]] if clock.losses else None,
-           **throughput(counter.batches, clock.ends, *window)}
+    row = measured_row("ours", jit, counter, clock, t0, warmup, steps,
+                       "warm-up, every bucket's first batch")
     log(f"ours jit={jit}: {row['target_tokens_per_s']:,.0f} target tok/s over {row['steps']} "
         f"steps (median step {row['median_step_s']:.2f} s)")
     return row

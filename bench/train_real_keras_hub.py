@@ -42,7 +42,7 @@ from bench.real_harness import (  # noqa: E402
     BatchCounter,
     StepClock,
     TrainingBudget,
-    throughput,
+    measured_row,
     timed_window,
 )
 
@@ -176,16 +176,8 @@ def measure_throughput(args, ds, vocab_size: int, jit: bool) -> dict:
     t0 = time.perf_counter()
     model.keras.fit(ds.map(counter).prefetch(tf.data.AUTOTUNE), epochs=1,
                     steps_per_epoch=args.warmup + 3 * args.steps, callbacks=[clock], verbose=0)
-    done = len(clock.ends)
-    window = timed_window(counter.batches[:done], args.warmup, args.steps)
-    if window is None:
-        raise RuntimeError(f"{done} steps did not cover warm-up and {args.steps} timed steps")
-    row = {"side": "keras-hub", "jit_compile": jit, "fit_seconds": time.perf_counter() - t0,
-           "first_steps_s": [round(clock.ends[0] - clock.start, 2)] + [
-               round(b - a, 2) for a, b in zip(clock.ends[:window[0] - 1],
-                                               clock.ends[1:window[0]], strict=True)],
-           "loss_first_last": [clock.losses[0], clock.losses[-1]] if clock.losses else None,
-           **throughput(counter.batches, clock.ends, *window)}
+    row = measured_row("keras-hub", jit, counter, clock, t0, args.warmup, args.steps,
+                       "warm-up")
     log(f"jit={jit}: {row['target_tokens_per_s']:,.0f} target tok/s over {row['steps']} steps "
         f"(median step {row['median_step_s']:.2f} s)")
     return row

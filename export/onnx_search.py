@@ -59,8 +59,6 @@ from .onnx_graph import (
 )
 
 SEARCH_FILE = "search.onnx"
-INPUTS = ("source_ids", "max_length", "beam_size", "alpha", "no_repeat_ngram_size",
-          "min_length")
 OUTPUTS = ("tokens", "scores")
 _BIG = np.iinfo(np.int64).max
 _SENTINEL = -2  # what a row's "last n tokens" hold before it generated n

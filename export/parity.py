@@ -307,10 +307,11 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         delta = scores[(fmt, variant)] - scores.get((fmt, "float32"), scores[(fmt, variant)])
         passed = abs(delta) <= 1.0
         ok &= passed
+        size = file_size(manifest, fmt, variant)
         entries.append({"runtime": fmt, "variant": variant, "score": scores[(fmt, variant)],
-                        "seconds": seconds, "bytes": file_size(manifest, fmt, variant)})
+                        "seconds": seconds, "bytes": size})
         far = delta < -choice.TOLERANCE
-        out(f"   {fmt:<7} {variant:<8} {file_size(manifest, fmt, variant) / 1e6:7.2f} MB  "
+        out(f"   {fmt:<7} {variant:<8} {size / 1e6:7.2f} MB  "
             f"{metric} {scores[(fmt, variant)]:6.2f}  Δ {delta:+.2f}  {seconds:6.2f} s  "
             f"{'FAIL' if not passed else 'ok, but not a fastest candidate' if far else 'ok'}")
     if "attention" in manifest.data:

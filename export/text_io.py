@@ -21,20 +21,15 @@ def add_text_io_arguments(parser: argparse.ArgumentParser, *, export_help: str,
     any runtime for --variant fastest)."""
     parser.add_argument("input", nargs="?", default="-", help="text file (default: stdin)")
     parser.add_argument("--export", required=True, help=export_help)
-    if fastest:
-        parser.add_argument("--runtime", default=None, choices=RUNTIMES,
-                            help="default onnx; with --variant fastest, the runtime to choose "
-                                 "within (default: any)")
-        parser.add_argument("--variant", default="float32",
-                            choices=("float32", "fp16", "int8", "fastest"),
-                            help="quantized variant (tflite: fp16/int8, onnx: int8), or "
-                                 "fastest: the fastest runtime and variant whose BLEU the "
-                                 "export's parity check (parity.json) found within 0.5 of "
-                                 "float32's")
-    else:
-        parser.add_argument("--runtime", default="onnx", choices=RUNTIMES)
-        parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
-                            help="quantized variant (tflite: fp16/int8, onnx: int8)")
+    parser.add_argument("--runtime", default=None if fastest else "onnx", choices=RUNTIMES,
+                        help="default onnx; with --variant fastest, the runtime to choose "
+                             "within (default: any)" if fastest else None)
+    parser.add_argument("--variant", default="float32",
+                        choices=("float32", "fp16", "int8", *(("fastest",) if fastest else ())),
+                        help="quantized variant (tflite: fp16/int8, onnx: int8)" + (
+                            ", or fastest: the fastest runtime and variant whose BLEU the "
+                            "export's parity check (parity.json) found within 0.5 of "
+                            "float32's" if fastest else ""))
     parser.add_argument("--run", default=None, help="training run (keras runtime only)")
     parser.add_argument("--no-truncate", action="store_true",
                         help="fail on sentences longer than the model accepts")
