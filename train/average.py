@@ -33,6 +33,17 @@ def average_weights(paths: list[Path]) -> list:
     return [t / len(paths) for t in total]
 
 
+def set_average(model, paths: list[Path]) -> None:
+    """Give `model` the mean of the weights in `paths`, in the model's own dtypes."""
+    import numpy as np
+
+    averaged = average_weights(paths)
+    current = model.get_weights()
+    if [a.shape for a in averaged] != [w.shape for w in current]:
+        raise ValueError(f"{paths[0]} holds weights of another model than this run's")
+    model.set_weights([np.asarray(a, w.dtype) for a, w in zip(averaged, current, strict=True)])
+
+
 MAX_LAST = 1000
 RUN_MODELS = ("model.keras", "best.keras")  # written by the run itself
 
@@ -70,21 +81,14 @@ def main(argv) -> int:
         raise CommandError(
             f"{run / 'checkpoints'} holds {len(checkpoints)} epoch checkpoints, fewer than "
             f"--last {args.last} (training.keep_checkpoints sets how many are kept)", 1)
-    import numpy as np
-
     from .engine import save_model
     from .evaluate import load_run_model
 
     chosen = checkpoints[-args.last:]
-    averaged = average_weights(chosen)
-    model_path = run / "model.keras"
-    model = load_run_model(model_path)
-    if [a.shape for a in averaged] != [w.shape for w in model.get_weights()]:
-        raise ValueError(f"{chosen[0]} holds weights of another model than {model_path}")
+    model = load_run_model(run / "model.keras")
+    set_average(model, chosen)
     if out.exists() and not args.overwrite:  # checked after the inputs, so both are named
         raise CommandError(f"{out} already exists; pass --overwrite to replace it")
-    model.set_weights([np.asarray(a, w.dtype) for a, w in
-                       zip(averaged, model.get_weights(), strict=True)])
     save_model(model, out)
     print(f"averaged {', '.join(p.name for p in chosen)} -> {out}")
     return 0

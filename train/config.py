@@ -78,6 +78,9 @@ class TrainingConfig:
     verbose: int = 1
     save_every_steps: int = 100  # backup for resuming; a kill loses at most this many steps
     keep_checkpoints: int = 5  # per-epoch weights kept for python -m train.average
+    # The final model is the mean of the last N epoch checkpoints (the paper's section 6.1);
+    # 0 or 1: the weights after the last step. At most keep_checkpoints.
+    average_last: int = 0
     early_stopping_patience: int = 0  # epochs without a better dev BLEU; 0: never stop early
     max_minutes: float = 0.0  # wall-clock budget for model.fit, kept across resumes; 0: none
     tensorboard: bool = True
@@ -210,6 +213,10 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         _apply_override(values, assignment)
     config = _build(RunConfig, values, "")
     _check_ranges(config)
+    if config.training.average_last > max(config.training.keep_checkpoints, 1):
+        raise ConfigError(f"training.average_last ({config.training.average_last}) must be at "
+                          f"most training.keep_checkpoints ({config.training.keep_checkpoints}), "
+                          f"the epoch checkpoints it averages")
     labels = config.data.labels
     if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
         raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
@@ -235,6 +242,7 @@ _RANGES = [
     ("training.label_smoothing", 0, 1, False), ("training.beta_1", 0, 1, False),
     ("training.beta_2", 0, 1, False), ("training.epsilon", 0, None, True),
     ("training.save_every_steps", 0, None, False), ("training.keep_checkpoints", 0, None, False),
+    ("training.average_last", 0, None, False),
     ("training.early_stopping_patience", 0, None, False),
     ("training.max_minutes", 0, None, False), ("training.verbose", 0, 2, False),
     ("eval.beam_size", 1, 64, False), ("eval.alpha", 0, 10, False),

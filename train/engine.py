@@ -309,6 +309,20 @@ def save_model(model, path: Path) -> None:
         model.save(tmp)
 
 
+def average_last(model, directory: Path, last: int) -> list[str]:
+    """The final weights as the mean of the last `last` epoch checkpoints (fewer if the run
+    made fewer; none below 2): the names averaged. The epoch checkpoint of the last epoch holds
+    the weights after the last step, so the newest weights always take part."""
+    from .average import set_average
+
+    chosen = sorted(directory.glob("epoch_*.npz"))[-last:] if last > 1 else []
+    if len(chosen) < 2:
+        return []
+    set_average(model, chosen)
+    log.info("final model: the mean of %s", ", ".join(p.name for p in chosen))
+    return [p.name for p in chosen]
+
+
 def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> dict:
     """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
     strategy, chief, out, jit = setup(config, out, overwrite)
@@ -330,6 +344,9 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
                  chief=chief)
     metrics = base_metrics(config, strategy, jit, result, model)
     metrics.update(task.data_metrics())
+    averaged = average_last(model, out / "checkpoints", config.training.average_last)
+    if averaged:
+        metrics["averaged_checkpoints"] = averaged
     if not chief:
         finish(out)
         return metrics
