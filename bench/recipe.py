@@ -1,14 +1,15 @@
 """Training recipes compared: dev BLEU against wall-clock training minutes, and final scores.
 
     python -m bench.recipe --run old=runs/spa_old --run new=runs/spa_new [--results DIR]
-                           [--name recipe] [--every 5]
+                           [--name recipe] [--every 5] [--dev-only]
 
 Each --run is a finished `python -m train` run directory. Its metrics.json holds, per epoch,
 the training minutes at the epoch's end (model.fit's wall clock, earlier epochs' validation and
 dev scoring included) and the dev BLEU scored after it (greedy, `eval.dev_bleu_sentences`
 sentences): the curve. The final scores are the run's own (`eval.beam_size`, the first
 `eval.max_sentences` of dev and test). The table lists the config keys in which the runs
-differ, so a recipe change is read off the report, not retold.
+differ, so a recipe change is read off the report, not retold. --dev-only leaves the test
+split's scores out: for the trials a recipe is chosen from, which are read on dev only.
 
 Writes <results>/<name>.json and <name>.md (default bench/results/recipe). The machine
 recorded is the one this script runs on: run it where the runs ran.
@@ -41,7 +42,7 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def read_run(name: str, directory: Path) -> dict:
+def read_run(name: str, directory: Path, dev_only: bool = False) -> dict:
     metrics_path, config_path = directory / "metrics.json", directory / "config.yaml"
     for path in (metrics_path, config_path):
         if not path.is_file():
@@ -57,7 +58,8 @@ def read_run(name: str, directory: Path) -> dict:
         "train_minutes": round(metrics.get("train_seconds", 0.0) / 60.0, 2),
         "target_tokens_per_second": metrics.get("target_tokens_per_second"),
         "curve": [{"minutes": m, "dev_bleu": b} for m, b in zip(minutes, bleu, strict=False)],
-        "final": {name: metrics[key] for key, name in FINAL.items() if key in metrics},
+        "final": {name: metrics[key] for key, name in FINAL.items()
+                  if key in metrics and not (dev_only and name.startswith("test_"))},
     }
 
 
@@ -114,6 +116,8 @@ def main(argv=None) -> None:
                         help="a finished run directory, named for the report; give two or more")
     parser.add_argument("--every", type=float, default=5.0,
                         help="minutes between the curve table's rows (default 5)")
+    parser.add_argument("--dev-only", action="store_true",
+                        help="leave out the test split's scores (runs that choose a recipe)")
     parser.add_argument("--name", default="recipe", help="file name of the report")
     parser.add_argument("--results", default=None, help="results directory")
     args = parser.parse_args(argv)
@@ -124,8 +128,8 @@ def main(argv=None) -> None:
         name, sep, directory = item.partition("=")
         if not sep or not name or not directory:
             parser.error(f"--run {item!r} must be NAME=DIR")
-        runs.append(read_run(name, Path(directory)))
-    data = payload("recipe", runs=runs, differing_config=differing_keys(runs))
+        runs.append(read_run(name, Path(directory), args.dev_only))
+    data = payload("recipe", dev_only=args.dev_only, runs=runs, differing_config=differing_keys(runs))
     out = results_dir(args)
     path = write_json(out / f"{args.name}.json", data)
     (out / f"{args.name}.md").write_text(

@@ -275,3 +275,51 @@ def test_quantized_bench_exports_live_apart_and_leave_the_plain_meta_as_it_was(t
     assert "quantize" not in plain and plain["formats"] == list(em.FORMATS)
     assert quantized == {**plain, "formats": ["onnx", "tflite"], "quantize": "all"}
     assert not em.is_current(tmp_path, "small", 1, "all")
+
+
+def _fake_run(directory, config: dict, minutes, curve, **final):
+    import yaml
+
+    directory.mkdir()
+    (directory / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    metrics = {"train_seconds": minutes[-1] * 60, "steps": 100 * len(minutes),
+               "epochs": len(minutes), "epoch_minutes": minutes,
+               "epoch_dev": {"bleu": curve, "loss": [1.0] * len(curve)}, **final}
+    (directory / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    return directory
+
+
+def test_recipe_report_reads_curves_differences_and_final_scores(tmp_path, capsys):
+    from bench import recipe
+
+    base = {"model": {"preset": "small", "overrides": {"dropout": 0.1}},
+            "training": {"warmup_steps": 1000, "max_minutes": 40}}
+    new = {"model": {"preset": "small", "overrides": {"dropout": 0.0, "pre_norm": True}},
+           "training": {"warmup_steps": 400, "max_minutes": 40}}
+    old_dir = _fake_run(tmp_path / "old", base, [3.9, 7.6, 11.3], [0.5, 9.6, 20.8],
+                        dev_bleu=21.0, bleu=22.0)
+    new_dir = _fake_run(tmp_path / "new", new, [2.9, 5.8, 8.7, 11.6], [12.0, 24.3, 30.9, 33.3],
+                        dev_bleu=34.0, bleu=35.0)
+    out = tmp_path / "results"
+    recipe.main(["--run", f"old={old_dir}", "--run", f"new={new_dir}", "--results", str(out),
+                 "--every", "4"])
+    data = json.loads((out / "recipe.json").read_text())
+    # Only the keys that differ; a key one run lacks counts as different.
+    assert data["differing_config"] == ["model.overrides.dropout", "model.overrides.pre_norm",
+                                        "training.warmup_steps"]
+    old, new_run = data["runs"]
+    assert old["final"] == {"dev_bleu": 21.0, "test_bleu": 22.0}
+    assert new_run["curve"][1] == {"minutes": 5.8, "dev_bleu": 24.3}
+    # The curve table: the last epoch ended by each mark (none before the first).
+    headers, rows = recipe.tables(data, 4.0)[1]
+    assert headers == ["minutes", "old", "new"]
+    assert rows == [[4.0, 0.5, 12.0], [8.0, 9.6, 24.3], [12.0, 20.8, 33.3]]
+    assert recipe.at_minute(old["curve"], 3.0) is None
+    assert "| 8.0 | 9.6 | 24.3 |" in (out / "recipe.md").read_text()
+
+    recipe.main(["--run", f"old={old_dir}", "--results", str(out), "--name", "trials",
+                 "--dev-only"])
+    assert json.loads((out / "trials.json").read_text())["runs"][0]["final"] == {"dev_bleu": 21.0}
+    with pytest.raises(SystemExit, match="must be a finished `python -m train` run directory"):
+        recipe.main(["--run", f"x={tmp_path}", "--results", str(out)])
+    capsys.readouterr()
