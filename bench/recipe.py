@@ -68,10 +68,13 @@ def differing_keys(runs: list[dict]) -> list[str]:
     return [k for k in keys if len({json.dumps(r["config"].get(k)) for r in runs}) > 1]
 
 
-def at_minute(curve: list[dict], minute: float):
-    """The dev BLEU of the last epoch that ended by `minute` (None before the first)."""
+def at_minute(curve: list[dict], minute: float, every: float):
+    """The dev BLEU of the last epoch that ended by `minute`: None before the first, and None
+    once the run had ended by the mark before (a shorter run's row stops there)."""
     done = [p["dev_bleu"] for p in curve if p["minutes"] <= minute]
-    return done[-1] if done else None
+    if not done or minute - every >= curve[-1]["minutes"]:
+        return None
+    return done[-1]
 
 
 def tables(data: dict, every: float) -> list[tuple[list[str], list[list]]]:
@@ -83,7 +86,7 @@ def tables(data: dict, every: float) -> list[tuple[list[str], list[list]]]:
     last = max((p["minutes"] for r in runs for p in r["curve"]), default=0.0)
     marks = [every * i for i in range(1, int(last // every) + 2)]
     curve = (["minutes", *(r["name"] for r in runs)],
-             [[m, *(at_minute(r["curve"], m) for r in runs)] for m in marks])
+             [[m, *(at_minute(r["curve"], m, every) for r in runs)] for m in marks])
     return [recipe, curve]
 
 
@@ -101,8 +104,9 @@ def markdown(data: dict, every: float) -> str:
         "# Recipes: dev BLEU against training minutes",
         f"Machine: {facts['cpu_model']}, {facts['cores']} cores; written by `python -m "
         f"bench.recipe`.",
-        "Runs and the config keys in which they differ; final scores are each run's own "
-        "(beam search on the first `eval.max_sentences` of dev and test).",
+        "Runs and the config keys in which they differ (blank: not set, the default); final "
+        "scores are each run's own (beam search on the first `eval.max_sentences` of dev and "
+        "test).",
         md(*recipe),
         f"Dev BLEU (greedy, per-epoch dev subset) of the last epoch ended by each minute, "
         f"every {every:g} minutes of training:",

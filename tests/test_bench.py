@@ -314,7 +314,9 @@ def test_recipe_report_reads_curves_differences_and_final_scores(tmp_path, capsy
     headers, rows = recipe.tables(data, 4.0)[1]
     assert headers == ["minutes", "old", "new"]
     assert rows == [[4.0, 0.5, 12.0], [8.0, 9.6, 24.3], [12.0, 20.8, 33.3]]
-    assert recipe.at_minute(old["curve"], 3.0) is None
+    assert recipe.at_minute(old["curve"], 3.0, 4.0) is None
+    assert recipe.at_minute(old["curve"], 15.0, 4.0) == 20.8  # the mark after its end
+    assert recipe.at_minute(old["curve"], 16.0, 4.0) is None  # ended by the mark before
     assert "| 8.0 | 9.6 | 24.3 |" in (out / "recipe.md").read_text()
 
     recipe.main(["--run", f"old={old_dir}", "--results", str(out), "--name", "trials",
