@@ -227,6 +227,9 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
                               f"its inputs, one per line (and --ref), e.g. the run's test.src "
                               f"and test.ref")
         sources, references = demo_test_split(max(sentences, bleu_sentences))
+        given = "demo test sentences"
+    else:
+        given = "sentences of --src"
     # The run's search constraints (summaries: no repeated n-gram, a minimum length), so the
     # searches checked are those its users get.
     search = {k: manifest.decoding[k] for k in ("no_repeat_ngram_size", "min_length")}
@@ -256,7 +259,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     translators = {name: Translator(manifest, b) for name, b in backends.items()}
     sentences = min(sentences, len(sources))
     constraints = ", ".join(f"{k} {v}" for k, v in search.items() if v)
-    out(f"2. greedy token ids on {sentences} test sentences"
+    out(f"2. greedy token ids on {sentences} {given}"
         + (f" ({constraints})" if constraints else ""))
     ids = {}
     for name, translator in translators.items():
@@ -292,7 +295,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     else:
         bleu_sentences = min(bleu_sentences, len(sources))
         metric, score = quality(manifest.task)
-        out(f"\n4. greedy {metric} of each variant on {bleu_sentences} test sentences "
+        out(f"\n4. greedy {metric} of each variant on {bleu_sentences} {given} "
             f"(quantized: within 1.0 of float32; a variant more than {choice.TOLERANCE} below "
             f"is never --variant fastest) and the seconds of that pass")
     scores, entries = {}, []
