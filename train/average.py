@@ -15,35 +15,6 @@ from pathlib import Path
 
 from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
 
-
-def average_weights(paths: list[Path]) -> list:
-    import numpy as np
-
-    from .callbacks import load_weights_npz
-
-    total = None
-    for path in paths:
-        weights = load_weights_npz(path)
-        if total is None:
-            total = [w.astype(np.float64) for w in weights]
-            continue
-        if [w.shape for w in weights] != [t.shape for t in total]:
-            raise ValueError(f"{path} holds weights of another model than {paths[0]}")
-        total = [t + w for t, w in zip(total, weights, strict=True)]
-    return [t / len(paths) for t in total]
-
-
-def set_average(model, paths: list[Path]) -> None:
-    """Give `model` the mean of the weights in `paths`, in the model's own dtypes."""
-    import numpy as np
-
-    averaged = average_weights(paths)
-    current = model.get_weights()
-    if [a.shape for a in averaged] != [w.shape for w in current]:
-        raise ValueError(f"{paths[0]} holds weights of another model than this run's")
-    model.set_weights([np.asarray(a, w.dtype) for a, w in zip(averaged, current, strict=True)])
-
-
 MAX_LAST = 1000
 RUN_MODELS = ("model.keras", "best.keras")  # written by the run itself
 
@@ -81,6 +52,7 @@ def main(argv) -> int:
         raise CommandError(
             f"{run / 'checkpoints'} holds {len(checkpoints)} epoch checkpoints, fewer than "
             f"--last {args.last} (training.keep_checkpoints sets how many are kept)", 1)
+    from .callbacks import set_average
     from .engine import save_model
     from .evaluate import load_run_model
 

@@ -1,5 +1,5 @@
-"""Callbacks of a run: resumable backups, per-epoch checkpoints, the task's dev score with early
-stopping."""
+"""Callbacks of a run: resumable backups, per-epoch checkpoints and their mean, the task's dev
+score with early stopping."""
 
 from __future__ import annotations
 
@@ -176,6 +176,29 @@ def load_weights_npz(path: Path) -> list[np.ndarray]:
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise CheckpointError(f"checkpoint {path} is unreadable or corrupt "
                               f"({type(err).__name__}: {err}); delete it") from err
+
+
+def average_weights(paths: list[Path]) -> list:
+    """The element-wise mean, in float64, of the epoch checkpoints in `paths`."""
+    total = None
+    for path in paths:
+        weights = load_weights_npz(path)
+        if total is None:
+            total = [w.astype(np.float64) for w in weights]
+            continue
+        if [w.shape for w in weights] != [t.shape for t in total]:
+            raise ValueError(f"{path} holds weights of another model than {paths[0]}")
+        total = [t + w for t, w in zip(total, weights, strict=True)]
+    return [t / len(paths) for t in total]
+
+
+def set_average(model, paths: list[Path]) -> None:
+    """Give `model` the mean of the weights in `paths`, in the model's own dtypes."""
+    averaged = average_weights(paths)
+    current = model.get_weights()
+    if [a.shape for a in averaged] != [w.shape for w in current]:
+        raise ValueError(f"{paths[0]} holds weights of another model than this run's")
+    model.set_weights([np.asarray(a, w.dtype) for a, w in zip(averaged, current, strict=True)])
 
 
 class DevScoring(keras.callbacks.Callback):

@@ -28,6 +28,7 @@ from .callbacks import (
     ResumableBackup,
     TimeBudget,
     load_weights_npz,
+    set_average,
 )
 from .config import RunConfig, save_config
 from .distribute import (
@@ -313,8 +314,6 @@ def average_last(model, directory: Path, last: int) -> list[str]:
     """The final weights as the mean of the last `last` epoch checkpoints (fewer if the run
     made fewer; none below 2): the names averaged. The epoch checkpoint of the last epoch holds
     the weights after the last step, so the newest weights always take part."""
-    from .average import set_average
-
     chosen = sorted(directory.glob("epoch_*.npz"))[-last:] if last > 1 else []
     if len(chosen) < 2:
         return []
