@@ -48,8 +48,16 @@ def read_run(name: str, directory: Path, dev_only: bool = False) -> dict:
         if not path.is_file():
             raise SystemExit(f"error: {path} not found: --run {name}={directory} must be a "
                              f"finished `python -m train` run directory")
-    metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-    config = flatten(yaml.safe_load(config_path.read_text(encoding="utf-8")))
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
+        raise SystemExit(f"error: --run {name}={directory}: unreadable metrics.json or "
+                         f"config.yaml ({type(err).__name__}: {err})") from None
+    if not isinstance(metrics, dict) or not isinstance(config, dict):
+        raise SystemExit(f"error: --run {name}={directory}: metrics.json and config.yaml must "
+                         f"each hold a mapping")
+    config = flatten(config)
     minutes = metrics.get("epoch_minutes", [])
     bleu = metrics.get("epoch_dev", {}).get("bleu", [])
     return {

@@ -324,4 +324,7 @@ def test_recipe_report_reads_curves_differences_and_final_scores(tmp_path, capsy
     assert json.loads((out / "trials.json").read_text())["runs"][0]["final"] == {"dev_bleu": 21.0}
     with pytest.raises(SystemExit, match="must be a finished `python -m train` run directory"):
         recipe.main(["--run", f"x={tmp_path}", "--results", str(out)])
+    (old_dir / "metrics.json").write_text("{", encoding="utf-8")
+    with pytest.raises(SystemExit, match="unreadable metrics.json or config.yaml"):
+        recipe.main(["--run", f"old={old_dir}", "--results", str(out)])
     capsys.readouterr()
