@@ -74,6 +74,23 @@ class WholeSearch:
         return result.tokens
 
 
+def whole_search_factory(manifest, variant: str):
+    """(source, beam, new_tokens, cache) -> WholeSearch over the export's search graph of the
+    ONNX `variant` (search.onnx, search.int8.onnx)."""
+    from export.runtime import load_backend
+
+    backend = load_backend(manifest, "onnx", variant)
+    if "search" not in backend.sessions:
+        raise ValueError(f"{manifest.root} has no {variant} search graph; export it again")
+
+    def search_factory(source, beam, new_tokens, cache):
+        if not cache:
+            raise ValueError("onnx-search has no no-cache path")
+        return WholeSearch(backend, source, beam, new_tokens)
+
+    return search_factory
+
+
 def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
     """(source, beam, new_tokens, cache) -> stepper with .step and .reorder (a WholeSearch for
     onnx-search)."""
@@ -105,16 +122,7 @@ def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
 
     manifest = Manifest(ensure_in_child(name, cache_dir))
     if runtime == "onnx-search":
-        backend = load_backend(manifest, "onnx")
-        if "search" not in backend.sessions:
-            raise ValueError(f"{manifest.root} has no search.onnx; export it again")
-
-        def search_factory(source, beam, new_tokens, cache):
-            if not cache:
-                raise ValueError("onnx-search has no no-cache path")
-            return WholeSearch(backend, source, beam, new_tokens)
-
-        return search_factory
+        return whole_search_factory(manifest, "float32")
     backend = load_backend(manifest, runtime, search_graph=False)
 
     def export_factory(source, beam, new_tokens, cache):

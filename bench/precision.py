@@ -10,7 +10,10 @@ exactly 32 new tokens per row, the key/value cache), for each variant:
 
 - keras:float32, keras:mixed_bfloat16: the model under that Keras dtype policy (float32
   weights, bfloat16 compute), same weights, through tf.function (no XLA);
-- onnx:float32, onnx:int8: the export's files (int8: dynamic int8 weight MatMuls);
+- onnx:float32, onnx:int8: the export's files (int8: dynamic int8 weight MatMuls), stepped
+  from the NumPy search; onnx-search:float32, onnx-search:int8: the same variants' search
+  graphs (search.onnx, search.int8.onnx: the whole search in one call, as bench.decode's
+  onnx-search);
   onnx:fp16: the float32 files converted to float16 by onnxruntime.transformers.float16
   (inputs and outputs kept float32), to see whether onnxruntime's CPU provider gains from it;
 - tflite:float32, tflite:fp16, tflite:int8: the export's variants;
@@ -54,7 +57,8 @@ from bench.common import (  # noqa: E402
 from bench.export_models import CACHE_DIR, ensure_in_child  # noqa: E402
 
 OURS = ("keras:float32", "keras:mixed_bfloat16", "onnx:float32", "onnx:int8", "onnx:fp16",
-        "tflite:float32", "tflite:fp16", "tflite:int8")
+        "onnx-search:float32", "onnx-search:int8", "tflite:float32", "tflite:fp16",
+        "tflite:int8")
 CT2 = ("ct2:float32", "ct2:int8", "ct2:int8_float32", "ct2:bfloat16", "ct2:int8_bfloat16")
 VARIANTS = OURS + CT2
 CT2_PYTHON = Path("/tmp/peers/torch/bin/python")
@@ -80,17 +84,18 @@ def onnx_fp16_backend(manifest):
 
     backend = OnnxBackend(manifest, "float32")
     files = manifest.format_files("onnx", "float32")
-    tmp = Path(tempfile.mkdtemp(prefix="kt-onnx-fp16-"))
-    for role in list(backend.sessions):
-        model = convert_float_to_float16(onnx.load(str(manifest.file(files[role]))),
-                                         keep_io_types=True)
-        path = tmp / f"{role}.fp16.onnx"
-        onnx.save(model, str(path))
-        options = backend._ort.SessionOptions()
-        options.log_severity_level = 3
-        if role == "encoder":
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        backend.sessions[role] = backend._session(path, options)
+    # A session holds its graph once made, so the float16 files live only until then.
+    with tempfile.TemporaryDirectory(prefix="kt-onnx-fp16-") as tmp:
+        for role in list(backend.sessions):
+            model = convert_float_to_float16(onnx.load(str(manifest.file(files[role]))),
+                                             keep_io_types=True)
+            path = Path(tmp) / f"{role}.fp16.onnx"
+            onnx.save(model, str(path))
+            options = backend._ort.SessionOptions()
+            options.log_severity_level = 3
+            if role == "encoder":
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            backend.sessions[role] = backend._session(path, options)
     return backend
 
 
@@ -111,6 +116,10 @@ def stepper_factory(variant: str, name: str, cache_dir: Path):
     from keras_transformer.generation import BackendStepper
 
     manifest = Manifest(ensure_in_child(name, cache_dir, quantize="all"))
+    if runtime == "onnx-search":
+        from bench.decode import whole_search_factory
+
+        return whole_search_factory(manifest, precision)
     backend = (onnx_fp16_backend(manifest) if variant == "onnx:fp16"
                else load_backend(manifest, runtime, precision, search_graph=False))
 

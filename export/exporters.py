@@ -152,10 +152,10 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
     """encoder.onnx (tf2onnx; none for a language model) + decoder_step.onnx
     (export.onnx_graph), opset 17, checked, through export.onnx_optimize when `lean`, and
     dynamic-int8 copies; with `search`, a seq2seq model's search.onnx too (export.onnx_search:
-    encoder, steps and search in one graph; float32)."""
+    encoder, steps and search in one graph; and search.int8.onnx with `int8`)."""
 
     from .onnx_graph import build_decoder_step
-    from .onnx_optimize import ort_extended, rewrite, write_variants
+    from .onnx_optimize import int8_file, ort_extended, rewrite, write_int8, write_variants
 
     module = decoding_module(model)
     graphs = {}
@@ -174,6 +174,9 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
         graph = build_search(model, rewrite(encoder)[0] if lean else encoder)
         onnx.save(ort_extended(graph) if lean else graph, str(out / SEARCH_FILE))
         variants["float32"]["search"] = SEARCH_FILE
+        if int8:
+            write_int8(graph, out / int8_file(SEARCH_FILE), lean)
+            variants["int8"]["search"] = int8_file(SEARCH_FILE)
     return variants
 
 

@@ -372,40 +372,51 @@ def op_counts(model) -> dict[str, int]:
     return dict(counts.most_common())
 
 
+def int8_file(name: str) -> str:
+    """The file name of a graph's dynamic-int8 copy: encoder.onnx -> encoder.int8.onnx."""
+    return name.replace(".onnx", ".int8.onnx")
+
+
+def write_int8(graph, path, lean: bool = True) -> None:
+    """The dynamic-int8 copy of `graph` (a ModelProto after `rewrite`, before onnxruntime's
+    fusions) at `path`, through those fusions when `lean`, checked.
+
+    The quantizer handles MatMul, not the Gemm and FusedGemm the fusions make, hence the
+    order. Weight MatMuls only: a quantized Gather of the embedding or position table comes
+    out mis-shaped, and the lookups cost nothing in float32. Those inside Loop and If bodies
+    too (its EnableSubgraph option): search.onnx's decoding steps live in loop bodies."""
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    path = Path(path)
+    with tempfile.TemporaryDirectory(prefix=".onnx-int8.", dir=path.parent) as tmp:
+        source = Path(tmp) / path.name
+        onnx.save(graph, str(source))
+        quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8,
+                         op_types_to_quantize=["MatMul"], extra_options={"EnableSubgraph": True})
+    if lean:
+        onnx.save(ort_extended(onnx.load(str(path))), str(path))
+    onnx.checker.check_model(onnx.load(str(path)))
+
+
 def write_variants(graphs: dict, out, int8: bool, lean: bool = True) -> dict:
     """Write the float32 ONNX graphs {role: (file name, ModelProto)} into directory `out`,
-    optimized when `lean`, plus their dynamic-int8 copies when `int8`; returns the manifest's
-    variants {"float32": {role: file}, "int8": {role: file}}.
-
-    int8 quantizes the rewritten graph before onnxruntime's fusions (its quantizer handles
-    MatMul, not the Gemm and FusedGemm they make), then runs those fusions on the result.
-    Weight MatMuls only: a quantized Gather of the embedding or position table comes out
-    mis-shaped, and the lookups cost nothing in float32."""
+    optimized when `lean`, plus their dynamic-int8 copies (`write_int8`) when `int8`; returns
+    the manifest's variants {"float32": {role: file}, "int8": {role: file}}."""
     from pathlib import Path
 
     import onnx
 
     out = Path(out)
     files = {role: name for role, (name, _) in graphs.items()}
-    rewritten = {}
-    for role, (name, graph) in graphs.items():
-        rewritten[role] = rewrite(graph)[0] if lean else graph
-        final = ort_extended(rewritten[role]) if lean else graph
-        onnx.save(final, str(out / name))
     variants = {"float32": files}
     if int8:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantized = {role: name.replace(".onnx", ".int8.onnx") for role, name in files.items()}
-        with tempfile.TemporaryDirectory(prefix=".onnx-int8.", dir=out) as tmp:
-            for role in files:
-                source = Path(tmp) / files[role]
-                onnx.save(rewritten[role], str(source))
-                quantize_dynamic(str(source), str(out / quantized[role]),
-                                 weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
-                if lean:
-                    onnx.save(ort_extended(onnx.load(str(out / quantized[role]))),
-                              str(out / quantized[role]))
-                onnx.checker.check_model(onnx.load(str(out / quantized[role])))
-        variants["int8"] = quantized
+        variants["int8"] = {role: int8_file(name) for role, name in files.items()}
+    for role, (name, graph) in graphs.items():
+        rewritten = rewrite(graph)[0] if lean else graph
+        onnx.save(ort_extended(rewritten) if lean else graph, str(out / name))
+        if int8:
+            write_int8(rewritten, out / variants["int8"][role], lean)
     return variants

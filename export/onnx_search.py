@@ -18,9 +18,11 @@ after EOS) and scores float32 (B,), as `decoding.SearchResult` holds them.
 
 How it is laid out:
 
-- Weights are initializers of the main graph; the loop bodies read them from the outer scope,
-  so the four bodies (greedy or beam, with or without the constraints, picked by `If` nodes on
-  the inputs) share one copy.
+- The encoder's weights and the lookup tables are initializers of the main graph. Each of
+  the two loop bodies (greedy and beam, picked by an `If` on beam_size) holds its own copy of
+  the decoder's matrices: onnxruntime prepacks a MatMul's weights only when they are
+  initializers of the node's own graph. The export's int8 copy (search.int8.onnx) quantizes
+  those in the bodies too (export.onnx_optimize.write_int8).
 - Inside the loop the self-attention cache grows by one position per step (`Concat` of the
   loop-carried keys/values and the new ones): a step attends to exactly the positions before
   it, with no mask. Beam search gathers the cache rows of the surviving beams (`Gather`).

@@ -216,17 +216,35 @@ def test_translate_without_tensorflow(exported, manifest, backends, sources, run
 
 
 def test_search_graph_translates_as_the_numpy_search(exported, manifest, sources, tmp_path):
-    """search.onnx (the onnx runtime's default when the export has it) against the NumPy
-    search stepping decoder_step.onnx, greedy and beam, with and without the constraints;
-    and export.translate --no-search-graph, which takes the NumPy search."""
+    """search.onnx and search.int8.onnx (the onnx runtime's default when the export has
+    them) against the NumPy search stepping the same variant's decoder_step graph, greedy and
+    beam, with and without the constraints; and export.translate --no-search-graph, which
+    takes the NumPy search.
+
+    float32: identical ids. int8: dynamic int8 quantizes each activation with one scale over
+    the batch, so the two graphs' float32 rounding differences can move tokens, and a moved
+    row moves the others (export.parity.search_graph_parity). This barely trained model is
+    full of near ties, where that shows most; search.int8.onnx must still differ from the
+    NumPy search in fewer sentences than the NumPy search differs from itself at batch 16."""
     assert manifest.format_files("onnx")["search"] == "search.onnx"
-    graph = Translator(manifest, load_backend(manifest, "onnx"))
+    assert manifest.format_files("onnx", "int8")["search"] == "search.int8.onnx"
+    for variant in ("float32", "int8"):
+        graph = Translator(manifest, load_backend(manifest, "onnx", variant))
+        stepwise = Translator(manifest, load_backend(manifest, "onnx", variant,
+                                                     search_graph=False))
+        assert "search" in graph.backend.sessions and "search" not in stepwise.backend.sessions
+        for beam in (1, 4):
+            for constraints in ({}, {"no_repeat_ngram_size": 2, "min_length": 4}):
+                expected = stepwise.translate_ids(sources, beam_size=beam, **constraints)
+                got = graph.translate_ids(sources, beam_size=beam, **constraints)
+                if variant == "float32":
+                    assert got == expected
+                    continue
+                rebatched = stepwise.translate_ids(sources, beam_size=beam, batch_size=16,
+                                                   **constraints)
+                moved = sum(a != b for a, b in zip(got, expected, strict=True))
+                assert moved < sum(a != b for a, b in zip(rebatched, expected, strict=True))
     stepwise = Translator(manifest, load_backend(manifest, "onnx", search_graph=False))
-    assert "search" in graph.backend.sessions and "search" not in stepwise.backend.sessions
-    for beam in (1, 4):
-        for constraints in ({}, {"no_repeat_ngram_size": 2, "min_length": 4}):
-            expected = stepwise.translate_ids(sources, beam_size=beam, **constraints)
-            assert graph.translate_ids(sources, beam_size=beam, **constraints) == expected
     source_file = tmp_path / "in.txt"
     source_file.write_text("\n".join(sources[:20]) + "\n", encoding="utf-8")
     outputs = [_run(["-m", "export.translate", "--export", str(exported[1]), *flag,

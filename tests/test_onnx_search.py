@@ -37,21 +37,36 @@ def _model(seed: int, **overrides):
 
 class _Graphs:
     """search.onnx (through the export's offline pass, as exported) and the stepwise
-    reference of one model."""
+    reference of one model; with `int8_dir`, the export's int8 variant of both, written there
+    (search.int8.onnx against the NumPy search over encoder.int8.onnx and
+    decoder_step.int8.onnx)."""
 
-    def __init__(self, model):
+    def __init__(self, model, int8_dir=None):
+        import onnx
+
         from export.module import decoding_module
         from export.onnx_convert import convert_function
         from export.onnx_graph import build_decoder_step
-        from export.onnx_optimize import ort_extended, rewrite
+        from export.onnx_optimize import ort_extended, rewrite, write_int8
         from export.onnx_search import build_search
 
         self.config = model.config
         encoder = rewrite(convert_function(decoding_module(model).encode))[0]
         self.search_proto = build_search(model, encoder)
-        self.search = self._session(ort_extended(self.search_proto))
-        self.encoder = self._session(encoder)
-        self.step_session = self._session(build_decoder_step(model))
+        if int8_dir is None:
+            self.search = self._session(ort_extended(self.search_proto))
+            self.encoder = self._session(encoder)
+            self.step_session = self._session(build_decoder_step(model))
+            return
+        graphs = {"search": self.search_proto, "encoder": encoder,
+                  "decoder_step": rewrite(build_decoder_step(model))[0]}
+        self.int8 = {}
+        for role, graph in graphs.items():
+            write_int8(graph, int8_dir / f"{role}.int8.onnx")
+            self.int8[role] = onnx.load(str(int8_dir / f"{role}.int8.onnx"))
+        self.search = self._session(self.int8["search"])
+        self.encoder = self._session(self.int8["encoder"])
+        self.step_session = self._session(self.int8["decoder_step"])
 
     @staticmethod
     def _session(proto):
@@ -124,6 +139,45 @@ def test_search_graph_matches_the_numpy_search(graphs, beam, ngram, min_length):
         np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def int8_graphs(tmp_path_factory):
+    return _Graphs(_model(5, pre_norm=True), tmp_path_factory.mktemp("int8"))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("ngram,min_length", [(0, 0), (2, 3)])
+def test_int8_search_graph_matches_the_int8_numpy_search(int8_graphs, beam, ngram, min_length):
+    """search.int8.onnx against the NumPy search stepping decoder_step.int8.onnx: the same
+    weights quantized the same way. Identical tokens on these seeded inputs; in general
+    dynamic int8 can move a token where two candidates nearly tie (export.parity's
+    search_graph_parity says why), which these random models' margins don't."""
+    c = int8_graphs.config
+    rng = np.random.default_rng(beam * 10 + ngram)
+    for _ in range(3):
+        source = _sources(rng, c.eos_id, c.pad_id)
+        max_length = int(rng.integers(3, 20))
+        settings = dict(ngram=ngram, min_length=min_length)
+        expected = int8_graphs.stepwise(source, beam, max_length, **settings)
+        got = int8_graphs.in_graph(source, beam, max_length, **settings)
+        assert got.tokens.tolist() == expected.tokens.tolist(), (beam, settings)
+        np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_search_graph_quantizes_the_loop_bodies(int8_graphs):
+    """Every weight MatMul of the step is int8 inside both loop bodies (not only the inlined
+    encoder of the main graph), and each body keeps its own copy of the weights."""
+    bodies = list(_loops(int8_graphs.int8["search"].graph))
+    assert len(bodies) == 2
+    for body in bodies:
+        weights = {i.name: i for i in body.initializer}
+        float_matmuls = [n for n in body.node if n.op_type in ("MatMul", "Gemm", "FusedGemm")
+                         and n.input[1] in weights]
+        assert float_matmuls == []
+        int8_weights = [w for w in weights.values() if w.data_type == w.INT8 and len(w.dims) == 2]
+        # per layer: qkv, self out, cross q, cross out, ffn inner and outer; and the output
+        assert len(int8_weights) == 6 * int8_graphs.config.num_decoder_layers + 1
+
+
 def test_constraints_hold_in_the_graph(graphs):
     """What the constraints promise, checked on the graph's own output: no n-gram twice in a
     row's tokens, and no EOS before min_length."""
@@ -152,22 +206,24 @@ def test_greedy_stops_when_every_row_ended(graphs):
     assert long_run.tokens.shape == expected.tokens.shape
 
 
+def _loops(graph):
+    """The bodies of the Loop nodes in `graph` and in its subgraphs."""
+    from onnx import AttributeProto
+
+    for node in graph.node:
+        for attribute in node.attribute:
+            subgraphs = ([attribute.g] if attribute.type == AttributeProto.GRAPH
+                         else list(attribute.graphs))
+            for sub in subgraphs:
+                if node.op_type == "Loop":
+                    yield sub
+                yield from _loops(sub)
+
+
 def test_search_graph_weights_live_in_the_loop_bodies(graphs):
     """onnxruntime prepacks a MatMul's weights only when they are initializers of the node's
     own graph: the loop bodies carry their step's weights, the main graph the encoder's."""
-    from onnx import AttributeProto
-
-    def loops(graph):
-        for node in graph.node:
-            for attribute in node.attribute:
-                subgraphs = ([attribute.g] if attribute.type == AttributeProto.GRAPH
-                             else list(attribute.graphs))
-                for sub in subgraphs:
-                    if node.op_type == "Loop":
-                        yield sub
-                    yield from loops(sub)
-
-    bodies = list(loops(graphs.search_proto.graph))
+    bodies = list(_loops(graphs.search_proto.graph))
     assert len(bodies) == 2  # greedy and beam
     for body in bodies:
         weights = {i.name for i in body.initializer}
