@@ -22,6 +22,7 @@ transforms specific to the CPU that ran them.
 from __future__ import annotations
 
 import collections
+import heapq
 import os
 import tempfile
 
@@ -372,6 +373,55 @@ def op_counts(model) -> dict[str, int]:
     return dict(counts.most_common())
 
 
+def _subgraphs(node):
+    for attribute in node.attribute:
+        if attribute.type == attribute.GRAPH:
+            yield attribute.g
+        elif attribute.type == attribute.GRAPHS:
+            yield from attribute.graphs
+
+
+def _reads(node) -> set[str]:
+    """The names `node` reads, those its subgraphs read from outer scopes included."""
+    names = set(node.input)
+    for graph in _subgraphs(node):
+        for inner in graph.node:
+            names |= _reads(inner)
+    return names
+
+
+def sort_nodes(graph) -> None:
+    """Order the nodes of `graph` (and of its subgraphs) so that each follows the nodes whose
+    outputs it or its subgraphs read, as onnx.checker demands; otherwise keep their order.
+    onnxruntime's quantizer, entering If and Loop bodies, can leave a main-graph node after
+    the If that reads it (onnxruntime sorts on loading; the checker does not)."""
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            sort_nodes(sub)
+    producer = {name: i for i, node in enumerate(graph.node) for name in node.output if name}
+    needs = [{producer[n] for n in _reads(node) if n in producer and producer[n] != i}
+             for i, node in enumerate(graph.node)]
+    users = [[] for _ in needs]
+    for i, deps in enumerate(needs):
+        for d in deps:
+            users[d].append(i)
+    waiting = [len(deps) for deps in needs]
+    ready = [i for i, count in enumerate(waiting) if count == 0]  # a heap: earliest first
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users[i]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, user)
+    if len(order) < len(needs):
+        raise ValueError(f"graph {graph.name!r} has a cycle; it cannot be ordered")
+    nodes = [graph.node[i] for i in order]
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
 def int8_file(name: str) -> str:
     """The file name of a graph's dynamic-int8 copy: encoder.onnx -> encoder.int8.onnx."""
     return name.replace(".onnx", ".int8.onnx")
@@ -396,8 +446,9 @@ def write_int8(graph, path, lean: bool = True) -> None:
         onnx.save(graph, str(source))
         quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8,
                          op_types_to_quantize=["MatMul"], extra_options={"EnableSubgraph": True})
-    if lean:
-        onnx.save(ort_extended(onnx.load(str(path))), str(path))
+    quantized = onnx.load(str(path))
+    sort_nodes(quantized.graph)
+    onnx.save(ort_extended(quantized) if lean else quantized, str(path))
     onnx.checker.check_model(onnx.load(str(path)))
 
 
