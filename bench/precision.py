@@ -82,7 +82,8 @@ def onnx_fp16_backend(manifest):
 
     from export.runtime.onnx import OnnxBackend
 
-    backend = OnnxBackend(manifest, "float32")
+    # Stepwise only (its runs step from the NumPy search): no search.onnx to convert.
+    backend = OnnxBackend(manifest, "float32", search_graph=False)
     files = manifest.format_files("onnx", "float32")
     # A session holds its graph once made, so the float16 files live only until then.
     with tempfile.TemporaryDirectory(prefix="kt-onnx-fp16-") as tmp:

@@ -467,7 +467,7 @@ def write_variants(graphs: dict, out, int8: bool, lean: bool = True) -> dict:
         variants["int8"] = {role: int8_file(name) for role, name in files.items()}
     for role, (name, graph) in graphs.items():
         rewritten = rewrite(graph)[0] if lean else graph
-        onnx.save(ort_extended(rewritten) if lean else graph, str(out / name))
+        onnx.save(ort_extended(rewritten) if lean else rewritten, str(out / name))
         if int8:
             write_int8(rewritten, out / variants["int8"][role], lean)
     return variants
