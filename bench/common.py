@@ -136,15 +136,24 @@ def peak_rss_mb() -> float:
 # -- machine and software ------------------------------------------------------------------
 
 
-def cpu_model() -> str:
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The model name with its family and model numbers: a cloud CPU may report only "AMD
+    EPYC", which names several generations of different speed (family 25 is Zen 3/4, 26 is
+    Zen 5), so figures from two hosts are told apart by the numbers."""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    name = fields.get("model name") or platform.processor() or "unknown"
+    numbers = [f"{label} {fields[key]}" for key, label in
+               (("cpu family", "family"), ("model", "model")) if fields.get(key)]
+    return f"{name} ({', '.join(numbers)})" if numbers else name
 
 
 # The CPU features that decide what reduced precision can gain: matrix units (AMX), bfloat16

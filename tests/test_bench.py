@@ -246,6 +246,16 @@ def test_machine_names_the_matrix_unit_flags_lscpu_lists():
     assert flags == {name: name in listed for name in common.MATRIX_FLAGS}
 
 
+def test_cpu_model_names_family_and_model_of_the_first_processor(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n"
+                    "model\t\t: 2\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n"
+                    "cpu family\t: 25\nmodel\t\t: 17\nmodel name\t: other\n")
+    assert common.cpu_model(str(info)) == "AMD EPYC (family 26, model 2)"
+    (tmp_path / "bare").write_text("model name\t: Some CPU\n")
+    assert common.cpu_model(str(tmp_path / "bare")) == "Some CPU"
+
+
 def test_precision_speedups_compare_like_with_like():
     from bench.precision import add_speedups
 
