@@ -244,6 +244,10 @@ def test_search_graph_translates_as_the_numpy_search(exported, manifest, sources
                                                    **constraints)
                 moved = sum(a != b for a, b in zip(got, expected, strict=True))
                 assert moved < sum(a != b for a, b in zip(rebatched, expected, strict=True))
+        # A translator with the search graph never steps, so it never made the stepwise
+        # sessions (each holds the decoder's matrices again); the stepwise one made both.
+        assert graph.backend.sessions.made() == ["search"]
+        assert stepwise.backend.sessions.made() == ["decoder_step", "encoder"]
     stepwise = Translator(manifest, load_backend(manifest, "onnx", search_graph=False))
     source_file = tmp_path / "in.txt"
     source_file.write_text("\n".join(sources[:20]) + "\n", encoding="utf-8")

@@ -5,12 +5,14 @@ as one head-major (B,H,S or T,dh) array per layer and kind: lists of contiguous 
 which onnxruntime reads without a copy. The base class writes the cache slot of each step in
 place. A language model's export has decoder_step.onnx alone, without the encoder's inputs.
 A translator's float32 export may also hold search.onnx (export/onnx_search.py): the whole
-search in one session.run, which `search_in_runtime` runs instead of the NumPy search.
+search in one session.run, which `search_in_runtime` runs instead of the NumPy search; the
+stepwise sessions are then made only if something steps (LazySessions).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import MutableMapping
 
 import numpy as np
 
@@ -22,6 +24,54 @@ from ..runtime.base import Backend
 # onnxruntime's fusion of a residual Add and LayerNormalization into SkipLayerNormalization,
 # whose CPU kernel measured 2-6x slower than the pair (export/onnx_optimize.py).
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+
+
+class LazySessions(MutableMapping):
+    """Role -> onnxruntime session, each made by its maker on first use and then kept. Roles
+    added with `add` are listed (`in`, iteration) before they are made; `made` names those
+    made so far. Thread-safe: `export.serve` searches from several threads."""
+
+    def __init__(self):
+        self._made: dict = {}
+        self._makers: dict = {}
+        self._lock = threading.Lock()
+
+    def add(self, role: str, maker) -> None:
+        with self._lock:
+            self._made.pop(role, None)
+            self._makers[role] = maker
+
+    def made(self) -> list[str]:
+        return sorted(self._made)
+
+    def __getitem__(self, role):
+        with self._lock:
+            if role not in self._made:
+                maker = self._makers[role]  # KeyError for a role never added
+                self._made[role] = maker()
+                del self._makers[role]
+            return self._made[role]
+
+    def __setitem__(self, role, session) -> None:
+        with self._lock:
+            self._makers.pop(role, None)
+            self._made[role] = session
+
+    def __delitem__(self, role) -> None:
+        with self._lock:
+            if role in self._made:
+                del self._made[role]
+            else:
+                del self._makers[role]
+
+    def __contains__(self, role) -> bool:  # Mapping's would make the session to find out
+        return role in self._made or role in self._makers
+
+    def __iter__(self):
+        return iter([*self._made, *self._makers])
+
+    def __len__(self) -> int:
+        return len(self._made) + len(self._makers)
 
 
 class OnnxBackend(Backend):
@@ -39,7 +89,7 @@ class OnnxBackend(Backend):
         files = manifest.format_files("onnx", variant)
         self._ort, self._threads = ort, threads
         self._attention_lock = threading.Lock()
-        self.sessions = {}
+        self.sessions = LazySessions()
         roles = ("encoder", "decoder_step") if manifest.kind == "translator" else ("decoder_step",)
         for role in roles:
             options = ort.SessionOptions()
@@ -51,29 +101,42 @@ class OnnxBackend(Backend):
                 # core from the step's; the encoder runs once per batch, so its workers sleep
                 # instead.
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            self.sessions[role] = self._session(manifest.file(files[role]), options)
+            path = manifest.file(files[role])
+            check = self._check_step if role == "decoder_step" else None
+            self.sessions.add(role, lambda path=path, options=options, check=check:
+                              self._session(path, options, check))
         if search_graph and "search" in files:
-            # The whole search in one session.run (export/onnx_search.py); the two sessions
-            # above stay for the NumPy search (export.parity, the attention explorer).
+            # The whole search in one session.run (export/onnx_search.py). The stepwise
+            # sessions above then serve only the NumPy search (export.parity, the attention
+            # explorer) and are made on first use: the search graph holds the decoder's
+            # matrices already, and loading them a second time costs memory for nothing.
             options = ort.SessionOptions()
             options.intra_op_num_threads = threads
             options.log_severity_level = 3
             self.sessions["search"] = self._session(manifest.file(files["search"]), options)
-        names = {i.name for i in self.sessions["decoder_step"].get_inputs()}
-        outputs = {o.name for o in self.sessions["decoder_step"].get_outputs()}
+        else:
+            self.sessions["decoder_step"]  # made now: a stale export fails here, not mid-search
+
+    @staticmethod
+    def _check_step(session, path) -> None:
+        names = {i.name for i in session.get_inputs()}
+        outputs = {o.name for o in session.get_outputs()}
         if "cache_keys_0" not in names or "log_normalizer" not in outputs:
             raise ExportError(
-                f"{manifest.file(files['decoder_step'])} has the inputs {sorted(names)}, not "
-                f"the per-layer cache_keys_l/cache_values_l (and the log_normalizer output) of "
-                f"this version; export it again")
+                f"{path} has the inputs {sorted(names)}, not the per-layer "
+                f"cache_keys_l/cache_values_l (and the log_normalizer output) of this "
+                f"version; export it again")
 
-    def _session(self, path, options):
+    def _session(self, path, options, check=None):
         try:
-            return self._ort.InferenceSession(str(path), options,
-                                              providers=["CPUExecutionProvider"],
-                                              disabled_optimizers=DISABLED_OPTIMIZERS)
+            session = self._ort.InferenceSession(str(path), options,
+                                                 providers=["CPUExecutionProvider"],
+                                                 disabled_optimizers=DISABLED_OPTIMIZERS)
         except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
             raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
+        if check is not None:
+            check(session, path)
+        return session
 
     def attention(self, source_ids, target_ids) -> dict[str, np.ndarray]:
         """One sentence pair's attention weights from attention.onnx (an export made with
