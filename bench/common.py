@@ -207,13 +207,40 @@ def versions() -> dict:
     return out
 
 
+# The environment that changes a measurement: TensorFlow's and XLA's settings, the thread
+# knobs of OpenMP, OpenBLAS and oneDNN, Keras' backend, CTranslate2's. TF_CLI_* is
+# Terraform's, not TensorFlow's.
+ENV_PREFIXES = ("TF_", "XLA_", "OMP_", "KMP_", "OPENBLAS", "ONEDNN_", "KERAS", "CT2_")
+
+
+def recorded_env(environ=None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith(ENV_PREFIXES) and not k.startswith("TF_CLI_")}
+
+
+def command_line(argv=None) -> list[str]:
+    """The command as a reader would type it in the project's root: `python -m bench.X ...`,
+    paths inside the project relative to it (where the project lives says nothing)."""
+    argv = list(sys.argv if argv is None else argv)
+    words = ["python"]
+    script = Path(argv[0]).resolve() if argv else None
+    if script is not None and script.suffix == ".py" and script.is_relative_to(ROOT):
+        module = ".".join(script.relative_to(ROOT).with_suffix("").parts)
+        words += ["-m", module.removesuffix(".__main__")]
+        argv = argv[1:]
+    for word in argv:
+        path = Path(word)
+        inside = path.is_absolute() and path.resolve().is_relative_to(ROOT)
+        words.append(str(path.resolve().relative_to(ROOT)) if inside else word)
+    return words
+
+
 def payload(kind: str, **extra) -> dict:
     """The metadata every JSON starts with; write_json adds the end time and load."""
     return {"kind": kind, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": [sys.executable, *sys.argv], "machine": machine(),
-            "loadavg_start": loadavg(), "versions": versions(),
-            "env": {k: v for k, v in sorted(os.environ.items())
-                    if k.startswith(("TF_", "OMP_", "OPENBLAS", "KERAS", "XLA_"))},
+            "command": command_line(), "machine": machine(),
+            "loadavg_start": loadavg(), "versions": versions(), "env": recorded_env(),
             **extra}
 
 

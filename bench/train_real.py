@@ -8,7 +8,8 @@ builds it: the same split of ../shared/data/spa_eng/spa.txt, SentencePiece, the 
 token-budgeted stream, the `small` model, Adam with the warm-up schedule, label smoothing.
 keras-hub: the Keras example "English-to-Spanish translation with KerasHub" at the same model
 size on the same training pairs (bench/train_real_keras_hub.py, run as a subprocess with the
-peer environment's Python, $PEER_VENVS/tf/bin/python).
+peer environment's Python, $PEER_VENVS/tf/bin/python); with `--keras-hub-size example`, the
+example's own model instead (1 + 1 layers, two 15,000-word vocabularies, untied output layer).
 
 Throughput: non-padding target tokens (labels that are not padding; EOS counted) per second
 over `--steps` `model.fit` steps after `--warmup` steps and after the first batch of every
@@ -39,7 +40,14 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench.common import ROOT, payload, print_table, results_dir, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    ROOT,
+    command_line,
+    payload,
+    print_table,
+    results_dir,
+    write_json,
+)
 
 CONFIG = Path("train/configs/spa_eng_small.yaml")
 PEER_PYTHON = Path(os.environ.get("PEER_VENVS", "/tmp/peers")) / "tf" / "bin" / "python"
@@ -211,8 +219,8 @@ def keras_hub_side(args, work: Path, mode: str, jits: list[bool], vocab_size: in
            "--budget-minutes", str(args.budget_minutes),
            "--eval-every-minutes", str(args.eval_every_minutes),
            "--vocab-size", str(vocab_size), "--seed", str(args.seed)]
-    if args.quick:
-        cmd += ["--size", "tiny"]
+    size = args.keras_hub_size
+    cmd += ["--size", {"small": "tiny", "example": "tiny-example"}[size] if args.quick else size]
     log("keras-hub:", " ".join(cmd))
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
@@ -284,6 +292,16 @@ def markdown(data: dict) -> str:
              f"`{' '.join(data['command_line'])}`", "",
              f"CPU: {cpu.get('model_name')} ({cpu.get('cpus')} CPUs; {flags}); load average "
              f"{data['loadavg_start']} at the start, {data.get('loadavg_end')} at the end.", ""]
+    hub = data.get("keras_hub", {})
+    if hub.get("model"):
+        m = hub["model"]
+        vocab = (f"one joint vocabulary of {hub['vocabulary_size']:,} tied to the output layer"
+                 if m["joint"] else
+                 f"vocabularies of {hub['vocabulary_size']:,} (source) and "
+                 f"{hub['target_vocabulary_size']:,} (target), an untied output layer")
+        parts += [f"keras-hub's model (`--size {hub['size']}`): {m['layers']} + {m['layers']} "
+                  f"layers, d_model {m['d_model']}, {m['heads']} heads, d_ff {m['ffn']}, "
+                  f"dropout {m['dropout']}, {vocab}.", ""]
     if data.get("throughput"):
         parts += ["## Throughput", "", md(*throughput_table(data["throughput"])), ""]
         for name, r in data.get("ratios", {}).items():
@@ -327,7 +345,18 @@ def main(argv=None) -> None:
     parser.add_argument("--eval-every-minutes", type=float, default=None,
                         help="2.5 (0.05 with --quick)")
     parser.add_argument("--dev-sentences", type=int, default=None, help="300 (20 with --quick)")
-    parser.add_argument("--no-peer", action="store_true", help="ours only")
+    sides = parser.add_mutually_exclusive_group()
+    sides.add_argument("--no-peer", action="store_true", help="ours only")
+    sides.add_argument("--peer-only", action="store_true",
+                       help="keras-hub only (no ratios; its curve against ours from another "
+                            "run)")
+    parser.add_argument("--keras-hub-size", choices=["small", "example"], default="small",
+                        help="keras-hub's model: ours (`small`, one joint vocabulary of ours' "
+                             "size) or the example's own (1 + 1 layers, a vocabulary of "
+                             "--keras-hub-vocab-size per language)")
+    parser.add_argument("--keras-hub-vocab-size", type=int, default=None,
+                        help="default: our vocabulary's size; 15000 with --keras-hub-size "
+                             "example (the example's)")
     parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
     parser.add_argument("--work", type=Path, default=None,
                         help="folder for the split, tokenizers and the keras-hub side's "
@@ -350,7 +379,7 @@ def main(argv=None) -> None:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         meta = payload("train_real", quick=quick, lscpu=lscpu(),
-                       command_line=["python", "-m", "bench.train_real", *(argv or sys.argv[1:])])
+                       command_line=command_line([__file__, *(argv or sys.argv[1:])]))
         config, task = load_recipe(args, work)
         args.seed = config.training.seed
         sources, references = dev_subset(task, args.dev_sentences)
@@ -364,11 +393,15 @@ def main(argv=None) -> None:
                                    "num_buckets": config.data.num_buckets},
                 "settings": {k: str(v) for k, v in vars(args).items() if k != "set"},
                 "dev_sentences": len(sources)}
+        hub_vocab = args.keras_hub_vocab_size or (
+            15000 if args.keras_hub_size == "example" and not quick
+            else config.tokenizer.vocab_size)
         jits = [j == "on" for j in args.jit or (["off"] if quick else ["off", "on"])]
         if "throughput" in args.parts:
-            rows = [our_throughput(config, task, jit, args.warmup, args.steps) for jit in jits]
+            rows = [] if args.peer_only else [
+                our_throughput(config, task, jit, args.warmup, args.steps) for jit in jits]
             if peer:
-                side = keras_hub_side(args, work, "throughput", jits, config.tokenizer.vocab_size)
+                side = keras_hub_side(args, work, "throughput", jits, hub_vocab)
                 data["keras_hub"] = {k: v for k, v in side.items() if k != "results"}
                 rows += side["results"]
             data["throughput"] = rows
@@ -384,12 +417,13 @@ def main(argv=None) -> None:
                     "jit_compile"]
 
             budget, every = args.budget_minutes * 60, args.eval_every_minutes * 60
-            log(f"curve: ours, {args.budget_minutes} training minutes")
-            curves = [our_curve(config, task, chosen("ours"), sources, budget, every)]
+            curves = []
+            if not args.peer_only:
+                log(f"curve: ours, {args.budget_minutes} training minutes")
+                curves.append(our_curve(config, task, chosen("ours"), sources, budget, every))
             if peer:
                 log(f"curve: keras-hub, {args.budget_minutes} training minutes")
-                side = keras_hub_side(args, work, "curve", [chosen("keras-hub")],
-                                      config.tokenizer.vocab_size)
+                side = keras_hub_side(args, work, "curve", [chosen("keras-hub")], hub_vocab)
                 data.setdefault("keras_hub", {k: v for k, v in side.items() if k != "results"})
                 curves += side["results"]
             for c in curves:

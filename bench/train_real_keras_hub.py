@@ -9,10 +9,13 @@ splits off punctuation), `StartEndPacker` padding every source to `--length` and
 to `--length` + 1 ([START] y [END], cut into decoder input and labels), batches of 64 in a
 seeded order, `TokenAndPositionEmbedding`, `TransformerEncoder` and `TransformerDecoder`, and
 the example's compile (RMSprop, sparse cross-entropy over every position, padding included).
-Changed to match our `small` preset: 3 + 3 layers of d_model 256, 4 heads, d_ff 1024, dropout
-0.1, and one joint vocabulary of `--vocab-size` whose embedding is shared by encoder and
-decoder and tied to the output layer (as in ../shared/peers/keras_model.py), in place of the
-example's 1 + 1 layers of 8 heads and d_ff 2048 with two 15,000-word vocabularies.
+`--size small` (the default) changes the model to match our `small` preset: 3 + 3 layers of
+d_model 256, 4 heads, d_ff 1024, dropout 0.1, and one joint vocabulary of `--vocab-size` whose
+embedding is shared by encoder and decoder and tied to the output layer (as in
+../shared/peers/keras_model.py). `--size example` keeps the example's own model: 1 + 1 layers
+of d_model 256, 8 heads, d_ff 2048, no dropout inside the layers, dropout 0.5 before an untied
+output layer, and one WordPiece vocabulary of `--vocab-size` (the example's 15,000) per
+language.
 
 Reads DIR/train.json and DIR/dev.json ({"sources": [...], "targets": [...]}, written by
 bench.train_real from our split), caches the vocabulary in DIR/wordpiece.txt, and writes the
@@ -48,8 +51,14 @@ from bench.real_harness import (  # noqa: E402
 
 RESERVED = ["[PAD]", "[UNK]", "[START]", "[END]"]
 PAD, UNK, START, END = range(4)
-SIZES = {"small": dict(d_model=256, heads=4, ffn=1024, layers=3),
-         "tiny": dict(d_model=64, heads=4, ffn=256, layers=1)}
+# joint: one vocabulary for both languages, one embedding tied to the output layer; else one
+# vocabulary and embedding per language and an output layer of its own after head_dropout.
+SIZES = {"small": dict(d_model=256, heads=4, ffn=1024, layers=3, dropout=0.1, joint=True),
+         "example": dict(d_model=256, heads=8, ffn=2048, layers=1, dropout=0.0, joint=False,
+                         head_dropout=0.5),
+         "tiny": dict(d_model=64, heads=4, ffn=256, layers=1, dropout=0.1, joint=True),
+         "tiny-example": dict(d_model=64, heads=4, ffn=256, layers=1, dropout=0.0,
+                              joint=False, head_dropout=0.5)}
 
 
 def log(*args) -> None:
@@ -61,13 +70,13 @@ def read_pairs(path: Path) -> tuple[list[str], list[str]]:
     return data["sources"], data["targets"]
 
 
-def vocabulary(work: Path, sources, targets, size: int) -> list[str]:
-    """The example's WordPiece vocabulary, one for both languages, on lowercased training text."""
-    path = work / f"wordpiece_{size}.txt"
+def vocabulary(work: Path, texts: list[str], size: int, name: str) -> list[str]:
+    """The example's WordPiece vocabulary of lowercased training text, cached as DIR/NAME."""
+    path = work / f"wordpiece_{name}_{size}.txt"
     if path.is_file():
         return path.read_text(encoding="utf-8").split("\n")
     t0 = time.perf_counter()
-    texts = tf.data.Dataset.from_tensor_slices([s.lower() for s in [*sources, *targets]])
+    texts = tf.data.Dataset.from_tensor_slices([s.lower() for s in texts])
     vocab = keras_hub.tokenizers.compute_word_piece_vocabulary(
         texts.batch(1000).prefetch(2), vocabulary_size=size, reserved_tokens=RESERVED)
     path.write_text("\n".join(vocab), encoding="utf-8")
@@ -75,7 +84,20 @@ def vocabulary(work: Path, sources, targets, size: int) -> list[str]:
     return vocab
 
 
-def make_dataset(sources, targets, tokenizer, length: int, batch: int, seed: int):
+def tokenizers(work: Path, sources, targets, size: int, joint: bool):
+    """(source tokenizer, target tokenizer): one shared vocabulary, or one per language."""
+    def tokenizer(vocab):
+        return keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocab, lowercase=False)
+
+    if joint:
+        shared = tokenizer(vocabulary(work, [*sources, *targets], size, "joint"))
+        return shared, shared
+    return (tokenizer(vocabulary(work, sources, size, "source")),
+            tokenizer(vocabulary(work, targets, size, "target")))
+
+
+def make_dataset(sources, targets, tokenizer, target_tokenizer, length: int, batch: int,
+                 seed: int):
     """((source, decoder input), labels) batches as the example builds them, repeated."""
     pairs = [(s.lower(), t.lower()) for s, t in zip(sources, targets, strict=True)]
     random.Random(seed).shuffle(pairs)
@@ -86,7 +108,7 @@ def make_dataset(sources, targets, tokenizer, length: int, batch: int, seed: int
 
     def preprocess(eng, spa):
         eng = source_packer(tokenizer(eng))
-        spa = target_packer(tokenizer(spa))
+        spa = target_packer(target_tokenizer(spa))
         return (eng, spa[:, :-1]), spa[:, 1:]
 
     ds = tf.data.Dataset.from_tensor_slices(([p[0] for p in pairs], [p[1] for p in pairs]))
@@ -95,15 +117,25 @@ def make_dataset(sources, targets, tokenizer, length: int, batch: int, seed: int
 
 
 class Model:
-    """The example's layers at the size of our `small` preset, one tied joint embedding."""
+    """The example's layers at one of SIZES."""
 
-    def __init__(self, vocab_size: int, length: int, size: str, seed: int):
+    def __init__(self, vocab_sizes: tuple[int, int], length: int, size: str, seed: int):
         c = SIZES[size]
         keras.utils.set_random_seed(seed)
-        self.embedding = keras_hub.layers.TokenAndPositionEmbedding(
-            vocabulary_size=vocab_size, sequence_length=length, embedding_dim=c["d_model"],
-            tie_weights=True)
-        kw = dict(intermediate_dim=c["ffn"], num_heads=c["heads"], dropout=0.1,
+
+        def embedding(vocab_size: int):
+            return keras_hub.layers.TokenAndPositionEmbedding(
+                vocabulary_size=vocab_size, sequence_length=length,
+                embedding_dim=c["d_model"], tie_weights=c["joint"])
+
+        self.embedding = embedding(vocab_sizes[0])
+        if c["joint"]:
+            self.target_embedding, self.head_dropout, self.head = self.embedding, None, None
+        else:
+            self.target_embedding = embedding(vocab_sizes[1])
+            self.head_dropout = keras.layers.Dropout(c["head_dropout"])
+            self.head = keras.layers.Dense(vocab_sizes[1])
+        kw = dict(intermediate_dim=c["ffn"], num_heads=c["heads"], dropout=c["dropout"],
                   activation="relu")
         self.encoders = [keras_hub.layers.TransformerEncoder(**kw) for _ in range(c["layers"])]
         self.decoders = [keras_hub.layers.TransformerDecoder(**kw) for _ in range(c["layers"])]
@@ -118,23 +150,26 @@ class Model:
         return x
 
     def decode(self, tgt, memory, training=None, last_only=False):
-        y = self.embedding(tgt)
+        y = self.target_embedding(tgt)
         for layer in self.decoders:
             y = layer(y, memory, training=training)
         if last_only:
             y = y[:, -1:]
-        return self.embedding.token_embedding(y, reverse=True)
+        if self.head is None:
+            return self.embedding.token_embedding(y, reverse=True)
+        return self.head(self.head_dropout(y, training=training))
 
 
-def compiled(args, vocab_size: int, jit: bool) -> Model:
-    model = Model(vocab_size, args.length, args.size, args.seed)
+def compiled(args, vocab_sizes: tuple[int, int], jit: bool) -> Model:
+    model = Model(vocab_sizes, args.length, args.size, args.seed)
     model.keras.compile(optimizer=keras.optimizers.RMSprop(),
                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                         jit_compile=jit)
     return model
 
 
-def greedy(model: Model, tokenizer, sources, length: int, batch: int = 100) -> list[str]:
+def greedy(model: Model, tokenizer, target_tokenizer, sources, length: int,
+           batch: int = 100) -> list[str]:
     """Greedy translations: the decoder re-run over the prefix at each step (the example's
     loop, without a cache), stopping once every row has [END]; detokenized as keras-hub
     gives them (lowercase, punctuation split off by spaces)."""
@@ -157,15 +192,15 @@ def greedy(model: Model, tokenizer, sources, length: int, batch: int = 100) -> l
         for row in tokens[:, 1:]:
             ids = [int(t) for t in row if t not in (PAD, START)]
             ids = ids[: ids.index(END)] if END in ids else ids
-            text = tokenizer.detokenize(tf.constant(ids, tf.int32)) if ids else ""
+            text = target_tokenizer.detokenize(tf.constant(ids, tf.int32)) if ids else ""
             if not isinstance(text, str):  # a scalar string tensor
                 text = text.numpy().decode("utf-8")
             out.append(text)
     return out
 
 
-def measure_throughput(args, ds, vocab_size: int, jit: bool) -> dict:
-    model = compiled(args, vocab_size, jit)
+def measure_throughput(args, ds, vocab_sizes: tuple[int, int], jit: bool) -> dict:
+    model = compiled(args, vocab_sizes, jit)
     counter = BatchCounter(PAD)
 
     def enough(done: int) -> bool:
@@ -183,12 +218,14 @@ def measure_throughput(args, ds, vocab_size: int, jit: bool) -> dict:
     return row
 
 
-def run_curve(args, ds, tokenizer, vocab_size: int, jit: bool) -> dict:
-    model = compiled(args, vocab_size, jit)
+def run_curve(args, ds, tokenizer, target_tokenizer, vocab_sizes: tuple[int, int],
+              jit: bool) -> dict:
+    model = compiled(args, vocab_sizes, jit)
     dev_sources, _ = read_pairs(args.work / "dev.json")
 
     def evaluate(keras_model):
-        return {"hypotheses": greedy(model, tokenizer, dev_sources, args.length)}
+        return {"hypotheses": greedy(model, tokenizer, target_tokenizer, dev_sources,
+                                     args.length)}
 
     budget = TrainingBudget(args.budget_minutes * 60, args.eval_every_minutes * 60, evaluate,
                             log=log)
@@ -207,24 +244,29 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--budget-minutes", type=float, default=10.0)
     parser.add_argument("--eval-every-minutes", type=float, default=2.5)
-    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--vocab-size", type=int, default=8000,
+                        help="of the joint vocabulary, or of each language's (--size example)")
     parser.add_argument("--length", type=int, default=40, help="the example's sequence_length")
     parser.add_argument("--batch", type=int, default=64, help="the example's batch size")
     parser.add_argument("--size", choices=SIZES, default="small")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
     sources, targets = read_pairs(args.work / "train.json")
-    vocab = vocabulary(args.work, sources, targets, args.vocab_size)
-    tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocab, lowercase=False)
-    ds = make_dataset(sources, targets, tokenizer, args.length, args.batch, args.seed)
+    tokenizer, target_tokenizer = tokenizers(args.work, sources, targets, args.vocab_size,
+                                             SIZES[args.size]["joint"])
+    vocab_sizes = (int(tokenizer.vocabulary_size()), int(target_tokenizer.vocabulary_size()))
+    ds = make_dataset(sources, targets, tokenizer, target_tokenizer, args.length, args.batch,
+                      args.seed)
     jits = [j == "on" for j in args.jit]
-    result = {"vocabulary_size": len(vocab), "train_pairs": len(sources),
+    result = {"vocabulary_size": vocab_sizes[0], "target_vocabulary_size": vocab_sizes[1],
+              "size": args.size, "model": SIZES[args.size], "train_pairs": len(sources),
               "versions": {m.__name__: m.__version__ for m in (tf, keras, keras_hub)},
               "settings": {k: str(v) for k, v in vars(args).items()}}
     if args.mode == "throughput":
-        result["results"] = [measure_throughput(args, ds, len(vocab), jit) for jit in jits]
+        result["results"] = [measure_throughput(args, ds, vocab_sizes, jit) for jit in jits]
     else:
-        result["results"] = [run_curve(args, ds, tokenizer, len(vocab), jit) for jit in jits]
+        result["results"] = [run_curve(args, ds, tokenizer, target_tokenizer, vocab_sizes, jit)
+                             for jit in jits]
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
                         encoding="utf-8")
 

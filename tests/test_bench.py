@@ -246,6 +246,19 @@ def test_machine_names_the_matrix_unit_flags_lscpu_lists():
     assert flags == {name: name in listed for name in common.MATRIX_FLAGS}
 
 
+def test_the_recorded_command_and_environment_say_nothing_of_where_the_project_lives():
+    argv = [str(common.ROOT / "bench" / "decode.py"), "--results",
+            str(common.ROOT / "bench" / "results" / "x"), "--cache-dir", "/elsewhere/cache"]
+    assert common.command_line(argv) == ["python", "-m", "bench.decode", "--results",
+                                         "bench/results/x", "--cache-dir", "/elsewhere/cache"]
+    assert common.command_line([str(common.ROOT / "bench" / "__main__.py"), "--quick"]) == [
+        "python", "-m", "bench", "--quick"]
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_CLI_CONFIG_FILE": "/home/u/.terraformrc",
+           "XLA_FLAGS": "--x", "CT2_USE_MKL": "0", "HOME": "/home/u", "OMP_NUM_THREADS": "2"}
+    assert common.recorded_env(env) == {"CT2_USE_MKL": "0", "OMP_NUM_THREADS": "2",
+                                        "TF_CPP_MIN_LOG_LEVEL": "2", "XLA_FLAGS": "--x"}
+
+
 def test_cpu_model_names_family_and_model_of_the_first_processor(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n"

@@ -174,3 +174,21 @@ def test_quick_run_against_keras_hub(tmp_path):
     data = run_quick(tmp_path, "--parts", "throughput")
     assert {r["side"] for r in data["throughput"]} == {"ours", "keras-hub"}
     assert "best" in data["ratios"]
+
+
+@pytest.mark.slow
+def test_quick_run_of_keras_hubs_own_model_alone(tmp_path):
+    """--keras-hub-size example: two vocabularies and an untied output layer, reported;
+    --peer-only: no side of ours."""
+    if not PEER_PYTHON.is_file():
+        pytest.skip(f"{PEER_PYTHON} is not here (bash ../shared/peers/setup_venvs.sh)")
+    data = run_quick(tmp_path, "--parts", "throughput", "--jit", "off",
+                     "--keras-hub-size", "example", "--peer-only")
+    hub = data["keras_hub"]
+    assert hub["size"] == "tiny-example" and hub["model"]["joint"] is False
+    assert hub["vocabulary_size"] > 4 and hub["target_vocabulary_size"] > 4
+    (row,) = data["throughput"]  # --peer-only: keras-hub's row alone, no ratio
+    assert row["side"] == "keras-hub" and row["target_tokens_per_s"] > 0
+    assert data["ratios"] == {}
+    text = (tmp_path / "train_real.md").read_text()
+    assert "(`--size tiny-example`): 1 + 1 layers" in text and "an untied output layer" in text
