@@ -2,11 +2,15 @@
 
     python -m bench.train_step [--configs small base] [--jit both|on|off]
                                [--precision float32 mixed_bfloat16] [--token-budget 6144]
+                               [--keras-hub]
 
 Batch: 32 sentences x 32 source x 32 target tokens (the peers' workload), random ids. Every
 (config, XLA, precision) cell runs in its own process (unless --in-process) so that the peak
 RSS reported is that cell's alone. With --token-budget the shapes are the demo's buckets
 (batch = budget // length for each of --lengths) and the JSON is train_step_budget.json.
+With --keras-hub the same cells of keras-hub's step run next, in the peer environment
+(bench/train_step_keras_hub.py), and the table ends with ours / keras-hub, each side's best
+cell against the other's for each config.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -36,6 +41,7 @@ from bench.common import (  # noqa: E402
 from bench.flops import train_step_flops  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16")
+PEER_PYTHON = Path(os.environ.get("PEER_VENVS", "/tmp/peers")) / "tf" / "bin" / "python"
 MERGE_KEYS = ("config", "jit_compile", "precision", "batch", "length")
 
 
@@ -90,6 +96,38 @@ def run_in_child(args, name: str, jit: bool, precision: str, batch: int, length:
             "length": length, "error": proc.stderr[-3000:]}
 
 
+def keras_hub_rows(peer_python: Path, configs, jits, precisions) -> list[dict]:
+    """keras-hub's step in the same cells, in the peer environment."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "keras_hub.json"
+        cmd = [str(peer_python), "-m", "bench.train_step_keras_hub", "--out", str(out),
+               "--configs", *configs, "--jit", *("on" if j else "off" for j in jits),
+               "--precision", *precisions]
+        proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1],
+                              stderr=subprocess.PIPE, text=True)
+        if proc.returncode or not out.is_file():
+            raise SystemExit(f"keras-hub's step failed ({proc.returncode}):\n"
+                             f"{proc.stderr[-3000:]}")
+        return json.loads(out.read_text())["results"]
+
+
+def best_ratios(ours: list[dict], theirs: list[dict]) -> dict:
+    """Per config: our fastest cell's tokens/s over keras-hub's fastest cell's."""
+    out = {}
+    for config in dict.fromkeys(r["config"] for r in ours if "error" not in r):
+        best = [max((r for r in rows if r["config"] == config and "error" not in r),
+                    key=lambda r: r["target_tokens_per_s"], default=None)
+                for rows in (ours, theirs)]
+        if all(best):
+            def cell(r):
+                return f"XLA {'on' if r['jit_compile'] else 'off'}, {r['precision']}"
+
+            out[config] = {"ratio": best[0]["target_tokens_per_s"]
+                           / best[1]["target_tokens_per_s"],
+                           "ours": cell(best[0]), "keras_hub": cell(best[1])}
+    return out
+
+
 def fmt_row(r: dict) -> list:
     head = [r["config"], f"{r['batch']}x{r['length']}", "on" if r["jit_compile"] else "off",
             r["precision"]]
@@ -120,12 +158,20 @@ def main(argv=None) -> None:
                         help="smoke test: demo config, small batch, one timed step")
     parser.add_argument("--in-process", action="store_true",
                         help="measure every cell in this process (peak RSS is then shared)")
+    parser.add_argument("--keras-hub", action="store_true",
+                        help="also keras-hub's step in the same cells (peer environment)")
+    parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
     parser.add_argument("--results", default=None, help="results directory")
     parser.add_argument("--out", default=None, help="JSON path (default in the results dir)")
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")
     args = parser.parse_args(argv)
     quick = args.quick
+    if args.keras_hub and (args.token_budget or quick):
+        parser.error("--keras-hub times the peers' 32 x 32 x 32 step of small/base only")
+    if args.keras_hub and not args.peer_python.is_file():
+        parser.error(f"{args.peer_python} is missing (bash ../shared/peers/setup_venvs.sh "
+                     f"makes it)")
     configs = args.configs or (["demo"] if quick else ["small", "base"])
     jits = {"both": [False, True], "on": [True], "off": [False]}[
         args.jit or ("off" if quick else "both")]
@@ -155,9 +201,21 @@ def main(argv=None) -> None:
     print_table(["config", "batch", "XLA", "precision", "first call s", "ms/step", "p25-p75",
                  "runs", "target tok/s", "GFLOP/s", "% roofline", "peak RSS MiB"],
                 [fmt_row(r) for r in results])
+    extra = {}
+    if args.keras_hub:
+        extra["keras_hub"] = keras_hub_rows(args.peer_python, configs, jits, precisions)
+        extra["ratios"] = best_ratios(results, extra["keras_hub"])
+        print("keras-hub:")
+        print_table(["config", "XLA", "precision", "ms/step", "target tok/s"],
+                    [[r["config"], "on" if r["jit_compile"] else "off", r["precision"],
+                      f"{r['median_s'] * 1000:.0f}", f"{r['target_tokens_per_s']:,.0f}"]
+                     for r in extra["keras_hub"]])
+        for name, r in extra["ratios"].items():
+            print(f"{name}: ours / keras-hub, best against best: {r['ratio']:.2f}x "
+                  f"(ours {r['ours']}, keras-hub {r['keras_hub']})")
     name = "train_step_budget.json" if args.token_budget else "train_step.json"
     path = write_json(args.out or results_root / name, {
-        **meta, "results": results},
+        **meta, "results": results, **extra},
         merge_keys=MERGE_KEYS if args.merge else None)
     print(f"wrote {path}")
     if any("error" in r for r in results):
