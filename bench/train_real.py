@@ -61,27 +61,6 @@ def log(*args) -> None:
     print(f"[train_real {time.strftime('%H:%M:%S')}]", *args, flush=True)
 
 
-# -- the machine -------------------------------------------------------------------------------
-
-
-def lscpu() -> dict:
-    """lscpu's model name and the flags that matter for training speed (bfloat16, AMX)."""
-    info = {}
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    for line in out.splitlines():
-        key, _, value = line.partition(":")
-        info[key.strip()] = value.strip()
-    flags = set(info.get("Flags", "").split())
-    return {"model_name": info.get("Model name"), "cpus": info.get("CPU(s)"),
-            "flags": {f: f in flags for f in CPU_FLAGS}}
-
-
-# -- BLEU ----------------------------------------------------------------------------------------
-
-
 def plain(text: str) -> str:
     """Lowercased, every Unicode punctuation character replaced by a space, spaces collapsed:
     the form in which keras-hub's lowercased, re-spaced output and ours compare."""
@@ -286,11 +265,13 @@ def markdown(data: dict) -> str:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
 
-    cpu = data.get("lscpu", {})
-    flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu.get("flags", {}).items())
+    cpu = data.get("machine", {})
+    flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu.get("cpu_flags", {}).items()
+                      if k in CPU_FLAGS)
     parts = [f"# Training on real data ({data['started_utc']})", "",
              f"`{' '.join(data['command_line'])}`", "",
-             f"CPU: {cpu.get('model_name')} ({cpu.get('cpus')} CPUs; {flags}); load average "
+             f"CPU: {cpu.get('cpu_model')} ({cpu.get('usable_cores')} usable cores; {flags}); "
+             f"load average "
              f"{data['loadavg_start']} at the start, {data.get('loadavg_end')} at the end.", ""]
     hub = data.get("keras_hub", {})
     if hub.get("model"):
@@ -378,7 +359,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        meta = payload("train_real", quick=quick, lscpu=lscpu(),
+        meta = payload("train_real", quick=quick,
                        command_line=command_line([__file__, *(argv or sys.argv[1:])]))
         config, task = load_recipe(args, work)
         args.seed = config.training.seed

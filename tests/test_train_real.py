@@ -127,7 +127,8 @@ def test_curve_json_and_table(tmp_path):
     hub = {**row, "side": "keras-hub", "target_tokens_per_s": 200.0, "sentences_per_s": 20.0}
     assert ratios([row, hub])["best"]["target_tokens"] == pytest.approx(1.5)
     data = {"started_utc": "now", "command_line": ["python", "-m", "bench.train_real"],
-            "loadavg_start": [1.0], "lscpu": {"model_name": "CPU", "flags": {"amx_bf16": False}},
+            "loadavg_start": [1.0], "machine": {"cpu_model": "CPU (family 1, model 2)", "usable_cores": 2,
+                                   "cpu_flags": {"amx_bf16": False, "f16c": True}},
             "throughput": [row, hub], "ratios": ratios([row, hub]),
             "curves": [{"side": "ours", "jit_compile": False, "checkpoints": checkpoints}]}
     path = report(data, tmp_path, "train_real")
@@ -135,6 +136,7 @@ def test_curve_json_and_table(tmp_path):
     text = (tmp_path / "train_real.md").read_text()
     assert "| ours | off | 5.0 | 80 | 100.00 | 100.00 |" in text
     assert "1.50x target tokens/s" in text and "amx_bf16 no" in text
+    assert "CPU: CPU (family 1, model 2) (2 usable cores; amx_bf16 no);" in text
 
 
 def test_bench_main_runs_train_real_without_peers_when_asked():
