@@ -497,7 +497,8 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
 
 def test_onnx_step_of_an_older_export_asks_to_export_again(exported, tmp_path):
     """A decoder_step.onnx with the earlier single-cache interface (a checksum that matches, so
-    not "corrupt") is refused with the fix, not run with wrong inputs."""
+    not "corrupt") is refused with the fix, not run with wrong inputs: when loaded without the
+    search graph, and at the first step with it."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -519,8 +520,15 @@ def test_onnx_step_of_an_older_export_asks_to_export_again(exported, tmp_path):
     data = json.loads((old / MANIFEST).read_text())
     data["files"]["decoder_step.onnx"] = file_entry(old, old / "decoder_step.onnx")
     (old / MANIFEST).write_text(json.dumps(data))
+    # Without the search graph the step is loaded at once, so loading fails.
     with pytest.raises(ExportError, match="export it again"):
-        load_backend(Manifest(old), "onnx")
+        load_backend(Manifest(old), "onnx", search_graph=False)
+    # With it the step is loaded only when something steps (the NumPy search, the explorer):
+    # the search graph still runs, and the first step fails with the same fix.
+    backend = load_backend(Manifest(old), "onnx")
+    assert Translator(Manifest(old), backend).translate_ids(["a b"], beam_size=1)
+    with pytest.raises(ExportError, match="export it again"):
+        backend.sessions["decoder_step"]
 
 
 def test_keras_runtime_never_follows_the_run_path_of_a_manifest(exported, tmp_path):
