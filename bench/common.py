@@ -20,6 +20,11 @@ QUICK_RESULTS = RESULTS / "quick"
 PEER_RESULTS = RESULTS / "peers"
 ROOT = Path(__file__).resolve().parents[1]
 PEERS_DIR = ROOT.parent / "shared" / "peers"
+# The peers' virtual environments (../shared/peers/setup_venvs.sh makes them there): tf holds
+# keras-hub, torch holds CTranslate2 and Hugging Face.
+PEER_VENVS = Path(os.environ.get("PEER_VENVS", "/tmp/peers"))
+PEER_TF_PYTHON = PEER_VENVS / "tf" / "bin" / "python"
+PEER_TORCH_PYTHON = PEER_VENVS / "torch" / "bin" / "python"
 
 # The peers' workloads (../shared/peers/common.py): source length, new tokens, train batch.
 SOURCE_LENGTH = 32
@@ -136,10 +141,8 @@ def peak_rss_mb() -> float:
 # -- machine and software ------------------------------------------------------------------
 
 
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The model name with its family and model numbers: a cloud CPU may report only "AMD
-    EPYC", which names several generations of different speed (family 25 is Zen 3/4, 26 is
-    Zen 5), so figures from two hosts are told apart by the numbers."""
+def _first_processor(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The fields of the first processor's block of /proc/cpuinfo (empty if unreadable)."""
     fields: dict[str, str] = {}
     try:
         with open(cpuinfo) as f:
@@ -150,6 +153,14 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
                 fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return fields
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The model name with its family and model numbers: a cloud CPU may report only "AMD
+    EPYC", which names several generations of different speed (family 25 is Zen 3/4, 26 is
+    Zen 5), so figures from two hosts are told apart by the numbers."""
+    fields = _first_processor(cpuinfo)
     name = fields.get("model name") or platform.processor() or "unknown"
     numbers = [f"{label} {fields[key]}" for key, label in
                (("cpu family", "family"), ("model", "model")) if fields.get(key)]
@@ -164,15 +175,7 @@ MATRIX_FLAGS = ("amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "avx512f", "avx5
 
 def cpu_flags() -> dict[str, bool]:
     """Each of MATRIX_FLAGS: whether /proc/cpuinfo (lscpu's Flags) lists it."""
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
+    flags = set(_first_processor().get("flags", "").split())
     return {name: name in flags for name in MATRIX_FLAGS}
 
 

@@ -43,6 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.common import (  # noqa: E402
     CONFIGS,
+    PEER_TORCH_PYTHON,
     PEERS_DIR,
     SEED,
     SOURCE_LENGTH,
@@ -61,7 +62,6 @@ OURS = ("keras:float32", "keras:mixed_bfloat16", "onnx:float32", "onnx:int8", "o
         "tflite:int8")
 CT2 = ("ct2:float32", "ct2:int8", "ct2:int8_float32", "ct2:bfloat16", "ct2:int8_bfloat16")
 VARIANTS = OURS + CT2
-CT2_PYTHON = Path("/tmp/peers/torch/bin/python")
 NEW_TOKENS = 32
 
 
@@ -343,7 +343,7 @@ def main(argv=None) -> None:
                         help="timed seconds per cell, over all rounds")
     parser.add_argument("--no-train", action="store_true", help="skip the training cells")
     parser.add_argument("--train-configs", nargs="+", default=["small"], choices=CONFIGS)
-    parser.add_argument("--ct2-python", type=Path, default=CT2_PYTHON,
+    parser.add_argument("--ct2-python", type=Path, default=PEER_TORCH_PYTHON,
                         help="a Python with ctranslate2 (the peers' torch venv)")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR,
                         help="where bench.export_models keeps the exports")

@@ -41,6 +41,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.common import (  # noqa: E402
+    PEER_TF_PYTHON,
     ROOT,
     command_line,
     payload,
@@ -50,7 +51,6 @@ from bench.common import (  # noqa: E402
 )
 
 CONFIG = Path("train/configs/spa_eng_small.yaml")
-PEER_PYTHON = Path(os.environ.get("PEER_VENVS", "/tmp/peers")) / "tf" / "bin" / "python"
 # --quick: a 1-in-40 sample of the pairs, tiny models, a few steps.
 QUICK_SETS = ["data.dev_size=60", "data.test_size=0", "tokenizer.vocab_size=400",
               "model.preset=tiny", "data.tokens_per_batch=512"]
@@ -338,7 +338,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keras-hub-vocab-size", type=int, default=None,
                         help="default: our vocabulary's size; 15000 with --keras-hub-size "
                              "example (the example's)")
-    parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
+    parser.add_argument("--peer-python", type=Path, default=PEER_TF_PYTHON)
     parser.add_argument("--work", type=Path, default=None,
                         help="folder for the split, tokenizers and the keras-hub side's "
                              "files (default: a temporary one)")

@@ -28,6 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.common import (  # noqa: E402
     CONFIGS,
+    PEER_TF_PYTHON,
     TRAIN_BATCH,
     TRAIN_LENGTH,
     payload,
@@ -41,7 +42,6 @@ from bench.common import (  # noqa: E402
 from bench.flops import train_step_flops  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16")
-PEER_PYTHON = Path(os.environ.get("PEER_VENVS", "/tmp/peers")) / "tf" / "bin" / "python"
 MERGE_KEYS = ("config", "jit_compile", "precision", "batch", "length")
 
 
@@ -119,13 +119,14 @@ def best_ratios(ours: list[dict], theirs: list[dict]) -> dict:
                     key=lambda r: r["target_tokens_per_s"], default=None)
                 for rows in (ours, theirs)]
         if all(best):
-            def cell(r):
-                return f"XLA {'on' if r['jit_compile'] else 'off'}, {r['precision']}"
-
             out[config] = {"ratio": best[0]["target_tokens_per_s"]
                            / best[1]["target_tokens_per_s"],
-                           "ours": cell(best[0]), "keras_hub": cell(best[1])}
+                           "ours": _setting(best[0]), "keras_hub": _setting(best[1])}
     return out
+
+
+def _setting(row: dict) -> str:
+    return f"XLA {'on' if row['jit_compile'] else 'off'}, {row['precision']}"
 
 
 def fmt_row(r: dict) -> list:
@@ -160,7 +161,7 @@ def main(argv=None) -> None:
                         help="measure every cell in this process (peak RSS is then shared)")
     parser.add_argument("--keras-hub", action="store_true",
                         help="also keras-hub's step in the same cells (peer environment)")
-    parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
+    parser.add_argument("--peer-python", type=Path, default=PEER_TF_PYTHON)
     parser.add_argument("--results", default=None, help="results directory")
     parser.add_argument("--out", default=None, help="JSON path (default in the results dir)")
     parser.add_argument("--merge", action="store_true",

@@ -15,9 +15,8 @@ import pytest
 
 from bench import real_harness
 from bench.__main__ import commands
-from bench.common import ROOT
+from bench.common import PEER_TF_PYTHON, ROOT
 from bench.train_real import (
-    PEER_PYTHON,
     bleu_scores,
     plain,
     ratios,
@@ -171,8 +170,8 @@ def test_quick_run_of_ours(tmp_path):
 
 @pytest.mark.slow
 def test_quick_run_against_keras_hub(tmp_path):
-    if not PEER_PYTHON.is_file():
-        pytest.skip(f"{PEER_PYTHON} is not here (bash ../shared/peers/setup_venvs.sh)")
+    if not PEER_TF_PYTHON.is_file():
+        pytest.skip(f"{PEER_TF_PYTHON} is not here (bash ../shared/peers/setup_venvs.sh)")
     data = run_quick(tmp_path, "--parts", "throughput")
     assert {r["side"] for r in data["throughput"]} == {"ours", "keras-hub"}
     assert "best" in data["ratios"]
@@ -182,8 +181,8 @@ def test_quick_run_against_keras_hub(tmp_path):
 def test_quick_run_of_keras_hubs_own_model_alone(tmp_path):
     """--keras-hub-size example: two vocabularies and an untied output layer, reported;
     --peer-only: no side of ours."""
-    if not PEER_PYTHON.is_file():
-        pytest.skip(f"{PEER_PYTHON} is not here (bash ../shared/peers/setup_venvs.sh)")
+    if not PEER_TF_PYTHON.is_file():
+        pytest.skip(f"{PEER_TF_PYTHON} is not here (bash ../shared/peers/setup_venvs.sh)")
     data = run_quick(tmp_path, "--parts", "throughput", "--jit", "off",
                      "--keras-hub-size", "example", "--peer-only")
     hub = data["keras_hub"]
