@@ -7,7 +7,8 @@ spa_eng_small recipe on real data against keras-hub's example: throughput and de
 training minutes; its keras-hub side follows --no-peers), export_models,
 decode-<runtime> for each runtime (keras, keras-xla, savedmodel, onnx, onnx-search, tflite;
 `decode` selects all six), breakdown (where an ONNX and a TFLite call's time goes), peers (bash
-../shared/peers/run_all.sh, results in bench/results/peers), report. A failed step is reported
+../shared/peers/run_all.sh, results in bench/results/peers), duel (search.onnx against
+CTranslate2 call by call, float32 and int8; skipped with the peers), report. A failed step is reported
 and the others still run. --quick is a smoke test (demo config, 4 new tokens, one timed call,
 results in bench/results/quick, no peers).
 """
@@ -25,7 +26,7 @@ from bench.decode import RUNTIMES
 
 DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
 STEPS = ("roofline", "train_step", "dropout", "train_real", "export_models", *DECODE_STEPS,
-         "breakdown", "peers", "report")
+         "breakdown", "peers", "duel", "report")
 PEER_CONFIGS = ("small", "base")
 
 
@@ -61,6 +62,9 @@ def commands(step: str, args) -> list[list[str]]:
         return [py + ["bench.breakdown", *common, *configs, *results]]
     if step == "peers":
         return [["bash", str(PEERS_DIR / "run_all.sh")]]
+    if step == "duel":
+        names = [c for c in (args.configs or PEER_CONFIGS) if c in PEER_CONFIGS]
+        return [py + ["bench.duel", "--configs", *names, *results]]
     if step == "report":
         return [py + ["bench.report", *common, *results]]
     raise ValueError(step)
@@ -92,7 +96,7 @@ def main(argv=None) -> None:
         args.configs and not set(args.configs) & set(PEER_CONFIGS))
     failed = []
     for step in STEPS:
-        if step not in only or (step == "peers" and skip_peers):
+        if step not in only or (step in ("peers", "duel") and skip_peers):
             continue
         env = peer_env(args) if step == "peers" else os.environ
         for cmd in commands(step, args):

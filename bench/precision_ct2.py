@@ -3,6 +3,11 @@ torch venv, one process per compute type and CT2_USE_MKL setting).
 
     /tmp/peers/torch/bin/python bench/precision_ct2.py --peers-dir ../shared/peers \\
         --compute-type int8 --configs small base --out /tmp/ct2_int8.json
+    ... --compute-type float32 --configs small --serve   # for bench.duel
+
+With --serve (one config) it times what it is asked: each line "batch beam calls" on stdin is
+answered by one line on stdout, the JSON list of those calls' seconds (or {"error": ...}),
+so that bench.duel can alternate it call by call with ours.
 
 The model is the peers' random Marian model of each config, converted once by
 ../shared/peers/bench_ct2.py (--prepare, into $PEER_BENCH_MODELS). Source = 32 random ids,
@@ -56,8 +61,12 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-seconds", type=float, default=1.5)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--serve", action="store_true",
+                        help="time the cells asked on stdin (one config; see above)")
     args = parser.parse_args(argv)
+    if args.serve == (args.out is not None) or (args.serve and len(args.configs) != 1):
+        parser.error("give either --out, or --serve with one config")
     sys.path.insert(0, str(args.peers_dir.resolve()))
     import common  # the peers' shared helpers (stdlib only)
     import ctranslate2
@@ -65,6 +74,9 @@ def main(argv=None) -> None:
 
     threads = os.cpu_count() or 1
     new_tokens, source_length = common.NEW_TOKENS, common.SRC_LEN
+    if args.serve:
+        serve(args.configs[0], args.compute_type, threads)
+        return
     rows, info = [], {}
     for cfg in args.configs:
         ct2_dir = ensure_prepared(cfg)
@@ -122,6 +134,37 @@ def main(argv=None) -> None:
                                     "supported_compute_types_cpu": sorted(
                                         ctranslate2.get_supported_compute_types("cpu")),
                                     "info": info, "results": rows}, indent=2))
+
+
+def serve(cfg: str, compute_type: str, threads: int) -> None:
+    """Answer "batch beam calls" lines with the calls' seconds (module docstring). The
+    sources are the ones main() times, one list per batch size."""
+    import common
+    import ctranslate2
+    from bench_ct2 import ensure_prepared, token_str
+
+    vocab = common.CONFIGS[cfg]["vocab"]
+    translator = ctranslate2.Translator(str(ensure_prepared(cfg)), device="cpu",
+                                        compute_type=compute_type, inter_threads=1,
+                                        intra_threads=threads)
+    sources = {}
+    for line in sys.stdin:
+        batch, beam, calls = map(int, line.split())
+        if batch not in sources:
+            rng = random.Random(common.SEED)
+            sources[batch] = [[token_str(i, vocab) for i in s] for s in common.random_ids(
+                rng, batch, common.SRC_LEN, vocab)]
+        seconds = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            out = translator.translate_batch(
+                sources[batch], beam_size=beam, max_batch_size=0,
+                min_decoding_length=common.NEW_TOKENS, max_decoding_length=common.NEW_TOKENS)
+            seconds.append(time.perf_counter() - start)
+        lengths = {len(r.hypotheses[0]) for r in out}
+        answer = (seconds if lengths == {common.NEW_TOKENS} else
+                  {"error": f"expected {common.NEW_TOKENS} tokens per row, got {lengths}"})
+        print(json.dumps(answer), flush=True)
 
 
 if __name__ == "__main__":
