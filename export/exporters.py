@@ -155,7 +155,7 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
     encoder, steps and search in one graph; and search.int8.onnx with `int8`)."""
 
     from .onnx_graph import build_decoder_step
-    from .onnx_optimize import int8_file, ort_extended, rewrite, write_int8, write_variants
+    from .onnx_optimize import int8_file, ort_extended, write_int8, write_variants
 
     module = decoding_module(model)
     graphs = {}
@@ -163,15 +163,15 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
         graphs["encoder"] = ("encoder.onnx", convert_function(module.encode))
     # The step runs once per token, where tf2onnx's node count costs more than the FLOPs.
     graphs["decoder_step"] = ("decoder_step.onnx", build_decoder_step(model))
-    variants = write_variants(graphs, out, int8, lean)
+    rewritten = {}
+    variants = write_variants(graphs, out, int8, lean, rewritten)
     if search and "encoder" in graphs:
         import onnx
 
         from .onnx_search import SEARCH_FILE, build_search
 
         log.info("building %s (encoder, steps and search in one graph)", SEARCH_FILE)
-        encoder = graphs["encoder"][1]
-        graph = build_search(model, rewrite(encoder)[0] if lean else encoder)
+        graph = build_search(model, rewritten["encoder"])
         onnx.save(ort_extended(graph) if lean else graph, str(out / SEARCH_FILE))
         variants["float32"]["search"] = SEARCH_FILE
         if int8:

@@ -452,10 +452,14 @@ def write_int8(graph, path, lean: bool = True) -> None:
     onnx.checker.check_model(onnx.load(str(path)))
 
 
-def write_variants(graphs: dict, out, int8: bool, lean: bool = True) -> dict:
+def write_variants(graphs: dict, out, int8: bool, lean: bool = True,
+                   rewritten: dict | None = None) -> dict:
     """Write the float32 ONNX graphs {role: (file name, ModelProto)} into directory `out`,
     optimized when `lean`, plus their dynamic-int8 copies (`write_int8`) when `int8`; returns
-    the manifest's variants {"float32": {role: file}, "int8": {role: file}}."""
+    the manifest's variants {"float32": {role: file}, "int8": {role: file}}. `rewritten`, a
+    dict, receives each role's graph after `rewrite` (as given when not `lean`), before
+    onnxruntime's fusions, for a caller that builds on it (search.onnx inlines the
+    encoder's)."""
     from pathlib import Path
 
     import onnx
@@ -466,8 +470,10 @@ def write_variants(graphs: dict, out, int8: bool, lean: bool = True) -> dict:
     if int8:
         variants["int8"] = {role: int8_file(name) for role, name in files.items()}
     for role, (name, graph) in graphs.items():
-        rewritten = rewrite(graph)[0] if lean else graph
-        onnx.save(ort_extended(rewritten) if lean else rewritten, str(out / name))
+        plain = rewrite(graph)[0] if lean else graph
+        if rewritten is not None:
+            rewritten[role] = plain
+        onnx.save(ort_extended(plain) if lean else plain, str(out / name))
         if int8:
-            write_int8(rewritten, out / variants["int8"][role], lean)
+            write_int8(plain, out / variants["int8"][role], lean)
     return variants
