@@ -55,7 +55,8 @@ def load(results: Path, peers: Path) -> dict:
     """Every JSON the report reads; a missing or unreadable file is an empty entry."""
     ours = {"roofline": read_json(results / "roofline.json"),
             "train": read_json(results / "train_step.json"),
-            "breakdown": read_json(results / "breakdown.json")}
+            "breakdown": read_json(results / "breakdown.json"),
+            "duel": read_json(results / "duel.json")}
     for runtime in RUNTIMES:
         ours[runtime] = read_json(results / f"decode_{runtime}.json")
     peer = {}
@@ -274,6 +275,22 @@ def breakdown_section(data: dict) -> list[str]:
             *table(*table_of(rows)), ""]
 
 
+def duel_section(data: dict) -> list[str]:
+    rows = ok_rows(data["ours"]["duel"])
+    if not rows:
+        return []
+    return ["## Against CTranslate2, call by call (bench.duel)", "",
+            "The two sides alternate every few calls, the order swapped each round, so the "
+            "host's drift cancels. ct2/ours > 1: ours is faster.", "",
+            *table(["config", "batch", "beam", "ours", "ct2", "ours ms", "ct2 ms (MKL)",
+                    "ct2/ours", "rounds won"],
+                   [[r["config"], r["batch"], r["beam"], r["ours"], r["ct2"],
+                     f"{r['ours_ms']['median']:.1f}",
+                     f"{r['ct2_ms']['median']:.1f} ({r['ct2_use_mkl']})",
+                     f"{r['ratio']:.2f}", f"{r['rounds_won']}/{r['rounds']}"] for r in rows]),
+            ""]
+
+
 def failures_section(data: dict) -> list[str]:
     """Cells of ours that recorded an error, so a missing number has its reason next to it."""
     lines = []
@@ -306,7 +323,7 @@ def build(results: Path, peers: Path, short: int = NEW_TOKENS, long: int = LONG_
     lines = ["# Benchmark summary", "", *safe(machine_lines, data),
              f"Roofline peak: {f'{peak:.1f} GFLOP/s, {source}' if peak else NA}.", "",
              *safe(decoding_section, data, short), *safe(cache_section, data, short, long),
-             *safe(breakdown_section, data),
+             *safe(breakdown_section, data), *safe(duel_section, data),
              *safe(training_section, data, peak, any_train_shape), *safe(rss_section, data),
              *safe(failures_section, data)]
     return "\n".join(lines) + "\n"

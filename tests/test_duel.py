@@ -94,3 +94,16 @@ def test_duel_rejects_a_malformed_pair(capsys):
     with pytest.raises(SystemExit):
         duel.main(["--pairs", "float16"])
     assert "write ours:ct2" in capsys.readouterr().err
+
+
+def test_report_shows_the_duel(tmp_path):
+    from bench import common, report
+
+    row = {"config": "small", "batch": 1, "beam": 4, "ours": "onnx-search:float32",
+           "ct2": "float32", "ct2_use_mkl": "0",
+           **duel.summary([[0.001, 0.002, 0.003], [0.002, 0.002, 0.002]],
+                          [[0.002, 0.004, 0.006], [0.001, 0.001, 0.001]])}
+    common.write_json(tmp_path / "duel.json", {"results": [row]})
+    text = report.build(tmp_path, tmp_path / "no_peers")
+    assert "## Against CTranslate2, call by call" in text
+    assert "| small | 1 | 4 | onnx-search:float32 | float32 | 2.0 | 1.5 (0) | 0.75 | 1/2 |" in text
