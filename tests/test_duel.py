@@ -107,3 +107,13 @@ def test_report_shows_the_duel(tmp_path):
     text = report.build(tmp_path, tmp_path / "no_peers")
     assert "## Against CTranslate2, call by call" in text
     assert "| small | 1 | 4 | onnx-search:float32 | float32 | 2.0 | 1.5 (0) | 0.75 | 1/2 |" in text
+
+
+def test_python_m_bench_runs_the_duel_on_the_peer_configs_only():
+    from bench.__main__ import commands
+
+    class Args:
+        quick, results, configs = False, "out", ["demo", "base"]
+
+    (command,) = commands("duel", Args)
+    assert command[1:] == ["-m", "bench.duel", "--configs", "base", "--results", "out"]
