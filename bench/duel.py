@@ -204,7 +204,7 @@ def main(argv=None) -> None:
         for ours, theirs in pairs:
             try:
                 rows += one_pair(args, config, ours, theirs)
-            except RuntimeError as err:
+            except Exception as err:  # a failed pair is a row, and the others still run
                 print(f"{config} {ours}:{theirs}: {err}", file=sys.stderr)
                 rows.append({"config": config, "ours": f"onnx-search:{ours}", "ct2": theirs,
                              "error": str(err)[:2000]})
