@@ -144,11 +144,17 @@ def serve(cfg: str, compute_type: str, threads: int) -> None:
     from bench_ct2 import ensure_prepared, token_str
 
     vocab = common.CONFIGS[cfg]["vocab"]
-    translator = ctranslate2.Translator(str(ensure_prepared(cfg)), device="cpu",
-                                        compute_type=compute_type, inter_threads=1,
-                                        intra_threads=threads)
+    try:
+        translator = ctranslate2.Translator(str(ensure_prepared(cfg)), device="cpu",
+                                            compute_type=compute_type, inter_threads=1,
+                                            intra_threads=threads)
+    except (ValueError, RuntimeError) as err:  # e.g. a compute type this CPU lacks
+        translator, failure = None, f"{type(err).__name__}: {err}"
     sources = {}
     for line in sys.stdin:
+        if translator is None:
+            print(json.dumps({"error": failure}), flush=True)
+            continue
         batch, beam, calls = map(int, line.split())
         if batch not in sources:
             rng = random.Random(common.SEED)
