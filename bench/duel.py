@@ -37,7 +37,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from bench.common import (  # noqa: E402
     NEW_TOKENS,
     PEER_TORCH_PYTHON,
-    PEERS_DIR,
     median,
     payload,
     print_table,
@@ -46,9 +45,9 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from bench.export_models import CACHE_DIR  # noqa: E402
+from bench.precision import CT2_MKL_SETTINGS, ct2_command, stepper_factory  # noqa: E402
 
 MERGE_KEYS = ("config", "batch", "beam", "ours", "ct2")
-MKL_SETTINGS = ("0", "1")
 
 
 class Worker:
@@ -111,19 +110,15 @@ def summary(ours_rounds: list[list[float]], theirs_rounds: list[list[float]]) ->
 
 
 def ct2_worker(args, compute_type: str, config: str, mkl: str) -> Worker:
-    script = Path(__file__).with_name("precision_ct2.py")
-    env = {**os.environ, "CT2_USE_MKL": mkl,
-           "PEER_BENCH_MODELS": str(args.cache_dir / "ct2-models")}
-    return Worker([str(args.ct2_python), str(script), "--peers-dir", str(PEERS_DIR),
-                   "--compute-type", compute_type, "--configs", config, "--serve"], env=env,
-                  cwd=args.cache_dir)
+    cmd, env = ct2_command(args, compute_type, mkl, "--configs", config,
+                           "--batches", *map(str, args.batches), "--serve")
+    return Worker(cmd, env=env, cwd=args.cache_dir)
 
 
 def one_pair(args, config: str, ours_precision: str, compute_type: str) -> list[dict]:
     """Every cell of one config for one pair: calibrate CTranslate2's two backends, then
     the duel against the faster."""
     from bench.decode import Cell
-    from bench.precision import stepper_factory
 
     factory = stepper_factory(f"onnx-search:{ours_precision}", config, args.cache_dir)
     cells = [(b, k) for b in args.batches for k in args.beams]
@@ -139,7 +134,7 @@ def one_pair(args, config: str, ours_precision: str, compute_type: str) -> list[
             raise RuntimeError(ours_cells[cell].error)
         return seconds
 
-    workers = {mkl: ct2_worker(args, compute_type, config, mkl) for mkl in MKL_SETTINGS}
+    workers = {mkl: ct2_worker(args, compute_type, config, mkl) for mkl in CT2_MKL_SETTINGS}
     try:
         calibration = {}
         for cell in cells:  # one warm-up call each, then two timed
@@ -147,8 +142,8 @@ def one_pair(args, config: str, ours_precision: str, compute_type: str) -> list[
             for mkl, worker in workers.items():
                 worker(*cell, 1)
                 calibration[cell, mkl] = median(worker(*cell, 2))
-        chosen = {c: min(MKL_SETTINGS, key=lambda m, c=c: calibration[c, m]) for c in cells}
-        for mkl in MKL_SETTINGS:
+        chosen = {c: min(CT2_MKL_SETTINGS, key=lambda m, c=c: calibration[c, m]) for c in cells}
+        for mkl in CT2_MKL_SETTINGS:
             if mkl not in chosen.values():
                 workers.pop(mkl).close()
         samples = duel(ours, lambda cell, n: workers[chosen[cell]](*cell, n), cells,
@@ -162,7 +157,7 @@ def one_pair(args, config: str, ours_precision: str, compute_type: str) -> list[
         row = {"config": config, "batch": cell[0], "beam": cell[1],
                "ours": f"onnx-search:{ours_precision}", "ct2": compute_type,
                "new_tokens": NEW_TOKENS, "ct2_use_mkl": chosen[cell],
-               "ct2_calibration_ms": {m: calibration[cell, m] * 1e3 for m in MKL_SETTINGS},
+               "ct2_calibration_ms": {m: calibration[cell, m] * 1e3 for m in CT2_MKL_SETTINGS},
                **summary(samples[cell]["ours"], samples[cell]["theirs"])}
         rows.append(row)
         print(f"{config} b={cell[0]} beam={cell[1]} {row['ours']} vs ct2 {compute_type}: "
@@ -188,6 +183,11 @@ def main(argv=None) -> None:
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--results", default=None, help="results directory")
     args = parser.parse_args(argv)
+    for name in ("rounds", "calls"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} {getattr(args, name)}: give 1 or more")
+    if min(args.batches + args.beams) < 1 or args.rest < 0:
+        parser.error("--batches and --beams take 1 or more, --rest 0 or more")
     pairs = []
     for pair in args.pairs:
         ours, sep, theirs = pair.partition(":")

@@ -162,6 +162,21 @@ def measure_ours(variant: str, configs, batches, beams, timing, cache_dir) -> li
     return rows
 
 
+# CTranslate2's default GEMM backend on an x86 CPU is MKL, which can be the slower one there:
+# every comparison runs both and keeps the faster.
+CT2_MKL_SETTINGS = ("0", "1")
+
+
+def ct2_command(args, compute_type: str, mkl: str, *extra: str) -> tuple[list[str], dict]:
+    """(command, environment) of bench/precision_ct2.py in the peers' venv (args.ct2_python)
+    at one compute type and CT2_USE_MKL setting, its models under args.cache_dir."""
+    cmd = [str(args.ct2_python), str(Path(__file__).with_name("precision_ct2.py")),
+           "--peers-dir", str(PEERS_DIR), "--compute-type", compute_type, *extra]
+    env = {**os.environ, "CT2_USE_MKL": mkl,
+           "PEER_BENCH_MODELS": str(args.cache_dir / "ct2-models")}
+    return cmd, env
+
+
 def run_child(variant: str, args, timing: dict) -> list[dict]:
     """One variant in a fresh process (ours: this module with --child; ct2: precision_ct2.py
     in the peers' venv, once per CT2_USE_MKL)."""
@@ -182,13 +197,10 @@ def run_child(variant: str, args, timing: dict) -> list[dict]:
                      "beam": k, "error": proc.stderr[-2000:]}
                     for c in args.configs for b in args.batches for k in args.beams]
         rows = []
-        for mkl in ("0", "1"):
-            cmd = [str(args.ct2_python), str(Path(__file__).with_name("precision_ct2.py")),
-                   "--peers-dir", str(PEERS_DIR), "--compute-type", precision,
-                   "--repeats", str(timing["repeats"]), "--min-seconds",
-                   str(timing["min_seconds"]), "--out", str(out), *common]
-            env = {**os.environ, "CT2_USE_MKL": mkl,
-                   "PEER_BENCH_MODELS": str(args.cache_dir / "ct2-models")}
+        for mkl in CT2_MKL_SETTINGS:
+            cmd, env = ct2_command(args, precision, mkl, "--repeats", str(timing["repeats"]),
+                                   "--min-seconds", str(timing["min_seconds"]),
+                                   "--out", str(out), *common)
             proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
             if proc.returncode == 0 and out.exists():
                 data = json.loads(out.read_text())

@@ -75,7 +75,7 @@ def main(argv=None) -> None:
     threads = os.cpu_count() or 1
     new_tokens, source_length = common.NEW_TOKENS, common.SRC_LEN
     if args.serve:
-        serve(args.configs[0], args.compute_type, threads)
+        serve(args.configs[0], args.compute_type, threads, args.batches)
         return
     rows, info = [], {}
     for cfg in args.configs:
@@ -106,26 +106,20 @@ def main(argv=None) -> None:
         same = sum(a == b for h, r in zip(hyp, ref["hf_greedy"], strict=True)
                    for a, b in zip(h, r, strict=False))
         info[cfg]["tokens_equal_to_hf_float32_greedy"] = [same, sum(map(len, ref["hf_greedy"]))]
-        rng = random.Random(common.SEED)
-        for batch in args.batches:
-            source = [[token_str(i, vocab) for i in s]
-                      for s in common.random_ids(rng, batch, source_length, vocab)]
+        for batch, source in sources(cfg, args.batches).items():
             for beam in args.beams:
                 def run(source=source, beam=beam, translator=translator):
-                    run.out = translator.translate_batch(
-                        source, beam_size=beam, max_batch_size=0,
-                        min_decoding_length=new_tokens, max_decoding_length=new_tokens)
+                    run.out = translate(translator, source, beam)
 
                 t = time_cell(run, args.warmup, args.repeats, args.min_seconds)
-                lengths = {len(r.hypotheses[0]) for r in run.out}
                 row = {**base, "batch": batch, "beam": beam, **t,
                        "tokens_per_s": batch * new_tokens / t["median_s"],
                        "ms_per_batch": {"median": t["median_s"] * 1e3,
                                         "p25": t["p25_s"] * 1e3, "p75": t["p75_s"] * 1e3,
                                         "runs": t["runs"]}}
-                if lengths != {new_tokens}:
-                    row = {**base, "batch": batch, "beam": beam,
-                           "error": f"expected {new_tokens} tokens per row, got {lengths}"}
+                error = length_error(run.out)
+                if error:
+                    row = {**base, "batch": batch, "beam": beam, "error": error}
                 rows.append(row)
                 print(f"ct2 {args.compute_type} mkl={base['ct2_use_mkl']} {cfg} b={batch} "
                       f"beam={beam}: {t['median_s'] * 1e3:.1f} ms", flush=True)
@@ -136,41 +130,65 @@ def main(argv=None) -> None:
                                     "info": info, "results": rows}, indent=2))
 
 
-def serve(cfg: str, compute_type: str, threads: int) -> None:
-    """Answer "batch beam calls" lines with the calls' seconds (module docstring). The
-    sources are the ones main() times, one list per batch size."""
+def sources(cfg: str, batches) -> dict:
+    """{batch: that batch's source sentences as tokens}: common.SRC_LEN random ids per row,
+    from one generator seeded with common.SEED and drawn in the order of `batches`."""
     import common
-    import ctranslate2
-    from bench_ct2 import ensure_prepared, token_str
+    from bench_ct2 import token_str
 
     vocab = common.CONFIGS[cfg]["vocab"]
+    rng = random.Random(common.SEED)
+    return {batch: [[token_str(i, vocab) for i in s]
+                    for s in common.random_ids(rng, batch, common.SRC_LEN, vocab)]
+            for batch in batches}
+
+
+def translate(translator, source, beam: int):
+    """One timed call: exactly common.NEW_TOKENS new tokens per row (min = max length)."""
+    import common
+
+    return translator.translate_batch(source, beam_size=beam, max_batch_size=0,
+                                      min_decoding_length=common.NEW_TOKENS,
+                                      max_decoding_length=common.NEW_TOKENS)
+
+
+def length_error(out) -> str | None:
+    """What is wrong with a call's output lengths, or None."""
+    import common
+
+    lengths = {len(r.hypotheses[0]) for r in out}
+    if lengths != {common.NEW_TOKENS}:
+        return f"expected {common.NEW_TOKENS} tokens per row, got {lengths}"
+    return None
+
+
+def serve(cfg: str, compute_type: str, threads: int, batches) -> None:
+    """Answer "batch beam calls" lines with the calls' seconds (module docstring), over the
+    sources main() times for the same --batches."""
+    import ctranslate2
+    from bench_ct2 import ensure_prepared
+
     try:
         translator = ctranslate2.Translator(str(ensure_prepared(cfg)), device="cpu",
                                             compute_type=compute_type, inter_threads=1,
                                             intra_threads=threads)
     except (ValueError, RuntimeError) as err:  # e.g. a compute type this CPU lacks
         translator, failure = None, f"{type(err).__name__}: {err}"
-    sources = {}
+    batch_sources = sources(cfg, batches)
     for line in sys.stdin:
-        if translator is None:
-            print(json.dumps({"error": failure}), flush=True)
-            continue
         batch, beam, calls = map(int, line.split())
-        if batch not in sources:
-            rng = random.Random(common.SEED)
-            sources[batch] = [[token_str(i, vocab) for i in s] for s in common.random_ids(
-                rng, batch, common.SRC_LEN, vocab)]
+        if translator is None or batch not in batch_sources:
+            print(json.dumps({"error": failure if translator is None else
+                              f"batch {batch} is not one of --batches {list(batches)}"}),
+                  flush=True)
+            continue
         seconds = []
         for _ in range(calls):
             start = time.perf_counter()
-            out = translator.translate_batch(
-                sources[batch], beam_size=beam, max_batch_size=0,
-                min_decoding_length=common.NEW_TOKENS, max_decoding_length=common.NEW_TOKENS)
+            out = translate(translator, batch_sources[batch], beam)
             seconds.append(time.perf_counter() - start)
-        lengths = {len(r.hypotheses[0]) for r in out}
-        answer = (seconds if lengths == {common.NEW_TOKENS} else
-                  {"error": f"expected {common.NEW_TOKENS} tokens per row, got {lengths}"})
-        print(json.dumps(answer), flush=True)
+        error = length_error(out)
+        print(json.dumps({"error": error} if error else seconds), flush=True)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,18 @@ def test_duel_rejects_a_malformed_pair(capsys):
     assert "write ours:ct2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bad, message", [
+    (["--rounds", "0"], "--rounds 0: give 1 or more"),
+    (["--calls", "-2"], "--calls -2: give 1 or more"),
+    (["--batches", "0"], "--batches and --beams take 1 or more"),
+    (["--rest", "-1"], "--rest 0 or more")])
+def test_duel_rejects_counts_that_time_nothing(bad, message, capsys):
+    with pytest.raises(SystemExit):
+        duel.main(bad)
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
 def test_report_shows_the_duel(tmp_path):
     from bench import common, report
 
