@@ -29,6 +29,8 @@ How it is laid out:
 - Scores are float64, as in NumPy. Ties are broken as NumPy breaks them: ONNX's `TopK` and
   `ArgMax` return the lower index first, which is NumPy's order of (beam, rank in the beam,
   token) for candidates and of (earlier, later) for finished hypotheses.
+- min_length bans EOS among each row's top candidates (`constrained_top`), not in the
+  logits, and with no `If`: in a loop body an If costs more than the nodes it would skip.
 - no_repeat_ngram_size n: every row carries the n-grams it generated, each stored as a marker
   column 0 and its n tokens, plus its last n tokens; at each step the n-grams whose first n-1
   tokens equal the row's last n-1 ban their last token (a `ScatterElements` add into a
@@ -149,23 +151,15 @@ class _Builder:
 
     # -- the constraints -------------------------------------------------------------------------
 
-    def constrain(self, b, logits, index, min_length, grams=None, recent=None):
+    def constrain(self, b, logits, index, min_length, grams, recent):
         """logits (n,V) -> the logits with every banned token at -inf (decoding._constrain):
-        EOS while index < min_length and, given the n-gram state, each token that would
-        repeat an n-gram; a row with nothing left keeps its EOS logit (only n-grams can ban
-        every token)."""
+        EOS while index < min_length and each token that would repeat an n-gram of the
+        state; a row with nothing left keeps its EOS logit (only n-grams can ban every
+        token)."""
         T = self.T
         eos_row = self.g.const(np.arange(self.vocab)[None, :] == self.eos, "eos_row")
         early = b.op("Less", [index, min_length], "before_min_length")
         minus_inf = self.g.const(np.float32(-np.inf), "minus_inf_f")
-        if grams is None:
-            # Only the EOS column changes: a scatter into it costs a copy of the logits, where
-            # a (rows, V) Where or Add costs several times that in onnxruntime.
-            eos_column = self.slice(b, logits, self.eos, self.eos + 1, 1, "eos_logits")
-            return b.op("ScatterElements", [
-                logits, b.op("Expand", [self.c64([[self.eos]], "eos_index"),
-                                        b.op("Shape", [eos_column])]),
-                b.op("Where", [early, minus_inf, eos_column])], "constrained", axis=1)
         ban = b.op("And", [eos_row, early], "ban_eos")
         marker = b.op("ConstantOfShape", [b.op("Shape", [recent], end=1)], "marker",
                       value=_scalar_tensor(np.int32(0)))
@@ -230,11 +224,15 @@ class _Builder:
         pasts = [b.name("past") for _ in range(n_pasts)]
         grams, recent = b.name("grams"), b.name("recent")
         logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
-        logits = self.constrained(body, logits, index, grams, recent)
-        # TopK(1) rather than ArgMax: the same token (ties to the lower id) and its logit,
-        # and faster in onnxruntime (52 against 86 us on 16 x 8000 logits).
-        best_logit, best = body.op("TopK", [logits, self.c64([1], "one1")], "best", outputs=2,
-                                   axis=1)
+        # The best two, since min_length may ban one (EOS), then the best of those. TopK
+        # rather than ArgMax: the same token (ties to the lower id, and the two are in id
+        # order where they tie) and its logit, and faster in onnxruntime (52 against 86 us
+        # on 16 x 8000 logits).
+        two_logits, two = self.constrained_top(body, logits, index, grams, recent,
+                                               self.c64([min(2, self.vocab)], "two1"))
+        best_logit, position = body.op("TopK", [two_logits, self.c64([1], "one1")], "best",
+                                       outputs=2, axis=1)
+        best = body.op("GatherElements", [two, position], "best_id", axis=1)
         gain = body.op("Sub", [self.to(body, self.squeeze(body, best_logit, [1]), T.DOUBLE),
                                self.to(body, lse, T.DOUBLE)], "gain")
         new_scores = body.op("Where", [finished, scores, body.op("Add", [scores, gain])],
@@ -315,8 +313,7 @@ class _Builder:
         pasts = [b.name("past") for _ in range(n_pasts)]
         grams, recent = b.name("grams"), b.name("recent")
         logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
-        logits = self.constrained(body, logits, index, grams, recent)
-        top_logits, top_ids = body.op("TopK", [logits, m_1d], "row_top", outputs=2, axis=1)
+        top_logits, top_ids = self.constrained_top(body, logits, index, grams, recent, m_1d)
         gains = body.op("Sub", [self.to(body, top_logits, T.DOUBLE),
                                 self.unsqueeze(body, self.to(body, lse, T.DOUBLE), [1])])
         cand = body.op("Add", [self.unsqueeze(body, alive, [2]),
@@ -442,23 +439,37 @@ class _Builder:
         body._count = self.g._count
         return body
 
-    def constrained(self, body, logits, index, grams, recent):
-        """The step's logits through `constrain`, by If nodes on the inputs: with n-gram
-        blocking (and min length), with min length alone, or as they are."""
+    def constrained_top(self, body, logits, index, grams, recent, k):
+        """The k best tokens of each row of the step's logits under the constraints:
+        (values (n,k), ids (n,k) int64), in TopK's order (best first, ties to the lower id)
+        except that a banned EOS may keep its place at -inf. The search only ranks these
+        further (greedy takes the best of two, beam search ranks every beam's candidates
+        together, ties to the lower position), and k covers what it needs with EOS banned,
+        so where EOS sits at -inf changes nothing.
+
+        Without n-gram blocking, min_length bans EOS alone: TopK(k) over the logits as they
+        are, then EOS set to -inf while index < min_length. That is (n,k) work where
+        banning EOS in the logits copies all (n,V) of them, and it needs no If, which in a
+        loop body cost more than the nodes it skips (an If that hands on the (n,V) logits
+        most of all). With n-gram blocking (an If on the input), TopK(k) over `constrain`'s
+        logits; the If's outputs are the small top-k tensors."""
         T = self.T
+        values, ids = body.op("TopK", [logits, k], "row_top", outputs=2, axis=1)
+        early = body.op("Less", [index, self.min_length], "before_min_length")
+        banned = body.op("And", [body.op("Equal", [ids, self.c64(self.eos, "eos64")]), early],
+                         "eos_banned")
+        values = body.op("Where", [banned, self.g.const(np.float32(-np.inf), "minus_inf_f"),
+                                   values], "eos_at_minus_inf")
         ngram = body.subgraph()
-        ngram_graph = _branch(ngram, "ngram_constraint", [
-            (self.constrain(ngram, logits, index, self.min_length, grams, recent), T.FLOAT)])
-        min_length = body.subgraph()
-        min_length_graph = _branch(min_length, "min_length_constraint", [
-            (self.constrain(min_length, logits, index, self.min_length), T.FLOAT)])
-        none_graph = _branch(body.subgraph(), "no_constraint", [(logits, T.FLOAT)])
-        either = body.subgraph()
-        either_graph = _branch(either, "no_ngram", [(
-            either.op("If", [self.has_min_length], "if_min_length",
-                      then_branch=min_length_graph, else_branch=none_graph), T.FLOAT)])
-        return body.op("If", [self.has_ngram], "constrained_logits", then_branch=ngram_graph,
-                       else_branch=either_graph)
+        ngram_top = ngram.op("TopK", [
+            self.constrain(ngram, logits, index, self.min_length, grams, recent), k],
+            "ngram_top", outputs=2, axis=1)
+        ngram_graph = _branch(ngram, "ngram_constraint",
+                              list(zip(ngram_top, (T.FLOAT, T.INT64), strict=True)))
+        min_length_graph = _branch(body.subgraph(), "min_length_constraint",
+                                   [(values, T.FLOAT), (ids, T.INT64)])
+        return body.op("If", [self.has_ngram], "constrained_top", outputs=2,
+                       then_branch=ngram_graph, else_branch=min_length_graph)
 
     def remembered(self, body, grams, recent, chosen):
         """`remember` when n-gram blocking is on, else the state as it is."""
@@ -489,7 +500,6 @@ class _Builder:
         self.min_length = self.to(g, "min_length", T.INT64, "min_length64")
         zero = self.c64(0, "zero")
         self.has_ngram = g.op("Greater", [self.ngram_size, zero], "has_ngram")
-        self.has_min_length = g.op("Greater", [self.min_length, zero], "has_min_length")
         beam = self.beam((keys, values), cross_bias, batch)
         greedy = self.greedy((keys, values), cross_bias, batch)
         is_beam = g.op("Greater", ["beam_size", g.const(np.int32(1), "one_i32")], "is_beam")

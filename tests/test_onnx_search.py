@@ -139,6 +139,47 @@ def test_search_graph_matches_the_numpy_search(graphs, beam, ngram, min_length):
         np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("beam", [19, 20, 23])
+@pytest.mark.parametrize("ngram,min_length", [(0, 6), (2, 4)])
+def test_beams_as_wide_as_the_vocabulary(graphs, beam, ngram, min_length):
+    """A row's 2K candidates are the whole vocabulary (K >= 20 for V = 40) or all of it but
+    two (K = 19). The graph bans EOS among a row's candidates, setting it to -inf where it
+    stands; the NumPy search bans it in the logits before its top 2K. The tokens must agree
+    either way."""
+    c = graphs.config
+    rng = np.random.default_rng(beam + 7 * min_length)
+    source = _sources(rng, c.eos_id, c.pad_id)
+    expected = graphs.stepwise(source, beam, 12, ngram=ngram, min_length=min_length)
+    got = graphs.in_graph(source, beam, 12, ngram=ngram, min_length=min_length)
+    assert got.tokens.tolist() == expected.tokens.tolist()
+    np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def eos_first_graphs():
+    """A model whose output bias puts EOS first at most steps, so min_length has to move
+    greedy and beam search off it."""
+    model = _model(3, positional="learned", share_embeddings=False, tie_output=False)
+    bias = model.output_projection.bias
+    bias.assign(bias.numpy() + 4.0 * (np.arange(VOCAB) == model.config.eos_id))
+    return _Graphs(model)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("ngram", [0, 2])
+def test_min_length_where_eos_comes_first(eos_first_graphs, beam, ngram):
+    c = eos_first_graphs.config
+    rng = np.random.default_rng(11 * beam + ngram)
+    source = _sources(rng, c.eos_id, c.pad_id)
+    free = eos_first_graphs.in_graph(source, beam, 10, ngram=ngram)
+    assert (free.tokens[:, 0] == c.eos_id).all()  # without min_length every row stops at once
+    expected = eos_first_graphs.stepwise(source, beam, 10, ngram=ngram, min_length=4)
+    got = eos_first_graphs.in_graph(source, beam, 10, ngram=ngram, min_length=4)
+    assert got.tokens.tolist() == expected.tokens.tolist()
+    np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+    assert (got.tokens[:, :4] != c.eos_id).all()
+
+
 @pytest.fixture(scope="module")
 def int8_graphs(tmp_path_factory):
     return _Graphs(_model(5, pre_norm=True), tmp_path_factory.mktemp("int8"))
