@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import CONFIGS, PEER_RESULTS, PEERS_DIR, ROOT, results_dir
+from bench.common import CONFIGS, PEER_RESULTS, PEERS_DIR, ROOT, add_results_option, results_dir
 from bench.decode import RUNTIMES
 
 DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
@@ -86,7 +86,7 @@ def main(argv=None) -> None:
                         choices=[*STEPS, "decode"], help=f"a subset of {', '.join(STEPS)}")
     parser.add_argument("--quick", action="store_true", help="smoke test of every step")
     parser.add_argument("--no-peers", action="store_true", help="skip the peer harness")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     only = set(args.only or STEPS)
     if "decode" in only:

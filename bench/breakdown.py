@@ -25,6 +25,7 @@ from bench.common import (  # noqa: E402
     CONFIGS,
     SEED,
     SOURCE_LENGTH,
+    add_results_option,
     payload,
     print_table,
     results_dir,
@@ -114,7 +115,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, 4 new tokens, one timed call")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     new_tokens = args.new_tokens or (4 if args.quick else 32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -50,6 +51,24 @@ CONFIGS = {
 
 VERSIONED = ("tensorflow", "keras", "numpy", "tensorflow-text", "onnxruntime", "onnx",
              "tf2onnx", "ai-edge-litert", "sentencepiece")
+
+
+def results_directory(value: str) -> str:
+    """argparse type of --results: a directory, made when missing. A path that is, or lies
+    under, an existing file is refused before anything runs (the run would end, minutes later,
+    in mkdir's error with nothing written)."""
+    path = Path(value)
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise argparse.ArgumentTypeError(
+                    f"{part} is a file: --results names a directory (new or existing)")
+            break
+    return value
+
+
+def add_results_option(parser, help: str = "results directory") -> None:
+    parser.add_argument("--results", default=None, type=results_directory, help=help)
 
 
 def results_dir(args) -> Path:

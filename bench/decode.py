@@ -38,6 +38,7 @@ from bench.common import (  # noqa: E402
     CONFIGS,
     SEED,
     SOURCE_LENGTH,
+    add_results_option,
     build_model,
     payload,
     peak_rss_mb,
@@ -246,7 +247,7 @@ def main(argv=None) -> None:
                         help="where bench.export_models keeps the exports")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, 4 new tokens, one timed call")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")
     args = parser.parse_args(argv)

@@ -21,6 +21,7 @@ from bench.common import (  # noqa: E402
     CONFIGS,
     TRAIN_BATCH,
     TRAIN_LENGTH,
+    add_results_option,
     build_model,
     payload,
     print_table,
@@ -88,7 +89,7 @@ def main(argv=None) -> None:
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small (demo with --quick)")
     parser.add_argument("--quick", action="store_true", help="demo config, 8 x 8 x 8")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
 
     size = 8 if args.quick else TRAIN_BATCH

@@ -37,6 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from bench.common import (  # noqa: E402
     NEW_TOKENS,
     PEER_TORCH_PYTHON,
+    add_results_option,
     median,
     payload,
     print_table,
@@ -181,7 +182,7 @@ def main(argv=None) -> None:
                         help="seconds of rest before each side's calls")
     parser.add_argument("--ct2-python", type=Path, default=PEER_TORCH_PYTHON)
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     for name in ("rounds", "calls"):
         if getattr(args, name) < 1:

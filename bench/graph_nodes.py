@@ -28,6 +28,7 @@ from bench.common import (  # noqa: E402
     CONFIGS,
     SEED,
     SOURCE_LENGTH,
+    add_results_option,
     build_model,
     cpu_model,
     loadavg,
@@ -105,7 +106,7 @@ def main(argv=None) -> None:
                         help="onnxruntime intra-op threads (0: onnxruntime's default, as the "
                              "runtime; 1 is steadier on a CPU other processes share)")
     parser.add_argument("--quick", action="store_true", help="demo only, 1 s per cell")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     from export.onnx_optimize import op_counts, optimize, ort_extended
 

@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 from bench.common import (  # noqa: E402
     SEED,
+    add_results_option,
     payload,
     print_table,
     results_dir,
@@ -150,7 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 3])
     parser.add_argument("--min-seconds", type=float, default=1.5,
                         help="timed seconds per cell and way")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     if max(args.prompts) >= MAX_LENGTH:
         parser.error(f"--prompts must be below {MAX_LENGTH}")

@@ -47,6 +47,7 @@ from bench.common import (  # noqa: E402
     PEERS_DIR,
     SEED,
     SOURCE_LENGTH,
+    add_results_option,
     cpu_flags,
     cpu_model,
     payload,
@@ -368,7 +369,7 @@ def main(argv=None) -> None:
                         help="demo test sentences scored (export.parity's --bleu-sentences)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, batch 1 greedy, one timed call")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import payload, print_table, results_dir, write_json
+from bench.common import add_results_option, payload, print_table, results_dir, write_json
 
 # metrics.json key -> report name (the test split's scores carry no prefix there).
 FINAL = {"dev_bleu": "dev_bleu", "dev_chrf": "dev_chrf", "bleu": "test_bleu",
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
     parser.add_argument("--dev-only", action="store_true",
                         help="leave out the test split's scores (runs that choose a recipe)")
     parser.add_argument("--name", default="recipe", help="file name of the report")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     if args.every <= 0:
         parser.error("--every must be positive")

@@ -19,6 +19,7 @@ from bench.common import (
     PEER_RESULTS,
     TRAIN_BATCH,
     TRAIN_LENGTH,
+    add_results_option,
     read_json,
     results_dir,
 )
@@ -331,7 +332,7 @@ def build(results: Path, peers: Path, short: int = NEW_TOKENS, long: int = LONG_
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default=None, help="our results directory")
+    add_results_option(parser, help="our results directory")
     parser.add_argument("--peers", default=str(PEER_RESULTS), help="the peers' results")
     parser.add_argument("--quick", action="store_true",
                         help="read bench/results/quick, where decoding made 4 new tokens")

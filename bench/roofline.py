@@ -15,7 +15,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from bench.common import payload, print_table, results_dir, time_calls, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    add_results_option,
+    payload,
+    print_table,
+    results_dir,
+    time_calls,
+    write_json,
+)
 
 
 def tf_matmul(n: int):
@@ -43,7 +50,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=None, help="matrix size (2048; 256 if --quick)")
     parser.add_argument("--quick", action="store_true", help="smoke test: small n, one call")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     n = args.n or (256 if args.quick else 2048)
     meta = payload("roofline", quick=args.quick)  # now, so loadavg_start is before the work

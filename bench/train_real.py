@@ -43,6 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from bench.common import (  # noqa: E402
     PEER_TF_PYTHON,
     ROOT,
+    add_results_option,
     command_line,
     payload,
     print_table,
@@ -344,7 +345,7 @@ def main(argv=None) -> None:
                              "files (default: a temporary one)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: a 1-in-40 sample of the pairs, tiny models")
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     args = parser.parse_args(argv)
     quick = args.quick
     args.warmup = args.warmup if args.warmup is not None else (2 if quick else 10)

@@ -31,6 +31,7 @@ from bench.common import (  # noqa: E402
     PEER_TF_PYTHON,
     TRAIN_BATCH,
     TRAIN_LENGTH,
+    add_results_option,
     payload,
     peak_rss_mb,
     print_table,
@@ -162,7 +163,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keras-hub", action="store_true",
                         help="also keras-hub's step in the same cells (peer environment)")
     parser.add_argument("--peer-python", type=Path, default=PEER_TF_PYTHON)
-    parser.add_argument("--results", default=None, help="results directory")
+    add_results_option(parser)
     parser.add_argument("--out", default=None, help="JSON path (default in the results dir)")
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")

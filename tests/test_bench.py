@@ -97,6 +97,28 @@ def test_write_json_merge_keeps_unmeasured_rows(tmp_path):
     assert sorted((r["config"], r["v"]) for r in rows) == [("a", 1), ("b", 2)]
 
 
+@pytest.mark.parametrize("script", ["bench.decode", "bench.duel", "bench.report",
+                                    "bench.__main__", "bench.train_step"])
+def test_results_naming_a_file_is_refused_in_one_line(tmp_path, script):
+    """--results that is, or lies under, a file: argparse's one-line error before anything
+    runs, from every bench script; a new or existing directory is accepted."""
+    import subprocess
+    import sys
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept\n")
+    for value in (a_file, a_file / "below"):
+        proc = subprocess.run([sys.executable, "-m", script, "--results", str(value)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines()[-1].endswith(
+            f"{a_file} is a file: --results names a directory (new or existing)")
+        assert "Traceback" not in proc.stderr
+    assert a_file.read_text() == "kept\n"
+    for value in (tmp_path, tmp_path / "new" / "dir"):
+        assert common.results_directory(str(value)) == str(value)
+
+
 def test_payload_records_machine_load_and_versions():
     p = common.payload("x")
     assert p["machine"]["cores"] >= 1 and p["machine"]["cpu_model"]
