@@ -30,7 +30,9 @@ How it is laid out:
   `ArgMax` return the lower index first, which is NumPy's order of (beam, rank in the beam,
   token) for candidates and of (earlier, later) for finished hypotheses.
 - min_length bans EOS among each row's top candidates (`constrained_top`), not in the
-  logits, and with no `If`: in a loop body an If costs more than the nodes it would skip.
+  logits; one `If` per step picks that or n-gram blocking, and hands on only the top-k
+  tensors (in a loop body, an If that hands on the (rows, V) logits, or one nested in
+  another, cost more than the nodes it skipped).
 - no_repeat_ngram_size n: every row carries the n-grams it generated, each stored as a marker
   column 0 and its n tokens, plus its last n tokens; at each step the n-grams whose first n-1
   tokens equal the row's last n-1 ban their last token (a `ScatterElements` add into a
@@ -447,26 +449,27 @@ class _Builder:
         together, ties to the lower position), and k covers what it needs with EOS banned,
         so where EOS sits at -inf changes nothing.
 
-        Without n-gram blocking, min_length bans EOS alone: TopK(k) over the logits as they
-        are, then EOS set to -inf while index < min_length. That is (n,k) work where
-        banning EOS in the logits copies all (n,V) of them, and it needs no If, which in a
-        loop body cost more than the nodes it skips (an If that hands on the (n,V) logits
-        most of all). With n-gram blocking (an If on the input), TopK(k) over `constrain`'s
-        logits; the If's outputs are the small top-k tensors."""
+        One If on the input picks how. With n-gram blocking, TopK(k) over `constrain`'s
+        logits. Without it, min_length bans EOS alone: TopK(k) over the logits as they are,
+        then EOS set to -inf while index < min_length, which is (n,k) work where banning EOS
+        in the logits copies all (n,V) of them. Either branch hands on only the small top-k
+        tensors: in a loop body an If whose output is the (n,V) logits, or one nested in
+        another, cost more than the nodes it skipped."""
         T = self.T
-        values, ids = body.op("TopK", [logits, k], "row_top", outputs=2, axis=1)
-        early = body.op("Less", [index, self.min_length], "before_min_length")
-        banned = body.op("And", [body.op("Equal", [ids, self.c64(self.eos, "eos64")]), early],
-                         "eos_banned")
-        values = body.op("Where", [banned, self.g.const(np.float32(-np.inf), "minus_inf_f"),
-                                   values], "eos_at_minus_inf")
         ngram = body.subgraph()
         ngram_top = ngram.op("TopK", [
             self.constrain(ngram, logits, index, self.min_length, grams, recent), k],
             "ngram_top", outputs=2, axis=1)
         ngram_graph = _branch(ngram, "ngram_constraint",
                               list(zip(ngram_top, (T.FLOAT, T.INT64), strict=True)))
-        min_length_graph = _branch(body.subgraph(), "min_length_constraint",
+        plain = body.subgraph()
+        values, ids = plain.op("TopK", [logits, k], "row_top", outputs=2, axis=1)
+        early = plain.op("Less", [index, self.min_length], "before_min_length")
+        banned = plain.op("And", [plain.op("Equal", [ids, self.c64(self.eos, "eos64")]), early],
+                          "eos_banned")
+        values = plain.op("Where", [banned, self.g.const(np.float32(-np.inf), "minus_inf_f"),
+                                    values], "eos_at_minus_inf")
+        min_length_graph = _branch(plain, "min_length_constraint",
                                    [(values, T.FLOAT), (ids, T.INT64)])
         return body.op("If", [self.has_ngram], "constrained_top", outputs=2,
                        then_branch=ngram_graph, else_branch=min_length_graph)
