@@ -123,6 +123,16 @@ def _sources(rng, eos_id: int, pad_id: int):
     return source
 
 
+def _assert_matches_numpy(graphs, source, beam, max_length, **settings):
+    """search.onnx's tokens identical to the NumPy search's and its scores within float32
+    rounding; -> search.onnx's result."""
+    expected = graphs.stepwise(source, beam, max_length, **settings)
+    got = graphs.in_graph(source, beam, max_length, **settings)
+    assert got.tokens.tolist() == expected.tokens.tolist(), (beam, settings)
+    np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+    return got
+
+
 @pytest.mark.parametrize("beam", [1, 2, 4])
 @pytest.mark.parametrize("ngram,min_length", [(0, 0), (2, 0), (0, 6), (3, 4), (1, 0)])
 def test_search_graph_matches_the_numpy_search(graphs, beam, ngram, min_length):
@@ -133,10 +143,7 @@ def test_search_graph_matches_the_numpy_search(graphs, beam, ngram, min_length):
         max_length = int(rng.integers(3, 20))
         settings = dict(alpha=float(rng.choice([0.0, 0.6, 1.0])), ngram=ngram,
                         min_length=min_length)
-        expected = graphs.stepwise(source, beam, max_length, **settings)
-        got = graphs.in_graph(source, beam, max_length, **settings)
-        assert got.tokens.tolist() == expected.tokens.tolist(), (beam, settings)
-        np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+        _assert_matches_numpy(graphs, source, beam, max_length, **settings)
 
 
 @pytest.mark.parametrize("beam", [19, 20, 23])
@@ -149,10 +156,7 @@ def test_beams_as_wide_as_the_vocabulary(graphs, beam, ngram, min_length):
     c = graphs.config
     rng = np.random.default_rng(beam + 7 * min_length)
     source = _sources(rng, c.eos_id, c.pad_id)
-    expected = graphs.stepwise(source, beam, 12, ngram=ngram, min_length=min_length)
-    got = graphs.in_graph(source, beam, 12, ngram=ngram, min_length=min_length)
-    assert got.tokens.tolist() == expected.tokens.tolist()
-    np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+    _assert_matches_numpy(graphs, source, beam, 12, ngram=ngram, min_length=min_length)
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +177,7 @@ def test_min_length_where_eos_comes_first(eos_first_graphs, beam, ngram):
     source = _sources(rng, c.eos_id, c.pad_id)
     free = eos_first_graphs.in_graph(source, beam, 10, ngram=ngram)
     assert (free.tokens[:, 0] == c.eos_id).all()  # without min_length every row stops at once
-    expected = eos_first_graphs.stepwise(source, beam, 10, ngram=ngram, min_length=4)
-    got = eos_first_graphs.in_graph(source, beam, 10, ngram=ngram, min_length=4)
-    assert got.tokens.tolist() == expected.tokens.tolist()
-    np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+    got = _assert_matches_numpy(eos_first_graphs, source, beam, 10, ngram=ngram, min_length=4)
     assert (got.tokens[:, :4] != c.eos_id).all()
 
 
@@ -198,10 +199,7 @@ def test_int8_search_graph_matches_the_int8_numpy_search(int8_graphs, beam, ngra
         source = _sources(rng, c.eos_id, c.pad_id)
         max_length = int(rng.integers(3, 20))
         settings = dict(ngram=ngram, min_length=min_length)
-        expected = int8_graphs.stepwise(source, beam, max_length, **settings)
-        got = int8_graphs.in_graph(source, beam, max_length, **settings)
-        assert got.tokens.tolist() == expected.tokens.tolist(), (beam, settings)
-        np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+        _assert_matches_numpy(int8_graphs, source, beam, max_length, **settings)
 
 
 def test_int8_search_graph_quantizes_the_loop_bodies(int8_graphs):
