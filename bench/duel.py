@@ -110,6 +110,16 @@ def summary(ours_rounds: list[list[float]], theirs_rounds: list[list[float]]) ->
             "rounds_won": sum(r > 1 for r in per_round), "rounds": len(per_round)}
 
 
+def table_of(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of the duel's table, for the terminal and for bench.report."""
+    return (["config", "batch", "beam", "ours", "ct2", "ours ms", "ct2 ms (MKL)", "ct2/ours",
+             "round median", "rounds won"],
+            [[r["config"], r["batch"], r["beam"], r["ours"], r["ct2"],
+              f"{r['ours_ms']['median']:.1f}", f"{r['ct2_ms']['median']:.1f} ({r['ct2_use_mkl']})",
+              f"{r['ratio']:.2f}", f"{r['ratio_round_median']:.2f}",
+              f"{r['rounds_won']}/{r['rounds']}"] for r in rows])
+
+
 def ct2_worker(args, compute_type: str, config: str, mkl: str) -> Worker:
     cmd, env = ct2_command(args, compute_type, mkl, "--configs", config,
                            "--batches", *map(str, args.batches), "--serve")
@@ -210,13 +220,7 @@ def main(argv=None) -> None:
                 rows.append({"config": config, "ours": f"onnx-search:{ours}", "ct2": theirs,
                              "error": str(err)[:2000]})
     print(f"\nCPU: {meta['machine'].get('cpu_model')}")
-    print_table(["config", "batch", "beam", "ours", "ct2", "ours ms", "ct2 ms (MKL)",
-                 "ct2/ours", "round median", "rounds won"],
-                [[r["config"], r["batch"], r["beam"], r["ours"], r["ct2"],
-                  f"{r['ours_ms']['median']:.1f}",
-                  f"{r['ct2_ms']['median']:.1f} ({r['ct2_use_mkl']})", f"{r['ratio']:.2f}",
-                  f"{r['ratio_round_median']:.2f}", f"{r['rounds_won']}/{r['rounds']}"]
-                 for r in rows if "error" not in r])
+    print_table(*table_of([r for r in rows if "error" not in r]))
     path = write_json(results_dir(args) / "duel.json", {**meta, "results": rows}, MERGE_KEYS)
     print(f"wrote {path}")
 

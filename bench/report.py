@@ -24,6 +24,7 @@ from bench.common import (
     results_dir,
 )
 from bench.decode import RUNTIMES
+from bench.duel import table_of as duel_table
 from bench.flops import train_step_flops
 
 NA = "n/a"
@@ -283,13 +284,7 @@ def duel_section(data: dict) -> list[str]:
     return ["## Against CTranslate2, call by call (bench.duel)", "",
             "The two sides alternate every few calls, the order swapped each round, so the "
             "host's drift cancels. ct2/ours > 1: ours is faster.", "",
-            *table(["config", "batch", "beam", "ours", "ct2", "ours ms", "ct2 ms (MKL)",
-                    "ct2/ours", "rounds won"],
-                   [[r["config"], r["batch"], r["beam"], r["ours"], r["ct2"],
-                     f"{r['ours_ms']['median']:.1f}",
-                     f"{r['ct2_ms']['median']:.1f} ({r['ct2_use_mkl']})",
-                     f"{r['ratio']:.2f}", f"{r['rounds_won']}/{r['rounds']}"] for r in rows]),
-            ""]
+            *table(*duel_table(rows)), ""]
 
 
 def failures_section(data: dict) -> list[str]:

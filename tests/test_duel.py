@@ -118,7 +118,12 @@ def test_report_shows_the_duel(tmp_path):
     common.write_json(tmp_path / "duel.json", {"results": [row]})
     text = report.build(tmp_path, tmp_path / "no_peers")
     assert "## Against CTranslate2, call by call" in text
-    assert "| small | 1 | 4 | onnx-search:float32 | float32 | 2.0 | 1.5 (0) | 0.75 | 1/2 |" in text
+    # The same row as bench.duel prints: over every call 1.5 / 2.0 ms, per round 2 and 0.5.
+    line = "| small | 1 | 4 | onnx-search:float32 | float32 | 2.0 | 1.5 (0) | 0.75 | 1.25 | 1/2 |"
+    assert line in text
+    headers, rows = duel.table_of([row])
+    assert "| " + " | ".join(map(str, rows[0])) + " |" == line
+    assert headers[-2:] == ["round median", "rounds won"]
 
 
 def test_python_m_bench_runs_the_duel_on_the_peer_configs_only():
