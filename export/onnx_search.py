@@ -306,6 +306,11 @@ class _Builder:
         source_base = self.unsqueeze(b, b.op("Mul", [
             b.op("Range", [self.c64(0, "zero"), self.squeeze(b, batch, [0]),
                            self.c64(1, "one")]), k]), [1], "source_base")
+        # The length penalty of every length the loop can reach (1..max_length): the body
+        # looks its step's up (one Gather) instead of computing it (four nodes).
+        penalties = self.penalty(b, b.op("Range", [
+            self.c64(1, "one"), b.op("Add", [self.max_length, self.c64(1, "one")]),
+            self.c64(1, "one")]))
 
         body = self.new_body()
         index, cond_in = b.name("index"), b.name("cond")
@@ -328,7 +333,7 @@ class _Builder:
         is_eos = body.op("Equal", [top_token, self.c64(self.eos, "eos64")], "is_eos")
 
         gen_len = body.op("Add", [index, self.c64(1, "one")], "gen_len_out")
-        penalty = self.penalty(body, gen_len)
+        penalty = body.op("Gather", [penalties, index], "penalty")  # penalty(gen_len)
 
         # Finished hypotheses: EOS candidates ranked below K, for sources still running.
         first_k = [self.slice(body, x, 0, k_1d, 1) for x in (top_scores, top_beam, is_eos)]
@@ -377,8 +382,7 @@ class _Builder:
         carried = [body.op("Reshape", [new_tokens, self.c64([-1], "flat")], "tokens_out"),
                    alive_out, history_out, fin_scores_out, fin_seqs_out, done_out, gen_len]
         carried += [self.gather_rows(body, x, parents) for x in presents]
-        carried += list(self.remembered(body, self.gather_rows(body, grams, parents),
-                                        self.gather_rows(body, recent, parents), carried[0]))
+        carried += list(self.remembered(body, grams, recent, carried[0], parents))
         types = [T.INT32, T.DOUBLE, T.INT32, T.DOUBLE, T.INT32, T.BOOL, T.INT64]
         types += [T.FLOAT] * n_pasts + [T.INT32, T.INT32]
         shapes = [["rows"], ["batch", "k"], ["batch", "k", "max_length"], ["batch", "k"],
@@ -474,12 +478,17 @@ class _Builder:
         return body.op("If", [self.has_ngram], "constrained_top", outputs=2,
                        then_branch=ngram_graph, else_branch=min_length_graph)
 
-    def remembered(self, body, grams, recent, chosen):
-        """`remember` when n-gram blocking is on, else the state as it is."""
+    def remembered(self, body, grams, recent, chosen, parents=None):
+        """`remember` when n-gram blocking is on (each row's state first taken from the row
+        `parents` names, where given: beam search), else the state as it is (without
+        n-grams every row's state is the same, so no row needs its parent's)."""
         T = self.T
         then = body.subgraph()
+        state = (grams, recent)
+        if parents is not None:
+            state = [self.gather_rows(then, x, parents) for x in state]
         then_graph = _branch(then, "remember", [
-            (x, T.INT32) for x in self.remember(then, grams, recent, chosen)])
+            (x, T.INT32) for x in self.remember(then, *state, chosen)])
         other = body.subgraph()
         other_graph = _branch(other, "keep", [(grams, T.INT32), (recent, T.INT32)])
         return body.op("If", [self.has_ngram], "ngram_state", outputs=2,
