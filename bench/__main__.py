@@ -23,6 +23,7 @@ import time
 
 from bench.common import CONFIGS, PEER_RESULTS, PEERS_DIR, ROOT, add_results_option, results_dir
 from bench.decode import RUNTIMES
+from keras_transformer.command_line import add_debug_flag, entry_point
 
 DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
 STEPS = ("roofline", "train_step", "dropout", "train_real", "export_models", *DECODE_STEPS,
@@ -78,6 +79,7 @@ def peer_env(args) -> dict:
     return env
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
@@ -87,6 +89,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke test of every step")
     parser.add_argument("--no-peers", action="store_true", help="skip the peer harness")
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     only = set(args.only or STEPS)
     if "decode" in only:
@@ -111,4 +114,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

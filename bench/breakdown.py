@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,6 +34,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.decode import decode_once  # noqa: E402
 from bench.export_models import CACHE_DIR, code_fingerprint, ensure_in_child  # noqa: E402
+from keras_transformer.command_line import add_debug_flag, entry_point, int_in  # noqa: E402
 
 PIECES = ("encode", "decode_step_normalized", "write", "gather")
 LABELS = {"decode_step_normalized": "steps", "write": "cache writes",
@@ -101,21 +103,24 @@ def table_of(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
               *(f"{r['ms'][p]:.1f}" for p in pieces)] for r in rows])
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", nargs="+", default=["onnx", "tflite"],
                         choices=["onnx", "tflite"])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small base (demo with --quick)")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--new-tokens", type=int, default=None, help="default 32 (4 with --quick)")
-    parser.add_argument("--calls", type=int, default=None,
+    parser.add_argument("--batches", type=int_in(1), nargs="+", default=[1, 16])
+    parser.add_argument("--beams", type=int_in(1), nargs="+", default=[1, 4])
+    parser.add_argument("--new-tokens", type=int_in(1), default=None,
+                        help="default 32 (4 with --quick)")
+    parser.add_argument("--calls", type=int_in(1), default=None,
                         help="timed calls per cell (default 8, 1 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, 4 new tokens, one timed call")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     new_tokens = args.new_tokens or (4 if args.quick else 32)
@@ -133,4 +138,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

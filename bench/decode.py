@@ -51,6 +51,7 @@ from bench.export_models import CACHE_DIR, code_fingerprint, ensure_in_child  # 
 from bench.flops import generate_flops  # noqa: E402
 from bench.nocache import NoCacheStepper  # noqa: E402
 from bench.nocache import load_runtime as load_nocache_runtime  # noqa: E402
+from keras_transformer.command_line import add_debug_flag, entry_point, int_in  # noqa: E402
 from keras_transformer.decoding import search  # noqa: E402
 
 RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "onnx-search", "tflite")
@@ -228,6 +229,7 @@ def fmt_row(r: dict) -> list:
                    f"{r['per_token_ms']:.2f}", f"{r['tokens_per_s']:,.0f}"]
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", nargs="+", default=["keras"], choices=RUNTIMES,
@@ -236,10 +238,10 @@ def main(argv=None) -> None:
                              "written to its own decode_<runtime>.json")
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small base (demo with --quick)")
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=None,
+    parser.add_argument("--new-tokens", type=int_in(1), nargs="+", default=None,
                         help="default 32 128 (4 with --quick)")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--batches", type=int_in(1), nargs="+", default=[1, 16])
+    parser.add_argument("--beams", type=int_in(1), nargs="+", default=[1, 4])
     parser.add_argument("--no-cache", action="store_true",
                         help="also time decoding without the key/value cache (the export "
                              "formats through bench.nocache's prefix decoder)")
@@ -250,6 +252,7 @@ def main(argv=None) -> None:
     add_results_option(parser)
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     runtimes = list(dict.fromkeys(args.runtime))
     if args.no_cache and not set(runtimes) & set(NO_CACHE_RUNTIMES):
@@ -310,4 +313,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

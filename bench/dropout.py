@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -29,6 +30,7 @@ from bench.common import (  # noqa: E402
     time_interleaved,
     write_json,
 )
+from keras_transformer.command_line import add_debug_flag, entry_point  # noqa: E402
 
 MASKS = ("keras", "hash", "none")
 
@@ -84,12 +86,14 @@ def measure(name: str, size: int, length: int, timing: dict) -> list[dict]:
             for (kind, jit), t in zip(cells, time_interleaved(fns, **timing), strict=True)]
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small (demo with --quick)")
     parser.add_argument("--quick", action="store_true", help="demo config, 8 x 8 x 8")
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
 
     size = 8 if args.quick else TRAIN_BATCH
@@ -109,4 +113,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

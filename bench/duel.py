@@ -47,6 +47,12 @@ from bench.common import (  # noqa: E402
 )
 from bench.export_models import CACHE_DIR  # noqa: E402
 from bench.precision import CT2_MKL_SETTINGS, ct2_command, stepper_factory  # noqa: E402
+from keras_transformer.command_line import (  # noqa: E402
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
+)
 
 MERGE_KEYS = ("config", "batch", "beam", "ours", "ct2")
 
@@ -177,28 +183,25 @@ def one_pair(args, config: str, ours_precision: str, compute_type: str) -> list[
     return rows
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["small", "base"],
                         choices=["small", "base"])
     parser.add_argument("--pairs", nargs="+", default=["float32:float32", "int8:int8"],
                         help="ours:ct2 precisions (ours: float32 or int8; ct2: a compute type)")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--calls", type=int, default=6,
+    parser.add_argument("--batches", type=int_in(1), nargs="+", default=[1, 16])
+    parser.add_argument("--beams", type=int_in(1), nargs="+", default=[1, 4])
+    parser.add_argument("--rounds", type=int_in(1), default=8)
+    parser.add_argument("--calls", type=int_in(1), default=6,
                         help="timed calls per side, round and batch-1 cell (a third at batch 16)")
-    parser.add_argument("--rest", type=float, default=0.3,
+    parser.add_argument("--rest", type=float_in(0, 60), default=0.3,
                         help="seconds of rest before each side's calls")
     parser.add_argument("--ct2-python", type=Path, default=PEER_TORCH_PYTHON)
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
-    for name in ("rounds", "calls"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} {getattr(args, name)}: give 1 or more")
-    if min(args.batches + args.beams) < 1 or args.rest < 0:
-        parser.error("--batches and --beams take 1 or more, --rest 0 or more")
     pairs = []
     for pair in args.pairs:
         ours, sep, theirs = pair.partition(":")
@@ -226,4 +229,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

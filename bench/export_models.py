@@ -23,6 +23,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.common import CONFIGS, ROOT, SEED  # noqa: E402
+from keras_transformer.command_line import add_debug_flag, entry_point  # noqa: E402
 
 CACHE_DIR = Path("/tmp/kt-bench")
 FORMATS = ("savedmodel", "onnx", "tflite")
@@ -130,6 +131,7 @@ def ensure_in_child(name: str, cache_dir: Path = CACHE_DIR, seed: int = SEED,
     return export_dir(cache_dir, name, quantize)
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
@@ -140,10 +142,11 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="the demo config only")
     parser.add_argument("--quantize", choices=("none", "all"), default="none",
                         help="all: ONNX and TFLite with every fp16/int8 variant, in export-all")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     for name in args.configs or (["demo"] if args.quick else ["small", "base"]):
         ensure(name, args.cache_dir, args.seed, args.force, args.quantize)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -37,6 +38,12 @@ from bench.common import (  # noqa: E402
     results_dir,
     time_interleaved,
     write_json,
+)
+from keras_transformer.command_line import (  # noqa: E402
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
 )
 
 CACHE_SLOTS = 32
@@ -95,18 +102,20 @@ def feeds(proto, role: str, batch: int, rng) -> dict:
     return out
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default demo small base (demo with --quick)")
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
-    parser.add_argument("--seconds", type=float, default=6.0,
+    parser.add_argument("--batches", nargs="+", type=int_in(1), default=[1, 16])
+    parser.add_argument("--seconds", type=float_in(0, 3600, low_open=True), default=6.0,
                         help="timed seconds per file and cell, in 12 interleaved rounds")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=int_in(0), default=0,
                         help="onnxruntime intra-op threads (0: onnxruntime's default, as the "
                              "runtime; 1 is steadier on a CPU other processes share)")
     parser.add_argument("--quick", action="store_true", help="demo only, 1 s per cell")
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     from export.onnx_optimize import op_counts, optimize, ort_extended
 
@@ -177,4 +186,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,6 +33,12 @@ from bench.common import (  # noqa: E402
     time_interleaved,
     write_json,
 )
+from keras_transformer.command_line import (  # noqa: E402
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
+)
 
 # The LM shapes of the tiny and small presets, with the peers' vocabulary of 8000.
 PRESETS = ("tiny", "small")
@@ -143,15 +149,17 @@ def measure(preset: str, prompts: list[int], batches: list[int], min_seconds: fl
     return rows
 
 
+@entry_point
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.lm_prefill",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="+", default=list(PRESETS), choices=PRESETS)
-    parser.add_argument("--prompts", nargs="+", type=int, default=[8, 32, 128])
-    parser.add_argument("--batch", nargs="+", type=int, default=[1, 3])
-    parser.add_argument("--min-seconds", type=float, default=1.5,
+    parser.add_argument("--prompts", nargs="+", type=int_in(1), default=[8, 32, 128])
+    parser.add_argument("--batch", nargs="+", type=int_in(1), default=[1, 3])
+    parser.add_argument("--min-seconds", type=float_in(0, 3600, low_open=True), default=1.5,
                         help="timed seconds per cell and way")
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     if max(args.prompts) >= MAX_LENGTH:
         parser.error(f"--prompts must be below {MAX_LENGTH}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import weakref
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np  # noqa: E402
 
 from bench.common import CONFIGS, SEED  # noqa: E402
 from bench.export_models import CACHE_DIR, code_fingerprint, ensure  # noqa: E402
+from keras_transformer.command_line import add_debug_flag, entry_point  # noqa: E402
 
 FORMATS = ("savedmodel", "onnx", "tflite")
 ONNX_FILES = {"encode": "encode.onnx", "decode_last": "decode_last.onnx"}
@@ -267,16 +269,18 @@ class NoCacheStepper:
         self.prefix = self.prefix[indices]
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["small", "base"], choices=CONFIGS)
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--force", action="store_true", help="re-export even if current")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     for name in args.configs:
         build(name, args.cache_dir, args.seed, args.force)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

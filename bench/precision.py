@@ -57,6 +57,12 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from bench.export_models import CACHE_DIR, ensure_in_child  # noqa: E402
+from keras_transformer.command_line import (  # noqa: E402
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
+)
 
 OURS = ("keras:float32", "keras:mixed_bfloat16", "onnx:float32", "onnx:int8", "onnx:fp16",
         "onnx-search:float32", "onnx-search:int8", "tflite:float32", "tflite:fp16",
@@ -223,24 +229,32 @@ def run_child(variant: str, args, timing: dict) -> list[dict]:
         return rows
 
 
+def quality_export(export_dir: Path, sentences: int):
+    """-> (Manifest, parity.json's record) of the --quality export, or the one-line error of
+    what is missing (main checks this before its minutes of timing)."""
+    from export.choice import read_record
+    from export.common import Manifest
+
+    manifest = Manifest(export_dir)
+    record = read_record(export_dir)
+    if record["sentences"] != sentences:
+        raise ValueError(f"{export_dir}/parity.json scored {record['sentences']} sentences, "
+                         f"not {sentences}: run export.parity with --bleu-sentences {sentences}")
+    return manifest, record
+
+
 def quality_rows(export_dir: Path, sentences: int) -> list[dict]:
     """Greedy BLEU on `sentences` demo test sentences of Keras float32 and mixed_bfloat16,
     the float16 ONNX conversion and every variant of the export, each one's delta from Keras
     float32, how many of its translations differ from Keras float32's, and the BLEU that
     python -m export.parity recorded for it (parity.json, the same sentences)."""
-    from export.choice import read_record
-    from export.common import Manifest
     from export.parity import bleu, demo_test_split
     from export.runtime import Translator, load_backend
     from export.runtime.tf import keras_backend
     from keras_transformer.tf_backend import KerasBackend
 
-    manifest = Manifest(export_dir)
+    manifest, record = quality_export(export_dir, sentences)
     sources, references = demo_test_split(sentences)
-    record = read_record(export_dir)
-    if record["sentences"] != sentences:
-        raise ValueError(f"{export_dir}/parity.json scored {record['sentences']} sentences, "
-                         f"not {sentences}: run export.parity with --bleu-sentences {sentences}")
     keras32 = keras_backend(manifest).model
     mixed = keras_model_like(keras32, "mixed_bfloat16")
     backends = {("keras", "float32"): KerasBackend(keras32),
@@ -344,15 +358,16 @@ def table(rows: list[dict]) -> list[list]:
     return out
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small base (demo with --quick)")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--batches", type=int_in(1), nargs="+", default=[1, 16])
+    parser.add_argument("--beams", type=int_in(1), nargs="+", default=[1, 4])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per cell")
-    parser.add_argument("--min-seconds", type=float, default=1.5,
+    parser.add_argument("--repeats", type=int_in(1), default=3, help="timed rounds per cell")
+    parser.add_argument("--min-seconds", type=float_in(0, 3600, low_open=True), default=1.5,
                         help="timed seconds per cell, over all rounds")
     parser.add_argument("--no-train", action="store_true", help="skip the training cells")
     parser.add_argument("--train-configs", nargs="+", default=["small"], choices=CONFIGS)
@@ -365,14 +380,17 @@ def main(argv=None) -> None:
     parser.add_argument("--quality", type=Path, default=None, metavar="EXPORT",
                         help="a trained translation model's export, checked by export.parity "
                              "(its parity.json): BLEU of every variant against float32")
-    parser.add_argument("--quality-sentences", type=int, default=1000,
+    parser.add_argument("--quality-sentences", type=int_in(1), default=1000,
                         help="demo test sentences scored (export.parity's --bleu-sentences)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, batch 1 greedy, one timed call")
     add_results_option(parser)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
+    if args.quality:
+        quality_export(args.quality, args.quality_sentences)
     args.configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     if args.quick:
         args.batches, args.beams, args.train_configs = [1], [1], ["demo"]
@@ -463,4 +481,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import yaml
 
 from bench.common import add_results_option, payload, print_table, results_dir, write_json
+from keras_transformer.command_line import add_debug_flag, entry_point, float_in
 
 # metrics.json key -> report name (the test split's scores carry no prefix there).
 FINAL = {"dev_bleu": "dev_bleu", "dev_chrf": "dev_chrf", "bleu": "test_bleu",
@@ -122,16 +124,18 @@ def markdown(data: dict, every: float) -> str:
     ])
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", action="append", required=True, metavar="NAME=DIR",
                         help="a finished run directory, named for the report; give two or more")
-    parser.add_argument("--every", type=float, default=5.0,
+    parser.add_argument("--every", type=float_in(0, 10000, low_open=True), default=5.0,
                         help="minutes between the curve table's rows (default 5)")
     parser.add_argument("--dev-only", action="store_true",
                         help="leave out the test split's scores (runs that choose a recipe)")
     parser.add_argument("--name", default="recipe", help="file name of the report")
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     if args.every <= 0:
         parser.error("--every must be positive")
@@ -153,4 +157,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 
 from bench.common import CONFIGS
 from bench.report import NEW_TOKENS, load, ours_decode, peer_decode, table
+from keras_transformer.command_line import add_debug_flag, entry_point
 
 
 def run_ratios(run_dir: Path, runtime: str) -> dict:
@@ -68,13 +70,19 @@ def build(run_dirs: list[Path], runtime: str = "onnx") -> str:
                 *(f"{runtime}/{name}" for name in peers)], rows), ""])
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="result directories, one per run")
     parser.add_argument("--runtime", default="onnx",
                         help="one of our runtimes, or best: the fastest per cell in each run")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
+    missing = [str(d) for d in args.runs if not d.is_dir()]
+    if missing:
+        parser.error(f"no such results directory: {', '.join(missing)} (each run is a "
+                     f"directory that a bench script wrote with --results)")
     text = build(args.runs, args.runtime)
     print(text)
     if args.out:
@@ -82,4 +90,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,6 +10,7 @@ is missing shows as n/a. Peer rates are their 'best' (median of quiet runs when 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from bench.breakdown import table_of
@@ -26,6 +27,7 @@ from bench.common import (
 from bench.decode import RUNTIMES
 from bench.duel import table_of as duel_table
 from bench.flops import train_step_flops
+from keras_transformer.command_line import add_debug_flag, entry_point, int_in
 
 NA = "n/a"
 LONG_TOKENS = 128
@@ -325,14 +327,16 @@ def build(results: Path, peers: Path, short: int = NEW_TOKENS, long: int = LONG_
     return "\n".join(lines) + "\n"
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_results_option(parser, help="our results directory")
     parser.add_argument("--peers", default=str(PEER_RESULTS), help="the peers' results")
     parser.add_argument("--quick", action="store_true",
                         help="read bench/results/quick, where decoding made 4 new tokens")
-    parser.add_argument("--short", type=int, default=None, help="32 (4 with --quick)")
-    parser.add_argument("--long", type=int, default=LONG_TOKENS)
+    parser.add_argument("--short", type=int_in(1), default=None, help="32 (4 with --quick)")
+    parser.add_argument("--long", type=int_in(1), default=LONG_TOKENS)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     results = results_dir(args)
     text = build(results, Path(args.peers), args.short or (4 if args.quick else NEW_TOKENS),
@@ -344,4 +348,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -23,6 +24,7 @@ from bench.common import (  # noqa: E402
     time_calls,
     write_json,
 )
+from keras_transformer.command_line import add_debug_flag, entry_point, int_in  # noqa: E402
 
 
 def tf_matmul(n: int):
@@ -46,11 +48,14 @@ def numpy_matmul(n: int):
     return "np.matmul", "numpy", lambda: np.matmul(a, b, out=c)
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=None, help="matrix size (2048; 256 if --quick)")
+    parser.add_argument("--n", type=int_in(1), default=None,
+                        help="matrix size (2048; 256 if --quick)")
     parser.add_argument("--quick", action="store_true", help="smoke test: small n, one call")
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     n = args.n or (256 if args.quick else 2048)
     meta = payload("roofline", quick=args.quick)  # now, so loadavg_start is before the work
@@ -75,4 +80,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -50,6 +50,12 @@ from bench.common import (  # noqa: E402
     results_dir,
     write_json,
 )
+from keras_transformer.command_line import (  # noqa: E402
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
+)
 
 CONFIG = Path("train/configs/spa_eng_small.yaml")
 # --quick: a 1-in-40 sample of the pairs, tiny models, a few steps.
@@ -306,6 +312,7 @@ def report(data: dict, out_dir: Path, name: str) -> Path:
 # -- main ----------------------------------------------------------------------------------------
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=["throughput", "curve"],
@@ -319,14 +326,17 @@ def main(argv=None) -> None:
     parser.add_argument("--curve-jit", choices=["best", "off", "on"], default="best",
                         help="XLA for the curve: each side's faster throughput setting of "
                              "this run (off without a throughput part), or as given")
-    parser.add_argument("--warmup", type=int, default=None, help="10 (2 with --quick)")
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--warmup", type=int_in(0), default=None, help="10 (2 with --quick)")
+    parser.add_argument("--steps", type=int_in(1), default=None,
                         help="timed steps per setting: 100 (4 with --quick)")
-    parser.add_argument("--budget-minutes", type=float, default=None,
+    parser.add_argument("--budget-minutes", type=float_in(0, 10000, low_open=True),
+                        default=None,
                         help="training minutes per side for the curve: 10 (0.1 with --quick)")
-    parser.add_argument("--eval-every-minutes", type=float, default=None,
+    parser.add_argument("--eval-every-minutes", type=float_in(0, 10000, low_open=True),
+                        default=None,
                         help="2.5 (0.05 with --quick)")
-    parser.add_argument("--dev-sentences", type=int, default=None, help="300 (20 with --quick)")
+    parser.add_argument("--dev-sentences", type=int_in(1), default=None,
+                        help="300 (20 with --quick)")
     sides = parser.add_mutually_exclusive_group()
     sides.add_argument("--no-peer", action="store_true", help="ours only")
     sides.add_argument("--peer-only", action="store_true",
@@ -336,7 +346,7 @@ def main(argv=None) -> None:
                         help="keras-hub's model: ours (`small`, one joint vocabulary of ours' "
                              "size) or the example's own (1 + 1 layers, a vocabulary of "
                              "--keras-hub-vocab-size per language)")
-    parser.add_argument("--keras-hub-vocab-size", type=int, default=None,
+    parser.add_argument("--keras-hub-vocab-size", type=int_in(1), default=None,
                         help="default: our vocabulary's size; 15000 with --keras-hub-size "
                              "example (the example's)")
     parser.add_argument("--peer-python", type=Path, default=PEER_TF_PYTHON)
@@ -346,6 +356,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: a 1-in-40 sample of the pairs, tiny models")
     add_results_option(parser)
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     quick = args.quick
     args.warmup = args.warmup if args.warmup is not None else (2 if quick else 10)
@@ -418,4 +429,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

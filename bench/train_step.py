@@ -41,6 +41,7 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from bench.flops import train_step_flops  # noqa: E402
+from keras_transformer.command_line import add_debug_flag, entry_point, int_in  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16")
 MERGE_KEYS = ("config", "jit_compile", "precision", "batch", "length")
@@ -142,6 +143,7 @@ def fmt_row(r: dict) -> list:
                    f"{r['peak_rss_mb']:,.0f}"]
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
@@ -150,12 +152,12 @@ def main(argv=None) -> None:
                         help="XLA: default both (off with --quick)")
     parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=None,
                         help="default both (float32 with --quick)")
-    parser.add_argument("--batch", type=int, default=None, help="32 (8 with --quick)")
-    parser.add_argument("--length", type=int, default=None, help="32 (8 with --quick)")
-    parser.add_argument("--token-budget", type=int, default=0,
+    parser.add_argument("--batch", type=int_in(1), default=None, help="32 (8 with --quick)")
+    parser.add_argument("--length", type=int_in(1), default=None, help="32 (8 with --quick)")
+    parser.add_argument("--token-budget", type=int_in(0), default=0,
                         help="instead of --batch/--length: the demo's bucket shapes, "
                              "batch = budget // length for each of --lengths")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[12, 24, 36, 48])
+    parser.add_argument("--lengths", type=int_in(1), nargs="+", default=[12, 24, 36, 48])
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, small batch, one timed step")
     parser.add_argument("--in-process", action="store_true",
@@ -167,6 +169,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None, help="JSON path (default in the results dir)")
     parser.add_argument("--merge", action="store_true",
                         help="keep rows of the existing JSON that this run does not measure")
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     quick = args.quick
     if args.keras_hub and (args.token_budget or quick):
@@ -229,4 +232,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

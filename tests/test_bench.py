@@ -119,6 +119,64 @@ def test_results_naming_a_file_is_refused_in_one_line(tmp_path, script):
         assert common.results_directory(str(value)) == str(value)
 
 
+@pytest.mark.parametrize("script, argv, message", [
+    ("bench.graph_nodes", ["--seconds", "-1"],
+     "argument --seconds: -1 is out of range: give a number in (0, 3600]"),
+    ("bench.graph_nodes", ["--threads", "-1"],
+     "argument --threads: -1 is out of range: give an integer at least 0"),
+    ("bench.decode", ["--new-tokens", "0"],
+     "argument --new-tokens: 0 is out of range: give an integer at least 1"),
+    ("bench.breakdown", ["--calls", "0"],
+     "argument --calls: 0 is out of range: give an integer at least 1"),
+    ("bench.precision", ["--repeats", "0"],
+     "argument --repeats: 0 is out of range: give an integer at least 1"),
+    ("bench.precision", ["--min-seconds", "nan"],
+     "argument --min-seconds: nan is out of range: give a number in (0, 3600]"),
+    ("bench.train_step", ["--batch", "abc"], "argument --batch: 'abc' is not an integer"),
+    ("bench.train_step", ["--token-budget", "-5"],
+     "argument --token-budget: -5 is out of range: give an integer at least 0"),
+    ("bench.train_real", ["--steps", "0"],
+     "argument --steps: 0 is out of range: give an integer at least 1"),
+    ("bench.train_real", ["--budget-minutes", "0"],
+     "argument --budget-minutes: 0 is out of range: give a number in (0, 10000]"),
+    ("bench.roofline", ["--n", "0"], "argument --n: 0 is out of range: give an integer at least 1"),
+    ("bench.lm_prefill", ["--batch", "0"],
+     "argument --batch: 0 is out of range: give an integer at least 1"),
+    ("bench.report", ["--short", "0"],
+     "argument --short: 0 is out of range: give an integer at least 1"),
+    ("bench.repeats", ["no/such/run"], "no such results directory: no/such/run (each run "
+                                       "is a directory that a bench script wrote with --results)"),
+])
+def test_bench_options_are_checked_before_anything_runs(script, argv, message, capsys):
+    """A count of 0, a negative or NaN number of seconds, a word for a number, a results
+    directory that is not there: argparse's one-line error and exit 2, before any timing
+    (until these had types, --seconds -1 timed nothing and wrote its rows all the same)."""
+    import importlib
+
+    module = importlib.import_module(script)
+    with pytest.raises(SystemExit) as stop:
+        module.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith(message)
+    assert "Traceback" not in err
+
+
+def test_bench_input_errors_found_later_are_one_line(tmp_path, capsys):
+    """What argparse cannot see (a config file, its keys, an export directory and its
+    parity.json) ends in `error: <one line>`, exit 2, before any timing or training."""
+    from bench import precision, train_real
+
+    assert train_real.main(["--config", str(tmp_path / "none.yaml"), "--no-peer"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: config file not found: {tmp_path / 'none.yaml'}"
+    assert train_real.main(["--no-peer", "--quick", "--set", "training.nope=1"]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown key(s) ['nope'] in training")
+    assert precision.main(["--quality", str(tmp_path / "none"), "--no-train"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: export directory not found: {tmp_path / 'none'}"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_payload_records_machine_load_and_versions():
     p = common.payload("x")
     assert p["machine"]["cores"] >= 1 and p["machine"]["cpu_model"]

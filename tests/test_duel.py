@@ -97,10 +97,10 @@ def test_duel_rejects_a_malformed_pair(capsys):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (["--rounds", "0"], "--rounds 0: give 1 or more"),
-    (["--calls", "-2"], "--calls -2: give 1 or more"),
-    (["--batches", "0"], "--batches and --beams take 1 or more"),
-    (["--rest", "-1"], "--rest 0 or more")])
+    (["--rounds", "0"], "argument --rounds: 0 is out of range: give an integer at least 1"),
+    (["--calls", "-2"], "argument --calls: -2 is out of range: give an integer at least 1"),
+    (["--batches", "0"], "argument --batches: 0 is out of range: give an integer at least 1"),
+    (["--rest", "-1"], "argument --rest: -1 is out of range: give a number in [0, 60]")])
 def test_duel_rejects_counts_that_time_nothing(bad, message, capsys):
     with pytest.raises(SystemExit):
         duel.main(bad)
