@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.file_safety import atomic_write_text
 
 RESULTS = Path("bench/results")
 # --quick runs are smoke tests: they must never overwrite real results.
@@ -281,9 +282,7 @@ def write_json(path: str | Path, data: dict, merge_keys: tuple[str, ...] | None 
         new = {row_key(r, merge_keys) for r in data.get("results", [])}
         kept = [r for r in old.get("results", []) if row_key(r, merge_keys) not in new]
         data["results"] = kept + data.get("results", [])
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
     return path
 
 
