@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", nargs="+", default=list(PRESETS), choices=PRESETS)
     parser.add_argument("--prompts", nargs="+", type=int_in(1), default=[8, 32, 128])
     parser.add_argument("--batch", nargs="+", type=int_in(1), default=[1, 3])
-    parser.add_argument("--min-seconds", type=float_in(0, 3600, low_open=True), default=1.5,
+    parser.add_argument("--min-seconds", type=float_in(0, 3600), default=1.5,
                         help="timed seconds per cell and way")
     add_results_option(parser)
     add_debug_flag(parser)

@@ -184,6 +184,14 @@ def ct2_command(args, compute_type: str, mkl: str, *extra: str) -> tuple[list[st
     return cmd, env
 
 
+def child_command(variant: str, args, timing: dict, out: Path) -> list[str]:
+    """The command that times one of our variants in a fresh process (this module, --child)."""
+    return [sys.executable, "-m", "bench.precision", "--child", variant, "--child-out",
+            str(out), "--cache-dir", str(args.cache_dir), "--repeats", str(timing["repeats"]),
+            "--min-seconds", str(timing["min_seconds"]), "--configs", *args.configs,
+            "--batches", *map(str, args.batches), "--beams", *map(str, args.beams)]
+
+
 def run_child(variant: str, args, timing: dict) -> list[dict]:
     """One variant in a fresh process (ours: this module with --child; ct2: precision_ct2.py
     in the peers' venv, once per CT2_USE_MKL)."""
@@ -193,11 +201,8 @@ def run_child(variant: str, args, timing: dict) -> list[dict]:
         common = ["--configs", *args.configs, "--batches", *map(str, args.batches),
                   "--beams", *map(str, args.beams)]
         if runtime != "ct2":
-            cmd = [sys.executable, "-m", "bench.precision", "--child", variant, "--child-out",
-                   str(out), "--cache-dir", str(args.cache_dir),
-                   "--repeats", str(timing["repeats"]), "--min-seconds",
-                   str(timing["min_seconds"]), *common]
-            proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.run(child_command(variant, args, timing, out),
+                                  stderr=subprocess.PIPE, text=True)
             if proc.returncode == 0 and out.exists():
                 return json.loads(out.read_text())
             return [{"runtime": runtime, "precision": precision, "config": c, "batch": b,
@@ -358,8 +363,7 @@ def table(rows: list[dict]) -> list[list]:
     return out
 
 
-@entry_point
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small base (demo with --quick)")
@@ -367,7 +371,7 @@ def main(argv=None) -> None:
     parser.add_argument("--beams", type=int_in(1), nargs="+", default=[1, 4])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--repeats", type=int_in(1), default=3, help="timed rounds per cell")
-    parser.add_argument("--min-seconds", type=float_in(0, 3600, low_open=True), default=1.5,
+    parser.add_argument("--min-seconds", type=float_in(0, 3600), default=1.5,
                         help="timed seconds per cell, over all rounds")
     parser.add_argument("--no-train", action="store_true", help="skip the training cells")
     parser.add_argument("--train-configs", nargs="+", default=["small"], choices=CONFIGS)
@@ -388,14 +392,25 @@ def main(argv=None) -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     add_debug_flag(parser)
-    args = parser.parse_args(argv)
-    if args.quality:
-        quality_export(args.quality, args.quality_sentences)
+    return parser
+
+
+def parse(argv) -> tuple[argparse.Namespace, dict]:
+    """-> (the arguments with --quick's settings filled in, the timing of each cell)."""
+    args = build_parser().parse_args(argv)
     args.configs = args.configs or (["demo"] if args.quick else ["small", "base"])
     if args.quick:
         args.batches, args.beams, args.train_configs = [1], [1], ["demo"]
     timing = ({"warmup": 1, "repeats": 1, "min_seconds": 0.0} if args.quick else
               {"warmup": 1, "repeats": args.repeats, "min_seconds": args.min_seconds})
+    return args, timing
+
+
+@entry_point
+def main(argv=None) -> None:
+    args, timing = parse(argv)
+    if args.quality:
+        quality_export(args.quality, args.quality_sentences)
     if args.child == "matmul":
         args.child_out.write_text(json.dumps(matmul_rows(timing), default=str))
         return

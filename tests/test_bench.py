@@ -131,7 +131,7 @@ def test_results_naming_a_file_is_refused_in_one_line(tmp_path, script):
     ("bench.precision", ["--repeats", "0"],
      "argument --repeats: 0 is out of range: give an integer at least 1"),
     ("bench.precision", ["--min-seconds", "nan"],
-     "argument --min-seconds: nan is out of range: give a number in (0, 3600]"),
+     "argument --min-seconds: nan is out of range: give a number in [0, 3600]"),
     ("bench.train_step", ["--batch", "abc"], "argument --batch: 'abc' is not an integer"),
     ("bench.train_step", ["--token-budget", "-5"],
      "argument --token-budget: -5 is out of range: give an integer at least 0"),
@@ -160,6 +160,24 @@ def test_bench_options_are_checked_before_anything_runs(script, argv, message, c
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].endswith(message)
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["--quick"], [], ["--repeats", "2", "--min-seconds", "0"]])
+def test_precision_child_takes_the_command_its_parent_writes(argv, tmp_path):
+    """bench.precision times each variant in a child process of itself; the child's options
+    are bounded like the parent's, so each timing the parent can pass (--quick's
+    min_seconds 0 included) must parse there, and mean the same."""
+    from bench import precision
+
+    args, timing = precision.parse(argv)
+    command = precision.child_command("onnx:int8", args, timing, tmp_path / "rows.json")
+    assert command[1:4] == ["-m", "bench.precision", "--child"]
+    child, child_timing = precision.parse(command[3:])
+    assert child.child == "onnx:int8" and child.child_out == tmp_path / "rows.json"
+    assert (child.configs, child.batches, child.beams) == (args.configs, args.batches,
+                                                          args.beams)
+    assert child_timing["repeats"] == timing["repeats"]
+    assert child_timing["min_seconds"] == timing["min_seconds"]
 
 
 def test_bench_input_errors_found_later_are_one_line(tmp_path, capsys):
