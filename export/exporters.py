@@ -110,14 +110,22 @@ def _made_by_us(out: Path) -> bool:
 
 
 def check_output(run_dir: Path, out: Path, overwrite: bool) -> None:
-    """Refuse an --out that is a file, is or contains the run directory, or (without
-    `overwrite`) holds anything but an earlier export of this tool."""
+    """Refuse an --out that is a file, is or contains the run directory, lies inside the run
+    and holds anything but an earlier export (the run's checkpoints or logs: not even with
+    `overwrite`), or (without `overwrite`) holds anything but an earlier export of this
+    tool."""
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file, not a directory")
     run, target = run_dir.resolve(), out.resolve()
     if run == target or run.is_relative_to(target):
         raise ValueError(f"--out {out} {'is' if run == target else 'contains'} the training run "
                          f"{run_dir}; export to another directory (e.g. {run_dir / 'export'})")
+    if (target.is_relative_to(run) and out.is_dir() and any(out.iterdir())
+            and not _made_by_us(out)):
+        raise OutputExists(f"--out {out} is a directory of the training run {run_dir} (it "
+                           f"holds files an export did not make); --overwrite does not replace "
+                           f"a run's own files: export to a new directory such as "
+                           f"{run_dir / 'export'}")
     if out.is_dir() and any(out.iterdir()) and not overwrite and not _made_by_us(out):
         found = sorted(entry.name for entry in out.iterdir())
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
@@ -254,12 +262,17 @@ def run_settings(run_dir: Path) -> dict:
     """The run's task and the search settings of its config.yaml `eval:` section (the
     manifest's `task` and `decoding`); only what the config holds (an older run may hold
     fewer keys)."""
-    try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        config = None
-    if not isinstance(config, dict):
+    path = run_dir / "config.yaml"
+    if not path.exists():
         return {}
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        # Exported with the defaults instead, it would decode unlike the run, silently.
+        raise ValueError(f"{path} is unreadable ({' '.join(str(err).split())[:200]}); it "
+                         f"holds the run's task and search settings") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a YAML mapping (the run's config)")
     evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
     decoding = {k: evaluation[k] for k in DECODING_DEFAULTS if k in evaluation}
     settings = {"decoding": decoding} if decoding else {}

@@ -69,8 +69,8 @@ def parse_body(body: bytes) -> str:
     """The "text" of a request body, or RequestError (with its HTTP status) saying what to
     send."""
     if len(body) > MAX_BODY:
-        raise RequestError(413, f"the request body has {len(body)} bytes; send at most "
-                                f"{MAX_BODY} (one sentence)")
+        raise RequestError(413, f"the request body has more than {MAX_BODY} bytes; send at "
+                                f"most {MAX_BODY} (one sentence)")
     try:
         decoded = body.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -84,7 +84,26 @@ def parse_body(body: bytes) -> str:
                                 f'{err.pos}); send {{"text": "..."}}') from None
     if not isinstance(data, dict) or "text" not in data:
         raise RequestError(400, 'the JSON has no "text" key; send {"text": "..."}')
-    return data["text"]
+    text = data["text"]
+    if isinstance(text, str):
+        try:  # JSON's \ud800 escapes decode to lone surrogates, which are no text
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise RequestError(400, f'"text" holds a lone surrogate ({text[err.start]!r} at '
+                                    f'position {err.start}), which is not text; send UTF-8 '
+                                    f'text') from None
+    return text
+
+
+async def capped_body(request) -> bytes:
+    """The request body, read no further than one byte past MAX_BODY: a client that sends
+    megabytes is answered 413 without the server holding them."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            break
+    return bytes(body)
 
 
 # The route that explains a sentence, per kind of export (Explorer.kind).
@@ -118,7 +137,7 @@ def create_app(explorer: Explorer | ClassifierExplorer, plotly_path: Path | None
             return JSONResponse({"error": f"this server runs a {explorer.kind}'s export: POST "
                                           f'{{"text": "..."}} to {route}'}, status_code=404)
         try:
-            text = parse_body(await request.body())
+            text = parse_body(await capped_body(request))
             # The model runs in a worker thread: the server answers other requests meanwhile.
             result = await run_in_threadpool(explorer.explain, text)
         except RequestError as err:

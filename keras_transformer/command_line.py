@@ -58,6 +58,17 @@ def entry_point(main: Callable[[list[str]], int]) -> Callable[..., int]:
     @functools.wraps(main)
     def wrapped(argv=None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
+        for position, arg in enumerate(argv, 1):
+            # Python hands bytes that are not UTF-8 on as lone surrogates, which every text
+            # library downstream refuses with an error that names neither the argument nor
+            # the cause.
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = repr(os.fsencode(arg))[2:-1]  # the bytes as given: one \xff cat
+                print(f"error: argument {position} ({shown[:60]}) is not UTF-8 text; give "
+                      f"the command UTF-8", file=sys.stderr)
+                return USAGE
         try:
             return main(argv)
         except KeyboardInterrupt:

@@ -36,6 +36,25 @@ def test_errors_become_one_line_with_their_exit_code(capsys, error, code):
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_an_argument_that_is_not_utf8_is_refused_before_main_runs(capsys):
+    """Bytes that are not UTF-8 reach Python as lone surrogates (os.fsdecode); the tools'
+    text libraries refuse them with messages that name neither argument nor cause."""
+    import os
+
+    ran = []
+
+    @entry_point
+    def main(argv):
+        ran.append(argv)
+        return 0
+
+    assert main(["--text", os.fsdecode(b"one \xff cat")]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: argument 2 (one \\xff cat) is not UTF-8 text; give the command UTF-8\n"
+    assert ran == []
+    assert main(["--text", "cô ấy"]) == 0 and ran == [["--text", "cô ấy"]]
+
+
 def test_debug_prints_the_traceback(capsys, monkeypatch):
     assert make_main(RuntimeError("boom"))(["--debug"]) == 1
     assert "Traceback" in capsys.readouterr().err

@@ -302,13 +302,14 @@ BAD_REQUESTS = [
     (json.dumps({"text": " ".join(["I saw three big dogs"] * 8)}).encode(), 422,
      "max_source_length=16"),
     (b'{"text": "one red \xff\xfe cat"}', 400, "not valid UTF-8"),
+    (b'{"text": "one red \\ud800 cat"}', 400, "lone surrogate"),
     (b"one red cat", 400, "not JSON"),
     (b'{"text": "one red cat"', 400, "not JSON"),
     (b'{"sentence": "one red cat"}', 400, '"text" key'),
     (b'["one red cat"]', 400, '"text" key'),
     (b'{"text": 7}', 422, "must be a string"),
     (b'{"text": "one red cat\\ntwo dogs"}', 422, "line break"),
-    (b'{"text": "' + b"a" * 70000 + b'"}', 413, "at most 65536"),
+    (b'{"text": "' + b"a" * 70000 + b'"}', 413, "more than 65536 bytes; send at most 65536"),
 ]
 
 

@@ -424,6 +424,16 @@ def test_export_refuses_outputs_it_must_not_replace(world):
     (fake / "manifest.json").write_text('{"manifest_version": 3, "formats": {}, "files": {}}')
     (fake / "thesis.pdf").write_text("not listed\n")
     _case(world, "export", _export_cli(run, fake), 2, "thesis.pdf", "--overwrite")
+    # Inside the run, a directory of the run's own files is not replaced even with
+    # --overwrite (it once replaced the run's checkpoints with an export).
+    def with_checkpoints(copy):
+        (copy / "checkpoints").mkdir(exist_ok=True)
+        (copy / "checkpoints" / "epoch_1.npz").write_bytes(b"weights")
+
+    copy = _broken_run(world, "with-checkpoints", with_checkpoints)
+    _case(world, "export", _export_cli(copy, copy / "checkpoints", "--overwrite"), 2,
+          "a directory of the training run", "does not replace")
+    assert (copy / "checkpoints" / "epoch_1.npz").read_bytes() == b"weights"
 
 
 def _broken_run(world, name: str, edit) -> Path:
@@ -451,6 +461,9 @@ BROKEN_RUNS = {
     "bad-model-config": (lambda run: (run / "model_config.json").write_text("{nope"),
                          "not a valid model config"),
     "missing-run": (lambda run: shutil.rmtree(run), "training run not found"),
+    # Exported with the defaults instead, it would decode unlike the run, silently.
+    "unreadable-config": (lambda run: (run / "config.yaml").write_text("task: [unclosed\n"),
+                          "config.yaml is unreadable"),
 }
 
 

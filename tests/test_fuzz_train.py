@@ -158,6 +158,37 @@ def test_bad_set_values_are_refused_before_any_work(assignment, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_out_that_holds_an_input_is_refused_and_the_input_kept(overwrite, tmp_path):
+    """A config kept in the run directory was once taken for an old run's config.yaml: the
+    run replaced it (and --overwrite would have deleted it). A data file there is refused the
+    same way."""
+    out = tmp_path / "run"
+    out.mkdir()
+    config = out / "config.yaml"
+    config.write_text(DEMO.read_text(encoding="utf-8") + "# my notes\n", encoding="utf-8")
+    flag = ["--overwrite"] if overwrite else []
+    result = train_main(*train_args(out, config=config), *flag)
+    assert_clean_failure(result, 2, f"--out {out} holds {config}", "an input of this run")
+    assert config.read_text(encoding="utf-8").endswith("# my notes\n")
+    assert [p.name for p in out.iterdir()] == ["config.yaml"]
+    (out / "pairs.tsv").write_text("one cat\tmột con mèo\n" * 40, encoding="utf-8")
+    result = train_main(*train_args(tmp_path / "run", "data.corpus=tsv",
+                                    f"data.tsv={out / 'pairs.tsv'}"), *flag)
+    assert_clean_failure(result, 2, "pairs.tsv, an input of this run")
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "pairs.tsv"]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_an_empty_config_is_refused(text, tmp_path):
+    """It would train every default for an hour, not what anyone meant."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text, encoding="utf-8")
+    result = train_main("--config", empty, "--out", tmp_path / "out")
+    assert_clean_failure(result, 2, "is empty")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_different_config_over_a_finished_run_is_refused_untouched(good_run):
     before = tree_digest(good_run)
     result = train_main(*train_args(good_run, "model.overrides.d_ff=48"))

@@ -29,6 +29,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_inputs_outside(out: Path, inputs: list[Path]) -> None:
+    """Refuse an --out that holds one of the run's inputs (its config, a data file): a run
+    resumes over, and --overwrite deletes, the files a run writes there (config.yaml among
+    them), and neither may touch what the run reads."""
+    target = out.resolve()
+    for path in inputs:
+        if path.resolve().is_relative_to(target):
+            raise CommandError(f"--out {out} holds {path}, an input of this run; keep the "
+                               f"config and data outside the run directory, or choose another "
+                               f"--out")
+
+
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
@@ -36,13 +48,14 @@ def main(argv) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     from .config import load_config
-    from .data import check_data_files
+    from .data import check_data_files, data_files
 
     config = load_config(args.config, args.set)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} is a file, not a run directory")
     check_data_files(config.data)  # every input before the run directory is touched
+    check_inputs_outside(out, [Path(args.config), *data_files(config.data)])
     from .run import TASKS, run
 
     if config.task not in TASKS:

@@ -204,8 +204,9 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         except UnicodeDecodeError as err:
             raise ConfigError(f"{path} is not UTF-8 text (byte {err.start + 1})") from None
         values = _parse_yaml(text, str(path))
-        if values is None:
-            values = {}
+        if values is None:  # an empty file would train every default, not what was meant
+            raise ConfigError(f"{path} is empty (or only comments): a config names at least "
+                              f"its task and data")
         if not isinstance(values, dict):
             raise ConfigError(f"{path} must hold a YAML mapping of sections, got "
                               f"{type(values).__name__}")

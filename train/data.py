@@ -59,6 +59,12 @@ def resolve(config: DataConfig, name: str) -> Path:
 def check_data_files(config: DataConfig) -> None:
     """That every data file the config names exists (FileNotFoundError naming it otherwise):
     `python -m train` checks it before it touches the run directory."""
+    data_files(config)
+
+
+def data_files(config: DataConfig) -> list[Path]:
+    """The data files the config names, resolved (FileNotFoundError for a missing one); none
+    for the embedded demo corpus."""
     if config.corpus == "parallel":
         names = [config.train_source, config.train_target, config.dev_source,
                  config.dev_target]
@@ -69,11 +75,10 @@ def check_data_files(config: DataConfig) -> None:
         if not config.tsv and config.test_source:
             names.append(config.test_source)
     elif config.corpus == "demo":
-        return
+        return []
     else:
         raise ConfigError(f"data.corpus must be demo, parallel or tsv, got {config.corpus!r}")
-    for name in names:
-        resolve(config, name)
+    return [resolve(config, name) for name in names]
 
 
 def _nonempty(split: Split, *paths: Path) -> Split:
