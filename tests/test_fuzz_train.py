@@ -127,6 +127,10 @@ BAD_SETS = [
     "tokenizer.vocab_size=3", "training.epochs=[1", "training.epochs", "=3",
     "training.jit_compile=maybe", "data.corpus=nope", "task=summarize",
     "training.epochs.deeper=1", "data.tokens_per_batch=abc",
+    # The model's own checks (TransformerConfig), once made only after the data and the
+    # tokenizer, with the run directory already claimed.
+    "model.overrides.d_model=30", "model.overrides.dropout=2", "model.overrides.num_heads=0",
+    "model.overrides.nope=1", "model.preset=huge", "model.num_classes=-2",
 ]
 
 

@@ -214,6 +214,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         _apply_override(values, assignment)
     config = _build(RunConfig, values, "")
     _check_ranges(config)
+    _check_model(config)
     if config.training.average_last > max(config.training.keep_checkpoints, 1):
         raise ConfigError(f"training.average_last ({config.training.average_last}) must be at "
                           f"most training.keep_checkpoints ({config.training.keep_checkpoints}), "
@@ -250,10 +251,28 @@ _RANGES = [
     ("eval.batch_size", 1, 4096, False), ("eval.max_sentences", 0, None, False),
     ("eval.samples", 0, None, False), ("eval.dev_bleu_sentences", 0, None, False),
     ("eval.dev_bleu_beam", 1, 64, False), ("eval.no_repeat_ngram_size", 0, 16, False),
-    ("eval.min_length", 0, 4096, False),
+    ("eval.min_length", 0, 4096, False), ("model.num_classes", 0, 100_000, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2"}
+
+
+def _check_model(config: RunConfig) -> None:
+    """The preset with model.overrides, checked as TransformerConfig checks it, before any
+    data or tokenizer is made: the vocabulary sizes and lengths the run fills in later stand
+    in as values that pass, unless the overrides set them."""
+    from keras_transformer.config import TransformerConfig
+
+    overrides = config.model.overrides
+    # One stand-in for both vocabularies (a joint one passes share_embeddings), the size an
+    # override gives one of them where it does.
+    vocab = overrides.get("source_vocab_size", overrides.get("target_vocab_size", 1 << 20))
+    stand_ins = {"source_vocab_size": vocab, "target_vocab_size": vocab,
+                 "max_source_length": 4096, "max_target_length": 4096}
+    try:
+        TransformerConfig.preset(config.model.preset, **{**stand_ins, **overrides})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"model: {' '.join(str(err).split())}") from None
 
 
 def _check_ranges(config: RunConfig) -> None:
