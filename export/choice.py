@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from keras_transformer.file_safety import atomic_write_text
@@ -37,6 +38,12 @@ def write_record(export_dir: str | Path, *, passed: bool, metric: str, sentences
     return path
 
 
+def _number(value) -> bool:
+    """A finite int or float (not a bool): what a recorded score or time must be."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
 def read_record(export_dir: str | Path) -> dict:
     """The export's parity record; ValueError with the fix when it is missing, unreadable,
     made for another export or records a failed check."""
@@ -52,6 +59,7 @@ def read_record(export_dir: str | Path) -> dict:
         raise ValueError(f"{path} cannot be read ({err}); {again}") from None
     if not isinstance(record, dict) or record.get("version") != RECORD_VERSION or not all(
             isinstance(v, dict) and {"runtime", "variant", "score", "seconds"} <= set(v)
+            and _number(v["score"]) and _number(v["seconds"]) and v["seconds"] >= 0
             for v in record.get("variants") or [None]):
         raise ValueError(f"{path} is not a parity record of this version; {again}")
     if record.get("manifest_sha256") != manifest_sha256(export_dir):

@@ -69,3 +69,10 @@ def test_record_round_trip_and_refusals(tmp_path):
         path.write_text(bad)
         with pytest.raises(ValueError, match="parity"):
             choice.read_record(tmp_path)
+    # A score or time that is not a finite number (once a TypeError, exit 1, in the choice).
+    good = RECORD["variants"][0]
+    for field, value in (("score", "99"), ("score", float("nan")), ("seconds", -1.0),
+                         ("seconds", True)):
+        write_export(tmp_path, variants=[{**good, field: value}, *RECORD["variants"][1:]])
+        with pytest.raises(ValueError, match="not a parity record of this version"):
+            choice.read_record(tmp_path)
