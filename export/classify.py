@@ -29,6 +29,7 @@ from keras_transformer.command_line import add_debug_flag, entry_point, int_in
 from .text_io import (
     add_text_io_arguments,
     check_output,
+    check_run_option,
     read_input,
     write_output,
 )
@@ -69,6 +70,7 @@ def main(argv) -> int:
     if args.top_k > len(labels):
         raise ValueError(f"--top-k {args.top_k} is more than the {len(labels)} classes of "
                          f"{args.export} ({', '.join(labels)})")
+    check_run_option(args.run, args.runtime)
     lines = read_input(args)
     classifier = Classifier(manifest, load_runtime(manifest, args.runtime, args.variant,
                                                    args.run))

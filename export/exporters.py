@@ -232,6 +232,16 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     if with_attention and "onnx" not in formats:
         raise ValueError("--with-attention needs the onnx format, whose runtime reads "
                          "attention.onnx: export with --format onnx or --format all")
+    # fp16 variants are TFLite's, int8 TFLite's and ONNX's: asked for none of those formats,
+    # --quantize would make nothing and say nothing.
+    quantizable = {"tflite": {"fp16", "int8"}, "onnx": {"int8"}}
+    asked = {"none": set(), "all": {"fp16", "int8"}}.get(quantize, {quantize})
+    if asked and not asked & set().union(*(quantizable.get(f, set()) for f in formats)):
+        raise ValueError(f"--quantize {quantize} makes {' and '.join(sorted(asked))} variants "
+                         f"of {'TFLite' if asked == {'fp16'} else 'TFLite or ONNX'}, and "
+                         f"--format {'/'.join(formats)} has none to quantize: add "
+                         f"{'--format tflite' if asked == {'fp16'} else '--format onnx or tflite'}"
+                         f" (or all)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training run not found: {run_dir}")
     check_output(run_dir, out, overwrite)

@@ -24,7 +24,8 @@ import sys
 
 from keras_transformer.command_line import add_debug_flag, entry_point, float_in, int_in
 
-RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+from .text_io import RUNTIMES, check_run_option
+
 SAMPLING = ("temperature", "top_k", "top_p")
 
 
@@ -73,6 +74,11 @@ def main(argv) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     if not args.prompt.strip():  # before loading anything
         raise ValueError("--prompt is empty; give some text to continue")
+    if args.num_samples > 1 and all(getattr(args, name) is None for name in SAMPLING):
+        # as train.generate: greedy search would print the same text num_samples times
+        raise ValueError(f"--num-samples {args.num_samples} needs sampling: greedy search "
+                         f"gives one text; add --temperature, --top-k or --top-p")
+    check_run_option(args.run, args.runtime)
     from .runtime import load_generator
 
     generator = load_generator(args.export, args.runtime, args.variant, args.run)

@@ -14,6 +14,14 @@ from keras_transformer.text.lines import decode_lines, read_lines
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 
 
+def check_run_option(run, runtime: str) -> None:
+    """--run names the training run that --runtime keras loads; the other runtimes read the
+    export alone, and a --run beside them would be ignored without a word."""
+    if run is not None and runtime != "keras":
+        raise ValueError(f"--run is read by --runtime keras only, and this command runs "
+                         f"{runtime}: drop --run, or add --runtime keras")
+
+
 def add_text_io_arguments(parser: argparse.ArgumentParser, *, export_help: str,
                           verb: str, fastest: bool = False) -> None:
     """FILE (or stdin), --export, --runtime, --variant, --run, --no-truncate and -o; with

@@ -38,6 +38,7 @@ from keras_transformer.command_line import (
 from .text_io import (
     add_text_io_arguments,
     check_output,
+    check_run_option,
     read_input,
     write_output,
 )
@@ -104,6 +105,7 @@ def main(argv) -> int:
 
         runtime, variant = fastest(args.export, args.runtime)
         print(f"--variant fastest: {runtime} {variant}", file=sys.stderr)
+    check_run_option(args.run, runtime)
     translator = load_translator(args.export, runtime, variant, args.run,
                                  search_graph=not args.no_search_graph)
     lines = read_input(args)

@@ -165,6 +165,12 @@ def test_manifest_version_3_still_loads_and_the_explorer_names_the_fix(world, tm
                       "--out", tmp_path / "no_onnx")
     assert_clean_failure(refused, 2, "--with-attention needs the onnx format")
     assert not (tmp_path / "no_onnx").exists()
+    # --quantize with no format it applies to once made no variant and said nothing.
+    for fmt, quantize in (("savedmodel", "int8"), ("savedmodel", "all"), ("onnx", "fp16")):
+        refused = run_cli("export", "--run", world["run"], "--format", fmt, "--quantize",
+                          quantize, "--out", tmp_path / "no_variant")
+        assert_clean_failure(refused, 2, f"--quantize {quantize}", f"--format {fmt}")
+        assert not (tmp_path / "no_variant").exists()
 
 
 def test_explain_gives_export_translates_output_and_matching_shapes(world, explorer, tmp_path):

@@ -262,13 +262,16 @@ BAD_OPTIONS = [
     (("--prompt", "tôi", "--temperature", "0"), "--temperature"),
     (("--prompt", "tôi", "--temperature", "-1"), "--temperature"),
     (("--prompt", "tôi", "--max-new-tokens", "0"), "--max-new-tokens"),
+    # Greedy search gives one text: it once printed it twice.
+    (("--prompt", "tôi", "--num-samples", "2"), "--num-samples 2 needs sampling"),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("args", "named"), BAD_OPTIONS,
                          ids=["empty", "blank", "too-long", "top-p-0", "top-p-1.5", "top-k-0",
-                              "temperature-0", "temperature-negative", "no-new-tokens"])
+                              "temperature-0", "temperature-negative", "no-new-tokens",
+                              "samples-without-sampling"])
 def test_generate_cli_refuses_bad_input(lm_export, tmp_path, args, named):
     before = tree_digest(lm_export), tree_digest(tmp_path)
     result = run_cli("export.generate", "--export", lm_export, *args, cwd=tmp_path)

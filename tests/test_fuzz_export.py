@@ -354,6 +354,10 @@ def test_translate_output_is_checked_before_and_written_after(world, tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["out.txt"]  # no temporary left
     _case(world, "export.translate", _translate_cli(good, "--run", root / "nowhere",
                                                     "--runtime", "keras"), 2, "model.keras")
+    # Beside another runtime --run was once ignored without a word.
+    _case(world, "export.translate", _translate_cli(good, "--run", world["run"],
+                                                    "--runtime", "tflite"), 2,
+          "--run is read by --runtime keras only", "runs tflite")
 
 
 BLOCK_TF = """
