@@ -17,6 +17,7 @@ from pathlib import Path
 import tensorflow as tf
 import yaml
 
+from keras_transformer.command_line import one_line
 from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
@@ -120,13 +121,13 @@ def check_output(run_dir: Path, out: Path, overwrite: bool) -> None:
     if run == target or run.is_relative_to(target):
         raise ValueError(f"--out {out} {'is' if run == target else 'contains'} the training run "
                          f"{run_dir}; export to another directory (e.g. {run_dir / 'export'})")
-    if (target.is_relative_to(run) and out.is_dir() and any(out.iterdir())
-            and not _made_by_us(out)):
+    foreign = out.is_dir() and any(out.iterdir()) and not _made_by_us(out)
+    if foreign and target.is_relative_to(run):
         raise OutputExists(f"--out {out} is a directory of the training run {run_dir} (it "
                            f"holds files an export did not make); --overwrite does not replace "
                            f"a run's own files: export to a new directory such as "
                            f"{run_dir / 'export'}")
-    if out.is_dir() and any(out.iterdir()) and not overwrite and not _made_by_us(out):
+    if foreign and not overwrite:
         found = sorted(entry.name for entry in out.iterdir())
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         raise OutputExists(f"--out {out} exists and is not an export made by python -m export "
@@ -237,11 +238,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     quantizable = {"tflite": {"fp16", "int8"}, "onnx": {"int8"}}
     asked = {"none": set(), "all": {"fp16", "int8"}}.get(quantize, {quantize})
     if asked and not asked & set().union(*(quantizable.get(f, set()) for f in formats)):
-        raise ValueError(f"--quantize {quantize} makes {' and '.join(sorted(asked))} variants "
-                         f"of {'TFLite' if asked == {'fp16'} else 'TFLite or ONNX'}, and "
-                         f"--format {'/'.join(formats)} has none to quantize: add "
-                         f"{'--format tflite' if asked == {'fp16'} else '--format onnx or tflite'}"
-                         f" (or all)")
+        raise ValueError(f"--quantize {quantize} makes no variant with --format "
+                         f"{'/'.join(formats)}: fp16 variants are TFLite's, int8 variants "
+                         f"TFLite's and ONNX's; add the format (or --format all)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training run not found: {run_dir}")
     check_output(run_dir, out, overwrite)
@@ -279,7 +278,7 @@ def run_settings(run_dir: Path) -> dict:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         # Exported with the defaults instead, it would decode unlike the run, silently.
-        raise ValueError(f"{path} is unreadable ({' '.join(str(err).split())[:200]}); it "
+        raise ValueError(f"{path} is unreadable ({one_line(err)[:200]}); it "
                          f"holds the run's task and search settings") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path} must hold a YAML mapping (the run's config)")

@@ -57,10 +57,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def sampling(args: argparse.Namespace) -> bool:
+    """Whether a sampling option is given (else the search is greedy)."""
+    return any(getattr(args, name) is not None for name in SAMPLING)
+
+
 def sampling_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of Generator.generate_ids: greedy (temperature 0) unless a
     sampling option is given."""
-    if all(getattr(args, name) is None for name in SAMPLING):
+    if not sampling(args):
         return {"temperature": 0.0, "seed": args.seed}
     return {"temperature": 1.0 if args.temperature is None else args.temperature,
             "top_k": args.top_k or 0, "top_p": 1.0 if args.top_p is None else args.top_p,
@@ -74,7 +79,7 @@ def main(argv) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     if not args.prompt.strip():  # before loading anything
         raise ValueError("--prompt is empty; give some text to continue")
-    if args.num_samples > 1 and all(getattr(args, name) is None for name in SAMPLING):
+    if args.num_samples > 1 and not sampling(args):
         # as train.generate: greedy search would print the same text num_samples times
         raise ValueError(f"--num-samples {args.num_samples} needs sampling: greedy search "
                          f"gives one text; add --temperature, --top-k or --top-p")

@@ -48,14 +48,14 @@ def main(argv) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     from .config import load_config
-    from .data import check_data_files, data_files
+    from .data import data_files
 
     config = load_config(args.config, args.set)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} is a file, not a run directory")
-    check_data_files(config.data)  # every input before the run directory is touched
-    check_inputs_outside(out, [Path(args.config), *data_files(config.data)])
+    inputs = data_files(config.data)  # every input before the run directory is touched
+    check_inputs_outside(out, [Path(args.config), *inputs])
     from .run import TASKS, run
 
     if config.task not in TASKS:

@@ -261,6 +261,7 @@ def _check_model(config: RunConfig) -> None:
     """The preset with model.overrides, checked as TransformerConfig checks it, before any
     data or tokenizer is made: the vocabulary sizes and lengths the run fills in later stand
     in as values that pass, unless the overrides set them."""
+    from keras_transformer.command_line import one_line
     from keras_transformer.config import TransformerConfig
 
     overrides = config.model.overrides
@@ -272,7 +273,7 @@ def _check_model(config: RunConfig) -> None:
     try:
         TransformerConfig.preset(config.model.preset, **{**stand_ins, **overrides})
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"model: {' '.join(str(err).split())}") from None
+        raise ConfigError(f"model: {one_line(err)}") from None
 
 
 def _check_ranges(config: RunConfig) -> None:

@@ -56,15 +56,10 @@ def resolve(config: DataConfig, name: str) -> Path:
     return path
 
 
-def check_data_files(config: DataConfig) -> None:
-    """That every data file the config names exists (FileNotFoundError naming it otherwise):
-    `python -m train` checks it before it touches the run directory."""
-    data_files(config)
-
-
 def data_files(config: DataConfig) -> list[Path]:
-    """The data files the config names, resolved (FileNotFoundError for a missing one); none
-    for the embedded demo corpus."""
+    """The data files the config names, resolved (FileNotFoundError naming a missing one;
+    `python -m train` calls it before it touches the run directory); none for the embedded
+    demo corpus."""
     if config.corpus == "parallel":
         names = [config.train_source, config.train_target, config.dev_source,
                  config.dev_target]
