@@ -35,6 +35,12 @@ class TransformerConfig:
         tie_output: bool. The target embedding, transposed, is the output projection;
             defaults to `True`.
         layer_norm_epsilon: float. LayerNorm epsilon; defaults to `1e-6`.
+        copy_attention: bool. The output mixes the vocabulary softmax with the last decoder
+            layer's attention over the source's own ids (a pointer-generator,
+            `keras_transformer.layers.copy_attention`); needs `share_embeddings`, one
+            vocabulary for source and target. Defaults to `False`.
+        copy_head: int. The cross-attention head whose weights are the copy distribution, or
+            `-1` (the default) for the heads' mean.
         pad_id: int. Padding id; defaults to `0`.
         bos_id: int. Start-of-sequence id; defaults to `2`.
         eos_id: int. End-of-sequence id; defaults to `3`.
@@ -64,6 +70,8 @@ class TransformerConfig:
     share_embeddings: bool = False
     tie_output: bool = True
     layer_norm_epsilon: float = 1e-6
+    copy_attention: bool = False
+    copy_head: int = -1
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 3
@@ -107,6 +115,18 @@ class TransformerConfig:
                 f"{self.source_vocab_size} and target_vocab_size={self.target_vocab_size}. "
                 "Train a joint tokenizer or set share_embeddings=False."
             )
+        if self.copy_attention:
+            if not self.share_embeddings:
+                raise ValueError(
+                    "copy_attention=True copies source ids into the output, so it needs one "
+                    "vocabulary for both sides: set share_embeddings=True (and a joint "
+                    "tokenizer) or copy_attention=False")
+            if self.num_decoder_layers < 1:
+                raise ValueError("copy_attention=True reads the last decoder layer's "
+                                 "attention: num_decoder_layers must be at least 1")
+        if not isinstance(self.copy_head, int) or not -1 <= self.copy_head < self.num_heads:
+            raise ValueError(f"copy_head must be -1 (the heads' mean) or a head in "
+                             f"[0, {self.num_heads}), got {self.copy_head!r}")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         if len(set(ids.values())) != 3:
             raise ValueError(f"pad_id, bos_id and eos_id must differ, got {ids}")

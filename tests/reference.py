@@ -91,3 +91,16 @@ def dropout_bits(seed, size):
     key = _lowbias32((_lowbias32(np.array(s0)) + s1 * 0x9E3779B9) & 0xFFFFFFFF)
     positions = np.arange(size, dtype=np.uint64)
     return _lowbias32((_lowbias32(positions ^ key) + key) & 0xFFFFFFFF).astype(np.uint32)
+
+
+def copy_mixture(logits, gate_logit, attention, source_ids):
+    """The pointer-generator's p(w) = (1 - g) softmax(logits)(w) + g sum_{i: src_i = w} a_i,
+    one row at a time: logits (N, V), gate_logit (N,), attention (N, S), source_ids (N, S)."""
+    logits = np.asarray(logits, np.float64)
+    out = np.zeros_like(logits)
+    for n in range(logits.shape[0]):
+        g = 1.0 / (1.0 + math.exp(-float(gate_logit[n])))
+        out[n] = (1.0 - g) * softmax(logits[n])
+        for i, w in enumerate(source_ids[n]):
+            out[n, int(w)] += g * float(attention[n, i])
+    return out

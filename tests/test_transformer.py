@@ -13,6 +13,9 @@ VARIANTS = {
     "pre_ln_learned": {"pre_norm": True, "positional": "learned"},
     "untied": {"tie_output": False},
     "shared": {"share_embeddings": True},
+    "copy_heads_mean": {"share_embeddings": True, "copy_attention": True},
+    "copy_head_1_pre_ln": {"share_embeddings": True, "copy_attention": True, "copy_head": 1,
+                           "pre_norm": True},
 }
 
 

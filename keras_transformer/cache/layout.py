@@ -44,10 +44,16 @@ def _names(prefix: str, layers: int) -> list[str]:
             for layer, kind in map(layer_kind, range(num_slots(layers)))]
 
 
-def memory_names(layers: int) -> list[str]:
+# A copy-attention model's memory ends with the source ids (B,S) int32: its step puts the
+# attention over the source on these ids (keras_transformer.layers.copy_attention).
+COPY_SOURCE = "copy_source_ids"
+
+
+def memory_names(layers: int, copy_attention: bool = False) -> list[str]:
     """encode's outputs and decode_step's inputs in every exported format: cross_keys_0,
-    cross_values_0, cross_keys_1, ..., each (B,H,S,dh)."""
-    return _names("cross", layers)
+    cross_values_0, cross_keys_1, ..., each (B,H,S,dh); for a copy-attention model then
+    COPY_SOURCE, (B,S) int32."""
+    return _names("cross", layers) + ([COPY_SOURCE] if copy_attention else [])
 
 
 def cache_names(layers: int) -> list[str]:

@@ -61,7 +61,10 @@ def concrete(function, *specs):
 
 
 def open_spec(x) -> tf.TensorSpec:
-    """A (B,H,T,dh) tensor -> a TensorSpec with batch and length left open."""
+    """A (B,H,T,dh) tensor, or a copy model's (B,S) source ids -> a TensorSpec with batch and
+    length left open."""
+    if len(x.shape) == 2:
+        return tf.TensorSpec([None, None], x.dtype)
     return tf.TensorSpec([None, x.shape[1], None, x.shape[3]], x.dtype)
 
 

@@ -81,7 +81,9 @@ class DecoderLayer(keras.layers.Layer):
         self.built = True
 
     def _cross_and_feed_forward(self, x, cross_keys, cross_values, memory_mask, training):
-        weights = None
+        """-> x, the cross-attention weights (B,H,T,S) and its output before the residual
+        (B,T,d_model), the context copy attention reads (both None without cross-attention)."""
+        weights = attended = None
         if self.cross_attention:
             h = self.cross_attention_norm.normalize_input(x)
             attended, weights = self.cross_attention_layer.attend(
@@ -90,7 +92,7 @@ class DecoderLayer(keras.layers.Layer):
             x = self.cross_attention_norm(x, attended, training=training)
         h = self.feed_forward_norm.normalize_input(x)
         x = self.feed_forward_norm(x, self.feed_forward(h, training=training), training=training)
-        return x, weights
+        return x, weights, attended
 
     def call(self, x, memory=None, memory_mask=None, training=None,
              return_attention_scores=False):
@@ -105,22 +107,26 @@ class DecoderLayer(keras.layers.Layer):
             if memory is None:
                 raise ValueError("this DecoderLayer has cross-attention and needs `memory`")
             cross_keys, cross_values = self.cross_attention_layer.key_value_heads(memory)
-        x, weights = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask,
-                                                  training)
+        x, weights, context = self._cross_and_feed_forward(x, cross_keys, cross_values,
+                                                           memory_mask, training)
         if return_attention_scores:
-            return x, {"self": self_weights, "cross": weights}
+            return x, {"self": self_weights, "cross": weights, "context": context}
         return x
 
     def step(self, x, cache_keys, cache_values, index, cross_keys=None, cross_values=None,
-             memory_mask=None):
+             memory_mask=None, return_cross=False):
         """One new position x (B,1,d_model) at `index`, this layer's cache and cross keys/values
         (B,H,T or S,d_model/H) -> (B,1,d_model), and the position's self-attention key and
-        value (B,1,d_model)."""
+        value (B,1,d_model); with return_cross also the cross-attention weights (B,H,1,S) and
+        context (B,1,d_model)."""
         h = self.self_attention_norm.normalize_input(x)
         attended, key, value = self.self_attention.call_cached(h, cache_keys, cache_values,
                                                                index)
         x = self.self_attention_norm(x, attended)
-        x, _ = self._cross_and_feed_forward(x, cross_keys, cross_values, memory_mask, False)
+        x, weights, context = self._cross_and_feed_forward(x, cross_keys, cross_values,
+                                                           memory_mask, False)
+        if return_cross:
+            return x, key, value, (weights, context)
         return x, key, value
 
     def compute_output_shape(self, x_shape, memory_shape=None):
@@ -201,14 +207,16 @@ class Decoder(keras.layers.Layer):
         """Teacher forcing: all target positions at once, the causal mask hiding the future.
 
         With return_attention_scores, also {"self": [per layer (B,H,T,T)], "cross": [per
-        layer (B,H,T,S)]} ("cross" empty without cross-attention)."""
-        weights = {"self": [], "cross": []}
+        layer (B,H,T,S)], "context": [per layer (B,T,d_model)]} ("cross" and "context"
+        empty without cross-attention)."""
+        weights = {"self": [], "cross": [], "context": []}
         for layer in self.decoder_layers:
             x, layer_weights = layer(x, memory, memory_mask, training=training,
                                      return_attention_scores=True)
             weights["self"].append(layer_weights["self"])
             if layer_weights["cross"] is not None:
                 weights["cross"].append(layer_weights["cross"])
+                weights["context"].append(layer_weights["context"])
         x = self._close(x)
         return (x, weights) if return_attention_scores else x
 
@@ -224,19 +232,24 @@ class Decoder(keras.layers.Layer):
         return [t for layer in self.decoder_layers
                 for t in layer.cross_attention_layer.key_value_heads(memory)]
 
-    def step_key_values(self, x, cache, index, cross_key_values=None, memory_mask=None):
+    def step_key_values(self, x, cache, index, cross_key_values=None, memory_mask=None,
+                        return_cross=False):
         """x (B,1,d_model) at position `index`, cache read only -> (B,1,d_model) and the
-        position's keys/values (B, layers, 2, d_model), to be written into slot `index`."""
-        rows = []
+        position's keys/values (B, layers, 2, d_model), to be written into slot `index`; with
+        return_cross also the last layer's cross-attention weights (B,H,1,S) and context
+        (B,1,d_model)."""
+        rows, cross = [], None
         for i, layer in enumerate(self.decoder_layers):
             keys, values = slot(i, 0), slot(i, 1)
             cross_keys = cross_values = None
             if cross_key_values is not None:
                 cross_keys = ops.cast(cross_key_values[keys], self.compute_dtype)
                 cross_values = ops.cast(cross_key_values[values], self.compute_dtype)
-            x, key, value = layer.step(x, cache[keys], cache[values], index, cross_keys,
-                                       cross_values, memory_mask)
+            x, key, value, cross = layer.step(x, cache[keys], cache[values], index, cross_keys,
+                                              cross_values, memory_mask, return_cross=True)
             rows.append((key[:, 0], value[:, 0]))
+        if return_cross:
+            return self._close(x), stack_step(rows), cross
         return self._close(x), stack_step(rows)
 
     def step(self, x, cache, index, cross_key_values=None, memory_mask=None):

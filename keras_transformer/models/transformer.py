@@ -7,6 +7,11 @@ from keras import ops
 
 from keras_transformer.cache.tensors import update_cache
 from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.copy_attention import (
+    CopyGate,
+    copy_attention_weights,
+    copy_mixture_log_probs,
+)
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
@@ -45,6 +50,10 @@ def vocab_logits(hidden, embedding: PositionalEmbedding, output_projection=None)
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(keras.Model):
     """(source_ids (B,S), target_in_ids (B,T)) int -> logits (B,T,target_vocab) float32.
+
+    With `config.copy_attention` the outputs are the log-probabilities of the copy mixture
+    (`keras_transformer.layers.copy_attention`) instead: a softmax of them is the mixture
+    itself, so the loss, the metrics and every search read them as they read logits.
 
     Inference is split into `encode_for_decoding` (once per source) and `decode_step`
     (once per generated token, with a fixed-size key/value cache).
@@ -90,6 +99,8 @@ class Transformer(keras.Model):
             None if c.tie_output
             else keras.layers.Dense(c.target_vocab_size, dtype=policy, name="output_projection")
         )
+        self.copy_gate = (CopyGate(c.d_model, dtype=policy, name="copy_gate")
+                          if c.copy_attention else None)
 
     def build(self, input_shape=None):
         self.source_embedding.build((None, None))
@@ -98,6 +109,8 @@ class Transformer(keras.Model):
         self.decoder.build((None, None, self.config.d_model))
         if self.output_projection is not None:
             self.output_projection.build((None, None, self.config.d_model))
+        if self.copy_gate is not None:
+            self.copy_gate.build()
         self.built = True
 
     # -- the pieces of Figure 1 ------------------------------------------------------------
@@ -119,18 +132,34 @@ class Transformer(keras.Model):
         return vocab_logits(hidden, self.target_embedding, self.output_projection)
 
     def decode(self, target_in_ids, memory, memory_mask, training=None,
-               return_attention_scores=False):
+               return_attention_scores=False, source_ids=None):
         """Teacher forcing: target_in (B,T) and memory -> logits (B,T,V); with
         return_attention_scores also {"self": [per layer (B,H,T,T)], "cross": [per layer
-        (B,H,T,S)]}, the decoder's masked self-attention and its attention over the source."""
+        (B,H,T,S)]}, the decoder's masked self-attention and its attention over the source.
+
+        A copy-attention model needs the source_ids (B,S) too and returns the mixture's
+        log-probabilities; its attention scores add "copy" (B,T,S), the copy distribution,
+        and "copy_gate" (B,T), the share g of copying at each position."""
         check_ids(target_in_ids, "target_in_ids")
         x = self.target_embedding(target_in_ids, training=training)
+        copying = self.copy_gate is not None
+        if copying and source_ids is None:
+            raise ValueError("this Transformer has copy_attention: decode needs source_ids")
         out = self.decoder(x, memory, memory_mask, training=training,
-                           return_attention_scores=return_attention_scores)
+                           return_attention_scores=return_attention_scores or copying)
+        if not copying:
+            if return_attention_scores:
+                hidden, weights = out
+                return self.logits(hidden), weights
+            return self.logits(out)
+        hidden, weights = out
+        attention = copy_attention_weights(weights["cross"][-1], self.config.copy_head)
+        gate = self.copy_gate(hidden, weights["context"][-1], x)
+        log_probs = copy_mixture_log_probs(self.logits(hidden), gate, attention, source_ids)
         if return_attention_scores:
-            hidden, weights = out
-            return self.logits(hidden), weights
-        return self.logits(out)
+            return log_probs, {**weights, "copy": attention,
+                               "copy_gate": ops.sigmoid(gate[..., 0])}
+        return log_probs
 
     def call(self, inputs, training=None):
         if isinstance(inputs, dict):
@@ -143,15 +172,20 @@ class Transformer(keras.Model):
         if None not in batch and batch[0] != batch[1]:
             raise ValueError(f"source_ids and target_in_ids disagree on the batch size: {batch}")
         memory, memory_mask = self.encode(source_ids, training=training)
-        return self.decode(target_in_ids, memory, memory_mask, training=training)
+        return self.decode(target_in_ids, memory, memory_mask, training=training,
+                           source_ids=source_ids)
 
     # -- incremental decoding ---------------------------------------------------------------
 
     def encode_for_decoding(self, source_ids):
         """source_ids (B,S) -> cross-attention [keys_0, values_0, keys_1, ...], each
-        (B,H,S,d_model/H), and the memory mask (B,S)."""
+        (B,H,S,d_model/H), and the memory mask (B,S). A copy-attention model's list ends
+        with the source_ids themselves, int32 (keras_transformer.cache.layout.memory_names)."""
         memory, mask = self.encode(source_ids, training=False)
-        return self.decoder.compute_cross_key_values(memory), mask
+        cross_key_values = self.decoder.compute_cross_key_values(memory)
+        if self.copy_gate is not None:
+            cross_key_values.append(ops.cast(source_ids, "int32"))
+        return cross_key_values, mask
 
     def init_cache(self, batch_size, max_length=None):
         """Zeros [keys_0, values_0, keys_1, ...], each (B, H, max_length, d_model/H), for
@@ -174,9 +208,16 @@ class Transformer(keras.Model):
         self-attention keys/values (B, layers, 2, d_model), which the caller writes into slot
         `index` (what the exported runtimes do, in place, outside the graph)."""
         x = self.target_embedding(tokens[:, None], start_index=index, training=False)
-        hidden, step_key_values = self.decoder.step_key_values(x, cache, index,
-                                                               cross_key_values, memory_mask)
-        return self.logits(hidden[:, 0, :]), step_key_values
+        if self.copy_gate is None:
+            hidden, step_key_values = self.decoder.step_key_values(x, cache, index,
+                                                                   cross_key_values, memory_mask)
+            return self.logits(hidden[:, 0, :]), step_key_values
+        hidden, step_key_values, (weights, context) = self.decoder.step_key_values(
+            x, cache, index, cross_key_values, memory_mask, return_cross=True)
+        attention = copy_attention_weights(weights, self.config.copy_head)[:, 0]
+        gate = self.copy_gate(hidden[:, 0], context[:, 0], x[:, 0])
+        return copy_mixture_log_probs(self.logits(hidden[:, 0, :]), gate, attention,
+                                      cross_key_values[-1]), step_key_values
 
     def get_config(self):
         config = super().get_config()
