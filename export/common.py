@@ -178,6 +178,8 @@ def _validate_translator(data: dict) -> None:
     model = _check(data, "model", dict, "")
     for key in ("num_decoder_layers", "d_model", "num_heads"):
         _check(model, key, int, "model", minimum=1)
+    if not isinstance(model.get("copy_attention", False), bool):
+        raise ExportError("key 'model.copy_attention' must be true or false")
     if model["d_model"] % model["num_heads"]:
         raise ExportError(f"key 'model.d_model' ({model['d_model']}) is not a multiple of "
                           f"'model.num_heads' ({model['num_heads']})")

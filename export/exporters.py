@@ -356,6 +356,7 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
         "max_target_length": c.max_target_length,
         "model": {"num_decoder_layers": c.num_decoder_layers, "d_model": c.d_model,
                   "num_encoder_layers": c.num_encoder_layers, "num_heads": c.num_heads,
+                  "copy_attention": bool(getattr(c, "copy_attention", False)),
                   "parameters": int(model.count_params())},
         "interface": LM_INTERFACE if kind == "lm" else {
             "encode": "source_ids int32 (B,S) -> per decoder layer l cross_keys_l, "
@@ -365,7 +366,10 @@ def _export_into(out: Path, run_dir: Path, model, formats, quantize: str,
                            "cache_keys_l, cache_values_l float32 (B,H,T,D/H) -> logits float32 "
                            "(B,V), step_key_values float32 (B,L,2,D); the caller writes "
                            "step_key_values[:, l, 0] split into heads into "
-                           "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l",
+                           "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l; "
+                           "with model.copy_attention, encode also returns and decode_step "
+                           "also takes copy_source_ids int32 (B,S), and logits are the copy "
+                           "mixture's log-probabilities",
             "onnx_decoder_step": "as decode_step, plus a log_normalizer float32 (B,) output "
                                  "(logsumexp of each row of logits)",
             "onnx_search": "source_ids int32 (B,S), max_length int32 (), beam_size int32 () "

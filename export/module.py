@@ -13,7 +13,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer.cache.layout import cache_names, memory_names, num_slots
+from keras_transformer.cache.layout import COPY_SOURCE, cache_names, memory_names
 from keras_transformer.config import TransformerConfig
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
@@ -78,7 +78,9 @@ class DecodingModule(tf.Module):
 
     decode_step: tokens (B,), memory_mask, index () int32, cross_keys_l/cross_values_l, and per
     layer l cache_keys_l, cache_values_l (B,H,T,D/H) -> logits (B,V) f32, step_key_values
-    (B,L,2,D). The cache is only read; the caller writes step_key_values into slot `index` (an
+    (B,L,2,D). A copy-attention model's encode also returns, and its step also takes, the
+    source ids (B,S) int32 as copy_source_ids (keras_transformer.cache.layout.COPY_SOURCE),
+    and its logits are the copy mixture's log-probabilities. The cache is only read; the caller writes step_key_values into slot `index` (an
     in-place write of B*L*2*D floats, where a graph that returned the whole updated cache would
     copy all of it at every token). Batch, source length S and cache length T are dynamic; T is
     chosen by the caller (at most max_target_length).
@@ -91,26 +93,32 @@ class DecodingModule(tf.Module):
         self.vars = [v.value for v in model.weights]
         c = model.config
         self.layers, heads = c.num_decoder_layers, c.num_heads
+        self.memory_names = memory_names(self.layers, c.copy_attention)
         head_dim = c.d_model // heads
+
+        def spec(name):
+            if name == COPY_SOURCE:
+                return tf.TensorSpec([None, None], tf.int32, name=name)
+            return tf.TensorSpec([None, heads, None, head_dim], tf.float32, name=name)
+
         self.encode = tf.function(self._encode, input_signature=[
             tf.TensorSpec([None, None], tf.int32, name="source_ids")])
         self.decode_step = tf.function(self._decode_step, input_signature=[
             tf.TensorSpec([None], tf.int32, name="tokens"),
             tf.TensorSpec([None, None], tf.bool, name="memory_mask"),
             tf.TensorSpec([], tf.int32, name="index"),
-            *(tf.TensorSpec([None, heads, None, head_dim], tf.float32, name=name)
-              for name in memory_names(self.layers) + cache_names(self.layers)),
+            *map(spec, self.memory_names + cache_names(self.layers)),
         ])
 
     def _encode(self, source_ids):
         memory, memory_mask = self.model.encode_for_decoding(source_ids)
         outputs = {name: tf.identity(t, name=name)
-                   for name, t in zip(memory_names(self.layers), memory, strict=True)}
+                   for name, t in zip(self.memory_names, memory, strict=True)}
         outputs["memory_mask"] = tf.identity(memory_mask, name="memory_mask")
         return outputs
 
     def _decode_step(self, tokens, memory_mask, index, *arrays):
-        count = num_slots(self.layers)
+        count = len(self.memory_names)
         logits, step_key_values = self.model.decode_step_key_values(
             tokens, list(arrays[:count]), memory_mask, list(arrays[count:]), index)
         return {"logits": tf.identity(logits, name="logits"),

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from keras_transformer.cache.layout import cache_names, memory_names
+from keras_transformer.cache.layout import COPY_SOURCE, cache_names, memory_names
 from keras_transformer.layers.attention import MASKED_LOGIT
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
@@ -177,11 +177,14 @@ def _qkv(g: _Graph, h: str, attention, scale: float, hint: str) -> tuple[str, st
     return q, kv
 
 
-def _decoder_layers(g: _Graph, s: _Shapes, model, x: str, self_attention, cross) -> str:
+def _decoder_layers(g: _Graph, s: _Shapes, model, x: str, self_attention, cross,
+                    taps: dict | None = None) -> str:
     """x (B,D) through every decoder layer (3.1). `self_attention(i, layer, h)` -> the heads
     of layer i's masked self-attention merged to (B,D) before its output projection (the
     cache is the caller's); `cross(i)` -> (cross_keys, cross_values, bias (B,1,1,S)) of layer
-    i, or None for a model without cross-attention."""
+    i, or None for a model without cross-attention. `taps`, when given, receives the last
+    layer's cross-attention "weights" (B,H,1,S) and "context" (B,D), which copy attention
+    reads."""
     for i, layer in enumerate(model.decoder.decoder_layers):
         p = f"layer{i}"
         h = _sublayer_input(g, x, layer.self_attention_norm, p + "_self")
@@ -203,6 +206,8 @@ def _decoder_layers(g: _Graph, s: _Shapes, model, x: str, self_attention, cross)
             attended = g.op("Reshape", [g.op("MatMul", [weights, values]), s.rows],
                             p + "_cross_merged")
             attended = _dense(g, attended, attention.output_dense, p + "_cross_out")
+            if taps is not None:
+                taps.update(weights=weights, context=attended)
             x = _add_norm(g, x, attended, layer.cross_attention_norm, p + "_cross")
 
         # Position-wise feed-forward.
@@ -225,6 +230,46 @@ def _output_logits(g: _Graph, model, x: str, table: np.ndarray, name: str) -> No
         kernel, bias = _weights(model.output_projection, "kernel", "bias")
         product = g.op("MatMul", [x, g.const(kernel, "output_kernel")], "output_matmul")
         g.output("Add", [product, g.const(bias, "output_bias")], name)
+
+
+def _copy_mixture(g: _Graph, model, hidden: str, embedded: str, taps: dict, source_ids: str,
+                  logits: str, name: str) -> None:
+    """Copy attention (keras_transformer.layers.copy_attention) into the graph value `name`
+    (B,V): log((1 - g) softmax(logits) + g copy), g = sigmoid(W [hidden; context; embedded]
+    + b), copy = the last layer's cross-attention (one head, or the heads' mean) added up per
+    source id (B,S) int64. ScatterElements with reduction "add" (opset 16): without a
+    reduction, a source id found twice would leave the result undefined."""
+    from onnx import TensorProto
+
+    c = model.config
+    weights = taps["weights"]  # (B,H,1,S)
+    if c.copy_head < 0:
+        attention = g.op("ReduceMean", [weights], "copy_attention", axes=[1, 2], keepdims=0)
+    else:
+        attention = g.op("Squeeze", [
+            g.op("Gather", [weights, g.const(np.int64(c.copy_head), "copy_head")], axis=1),
+            g.const([1], "copy_axis", np.int64)], "copy_attention")
+    joined = g.op("Concat", [hidden, taps["context"], embedded], "copy_gate_input", axis=1)
+    gate = _dense(g, joined, model.copy_gate.dense, "copy_gate")  # (B,1) logit
+    # log(1 - sigmoid(z)) = -softplus(z), log sigmoid(z) = -softplus(-z)
+    log_keep = g.op("Neg", [g.op("Softplus", [gate])], "copy_log_keep")
+    log_gate = g.op("Neg", [g.op("Softplus", [g.op("Neg", [gate])])], "copy_log_gate")
+    generate = g.op("Add", [g.op("LogSoftmax", [logits], axis=1), log_keep], "copy_generate")
+    zeros = g.op("ConstantOfShape", [g.op("Shape", [logits])], "copy_zeros",
+                 value=_float_tensor(0.0))
+    mass = g.op("ScatterElements", [zeros, g.op("Cast", [source_ids], to=TensorProto.INT64),
+                                    attention], "copy_mass", axis=1, reduction="add")
+    copied = g.op("Add", [g.op("Log", [mass]), log_gate], "copy_copied")  # log 0 = -inf
+    top = g.op("Max", [generate, copied], "copy_top")
+    total = g.op("Add", [g.op("Exp", [g.op("Sub", [generate, top])]),
+                         g.op("Exp", [g.op("Sub", [copied, top])])], "copy_total")
+    g.output("Add", [top, g.op("Log", [total])], name)
+
+
+def _float_tensor(value: float):
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.asarray([value], np.float32))
 
 
 def _log_normalizer(g: _Graph, logits: str, name: str) -> None:
@@ -303,8 +348,15 @@ def build_decoder_step(model: Transformer | TransformerLM):
             p + "_self_heads")
         return g.op("Reshape", [attended, s.rows], p + "_self_merged")
 
-    x = _decoder_layers(g, s, model, x, self_attention, cross_inputs)
-    _output_logits(g, model, x, table, "logits")
+    embedded = x
+    copying = cross and model.config.copy_attention
+    taps = {} if copying else None
+    x = _decoder_layers(g, s, model, x, self_attention, cross_inputs, taps)
+    if copying:
+        _output_logits(g, model, x, table, "vocab_logits")
+        _copy_mixture(g, model, x, embedded, taps, COPY_SOURCE, "vocab_logits", "logits")
+    else:
+        _output_logits(g, model, x, table, "logits")
     g.output("Concat", step_rows, "step_key_values", axis=1)
     _log_normalizer(g, "logits", "log_normalizer")
 
@@ -318,6 +370,9 @@ def build_decoder_step(model: Transformer | TransformerLM):
         inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "source_length",
                                                                 head_dim])
                    for name in memory_names(layers)]
+        if copying:
+            inputs.append(helper.make_tensor_value_info(COPY_SOURCE, TensorProto.INT32,
+                                                        [batch, "source_length"]))
     inputs += [helper.make_tensor_value_info(name, float_, [batch, heads, "cache_length",
                                                             head_dim])
                for name in cache_names(layers)]

@@ -48,12 +48,13 @@ import re
 
 import numpy as np
 
-from keras_transformer.cache.layout import memory_names
+from keras_transformer.cache.layout import COPY_SOURCE, memory_names
 from keras_transformer.layers.attention import MASKED_LOGIT
 from keras_transformer.models.transformer import Transformer
 
 from .onnx_graph import (
     ONNX_OPSET,
+    _copy_mixture,
     _decoder_layers,
     _embed,
     _Graph,
@@ -119,9 +120,10 @@ class _Builder:
 
     # -- one decoding step with a growing cache ------------------------------------------------
 
-    def step(self, b, tokens, index, pasts, cross_keys, cross_values, cross_bias):
+    def step(self, b, tokens, index, pasts, cross_keys, cross_values, copy_source, cross_bias):
         """tokens (n,) int32 at position `index` (int64 ()), pasts [keys_0, values_0, ...]
-        (n,H,t,dh) -> (logits (n,V), log-normalizer (n,), presents (n,H,t+1,dh))."""
+        (n,H,t,dh), the source ids of each row (n,S) for a copy-attention model (else None)
+        -> (logits (n,V), log-normalizer (n,), presents (n,H,t+1,dh))."""
         model = self.model
         s = _Shapes(b, self.heads, self.head_dim, model.config.d_model)
         scale = 1.0 / math.sqrt(self.head_dim)
@@ -144,10 +146,17 @@ class _Builder:
             return b.op("Reshape", [b.op("MatMul", [weights, values]), s.rows],
                         p + "_self_merged")
 
+        embedded = x
+        taps = {} if copy_source is not None else None
         x = _decoder_layers(b, s, model, x, self_attention,
-                            lambda i: (cross_keys[i], cross_values[i], cross_bias))
+                            lambda i: (cross_keys[i], cross_values[i], cross_bias), taps)
         logits, lse = b.name("logits"), b.name("log_normalizer")
-        _output_logits(b, model, x, table, logits)
+        if copy_source is None:
+            _output_logits(b, model, x, table, logits)
+        else:
+            vocab_logits = b.name("vocab_logits")
+            _output_logits(b, model, x, table, vocab_logits)
+            _copy_mixture(b, model, x, embedded, taps, copy_source, vocab_logits, logits)
         _log_normalizer(b, logits, lse)
         return logits, lse, presents
 
@@ -277,7 +286,8 @@ class _Builder:
         row_source = b.op("Div", [b.op("Range", [self.c64(0, "zero"),
                                                  self.squeeze(b, rows, [0]),
                                                  self.c64(1, "one")]), k], "row_source")
-        memory = [[self.gather_rows(b, x, row_source) for x in part] for part in memory]
+        memory = [[self.gather_rows(b, x, row_source) for x in part] for part in memory[:2]] + [
+            None if memory[2] is None else self.gather_rows(b, memory[2], row_source)]
         cross_bias = self.gather_rows(b, cross_bias, row_source)
         empty = self.empty_cache(b, rows)
         tokens0 = b.op("Expand", [g.const(np.int32(self.bos), "bos"), rows], "tokens0")
@@ -512,8 +522,10 @@ class _Builder:
         self.min_length = self.to(g, "min_length", T.INT64, "min_length64")
         zero = self.c64(0, "zero")
         self.has_ngram = g.op("Greater", [self.ngram_size, zero], "has_ngram")
-        beam = self.beam((keys, values), cross_bias, batch)
-        greedy = self.greedy((keys, values), cross_bias, batch)
+        copy_source = (memory_outputs[COPY_SOURCE] if self.model.config.copy_attention
+                       else None)
+        beam = self.beam((keys, values, copy_source), cross_bias, batch)
+        greedy = self.greedy((keys, values, copy_source), cross_bias, batch)
         is_beam = g.op("Greater", ["beam_size", g.const(np.int32(1), "one_i32")], "is_beam")
         g.nodes.append(helper.make_node("If", [is_beam], list(OUTPUTS), name="search",
                                    then_branch=beam, else_branch=greedy))

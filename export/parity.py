@@ -79,8 +79,13 @@ def tensor_outputs(backend, inputs: dict) -> dict[str, np.ndarray]:
     if "source_ids" not in inputs:
         return lm_step_outputs(backend, inputs)
     memory, memory_mask = backend.encode(inputs["source_ids"])
-    memory = np.stack([backend.to_numpy(t) for t in memory])
+    memory = [backend.to_numpy(t) for t in memory]
+    # A copy-attention model's memory ends with the source ids (cache.layout.COPY_SOURCE).
+    copy_source = memory.pop() if backend.copy_attention else None
+    memory = np.stack(memory)
     ref_memory = list(inputs.get("memory", memory))
+    if copy_source is not None:
+        ref_memory.append(inputs.get("copy_source_ids", copy_source))
     ref_mask = inputs.get("memory_mask", backend.to_numpy(memory_mask))
     if hasattr(backend, "tf"):  # TF runtimes take tensors
         ref_memory = [backend.tf.constant(t) for t in ref_memory]
@@ -88,7 +93,8 @@ def tensor_outputs(backend, inputs: dict) -> dict[str, np.ndarray]:
     logits, step_key_values = backend.decode_step(
         inputs["tokens"], ref_memory, ref_mask, backend.cache_from(inputs["cache"]),
         inputs["index"])
-    return {"encode.memory": memory,
+    copied = {} if copy_source is None else {"encode.copy_source_ids": copy_source}
+    return {"encode.memory": memory, **copied,
             "encode.memory_mask": backend.to_numpy(memory_mask),
             "decode_step.logits": backend.to_numpy(logits),
             "decode_step.step_key_values": backend.to_numpy(step_key_values)}
@@ -108,6 +114,8 @@ def tensor_parity(manifest: Manifest, backends: dict, shapes=SHAPES) -> list[dic
         if manifest.kind != "lm":
             inputs["memory"] = reference["encode.memory"]
             inputs["memory_mask"] = reference["encode.memory_mask"]
+            if "encode.copy_source_ids" in reference:
+                inputs["copy_source_ids"] = reference["encode.copy_source_ids"]
         outputs = {name: tensor_outputs(backends[name], inputs) for name in names[1:]}
         for key, ref in reference.items():
             row = {"output": key, "shape": "x".join(map(str, ref.shape))}

@@ -37,17 +37,20 @@ class Backend:
 
     name = "numpy"
 
-    def __init__(self, *, num_layers: int, num_heads: int, d_model: int):
+    def __init__(self, *, num_layers: int, num_heads: int, d_model: int,
+                 copy_attention: bool = False):
         self.num_layers = num_layers
         self.num_heads = num_heads
         self.d_model = d_model
-        # The names of the per-layer arrays in every format's encode outputs and step inputs.
-        self._memory_names = layout.memory_names(num_layers)
+        self.copy_attention = copy_attention
+        # The names of the arrays in every format's encode outputs and step inputs.
+        self._memory_names = layout.memory_names(num_layers, copy_attention)
         self._cache_names = layout.cache_names(num_layers)
 
     def encode(self, source_ids: np.ndarray):
         """source_ids (B,S) int32 -> memory [cross_keys_0, cross_values_0, ...], each
-        (B,H,S,dh), and memory_mask (B,S) bool."""
+        (B,H,S,dh), then for a copy-attention model the source ids (B,S) int32
+        (layout.memory_names), and memory_mask (B,S) bool."""
         raise NotImplementedError
 
     def decode_step(self, tokens, memory, memory_mask, cache, index: int):

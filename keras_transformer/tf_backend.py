@@ -56,7 +56,7 @@ class KerasBackend(TFBackend):
     def __init__(self, model, jit_compile: bool = False):
         c = model.config
         super().__init__(num_layers=c.num_decoder_layers, num_heads=c.num_heads,
-                         d_model=c.d_model)
+                         d_model=c.d_model, copy_attention=c.copy_attention)
         self.model = model
         self.jit_compile = bool(jit_compile)
         self._encode, self._step_function = self.compiled(model, self.jit_compile)

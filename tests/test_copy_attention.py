@@ -140,3 +140,121 @@ def test_copy_gate_round_trips_its_config():
     clone = CopyGate.from_config(gate.get_config())
     assert clone.d_model == 8
     assert isinstance(keras.layers.deserialize(keras.layers.serialize(gate)), CopyGate)
+
+
+def _export_copy_model(tmp_path, **changes):
+    from export.exporters import export_onnx
+
+    model = Transformer(TransformerConfig.preset(
+        "tiny", d_model=32, num_heads=4, d_ff=64, source_vocab_size=50, target_vocab_size=50,
+        max_source_length=16, max_target_length=16, share_embeddings=True,
+        copy_attention=True, **changes), dtype="float32")
+    model.build()
+    rng = np.random.default_rng(0)
+    # Non-zero biases and a gate that copies about half the mass: every weight matters.
+    model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    export_onnx(model, tmp_path, int8=False)
+    return model, rng
+
+
+@pytest.mark.parametrize("changes", [{}, {"copy_head": 2, "pre_norm": True}],
+                         ids=["heads-mean", "head-2-pre-ln"])
+def test_onnx_step_gives_the_keras_mixture_with_repeated_source_ids(tmp_path, changes):
+    import onnxruntime as ort
+
+    from keras_transformer.cache.layout import cache_names, memory_names
+
+    model, rng = _export_copy_model(tmp_path, **changes)
+    source = rng.integers(4, 50, (3, 9)).astype(np.int32)
+    source[:, 1:4] = source[:, :1]  # one id four times in every row
+    source[2, 6:] = model.config.pad_id
+    memory, mask = model.encode_for_decoding(source)
+    memory = [np.asarray(t) for t in memory]
+    names = memory_names(2, copy_attention=True)
+    encoder = ort.InferenceSession(str(tmp_path / "encoder.onnx"))
+    *got_memory, got_mask = encoder.run([*names, "memory_mask"], {"source_ids": source})
+    for got, want in zip(got_memory, memory, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_array_equal(got_memory[-1], source)
+    cache = [rng.normal(size=(3, 4, 6, 8)).astype(np.float32) for _ in range(4)]
+    tokens = source[:, 0].copy()
+    step = ort.InferenceSession(str(tmp_path / "decoder_step.onnx"))
+    for index in (0, 5):
+        feeds = {"tokens": tokens, "memory_mask": got_mask, "index": np.asarray(index, np.int32)}
+        feeds.update(zip(names, got_memory, strict=True))
+        feeds.update(zip(cache_names(2), cache, strict=True))
+        log_probs, rows = step.run(["logits", "step_key_values"], feeds)
+        want, want_rows = model.decode_step_key_values(tokens, memory, mask, cache, index)
+        np.testing.assert_allclose(log_probs, np.asarray(want), atol=1e-4)
+        np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(rows, np.asarray(want_rows), atol=1e-5)
+
+
+def test_search_graph_of_a_copy_model_gives_the_numpy_search_tokens(tmp_path):
+    import onnxruntime as ort
+
+    from keras_transformer.translator import search_ids
+
+    model, rng = _export_copy_model(tmp_path)
+    source = rng.integers(4, 50, (4, 10)).astype(np.int32)
+    source[:, 2:5] = source[:, :1]
+    source[:, -1] = model.config.eos_id
+    search = ort.InferenceSession(str(tmp_path / "search.onnx"))
+    for beam in (1, 3):
+        tokens, _ = search.run(["tokens", "scores"], {
+            "source_ids": source, "max_length": np.asarray(12, np.int32),
+            "beam_size": np.asarray(beam, np.int32), "alpha": np.asarray(0.6, np.float64),
+            "no_repeat_ngram_size": np.asarray(0, np.int32),
+            "min_length": np.asarray(2, np.int32)})
+        want = search_ids(model, source, beam_size=beam, alpha=0.6, max_length=12,
+                          min_length=2).to_lists(model.config.eos_id)
+        got = [list(row[: list(row).index(3) + 1] if 3 in row else row) for row in tokens]
+        assert got == [list(w) for w in want], beam
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    """(data directory, run directory) of a tiny summarizer with copy attention."""
+    import random
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.test_summarization import ENV, ROOT, make_article, tiny_run_config, write_tsv
+
+    data = tmp_path_factory.mktemp("copy_run")
+    rng = random.Random(3)
+    for name, count in (("train.tsv.gz", 600), ("dev.tsv.gz", 30), ("test.tsv", 30)):
+        write_tsv(data / name, ["\t".join([*make_article(rng), "tiêu đề"])
+                                for _ in range(count)])
+    config = tiny_run_config(data)
+    config["model"]["overrides"]["copy_attention"] = True
+    config["tokenizer"]["joint"] = True
+    (data / "copy.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    out = data / "run"
+    result = subprocess.run([sys.executable, "-m", "train", "--config", str(data / "copy.yaml"),
+                             "--out", str(out)], cwd=ROOT, env=ENV, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, out
+
+
+@pytest.mark.slow
+def test_copy_summarizer_exports_to_every_format_with_parity(copy_run, tmp_path):
+    """A trained copy-attention summarizer: SavedModel, ONNX (step and search.onnx) and TFLite
+    give Keras's tensors and tokens (export.parity: greedy and beam, every runtime)."""
+    from export import parity
+    from export.exporters import export_run
+
+    _, run = copy_run
+    out = tmp_path / "export"
+    export_run(run, out, formats=("savedmodel", "onnx", "tflite"))
+    printed = []
+    sources = (run / "test.src").read_text(encoding="utf-8").splitlines()[:8]
+    references = (run / "test.ref").read_text(encoding="utf-8").splitlines()[:8]
+    assert parity.run(out, run, sentences=8, beam_sentences=4, bleu_sentences=8,
+                      out=printed.append, sources=sources, references=references), \
+        "\n".join(printed)
+    assert any("copy_source_ids" in line for line in printed), "\n".join(printed)

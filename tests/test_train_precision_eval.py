@@ -150,3 +150,84 @@ def test_evaluate_reads_lines_as_every_reader_does(bf16_run, tmp_path):
     src.write_bytes(b"fine\nbad \xff byte\n")
     result = python("-m", "train.evaluate", "--run", str(out), "--src", str(src))
     assert result.returncode == 2 and f"{src} line 2 is not valid UTF-8" in result.stderr
+
+
+# precision: auto
+
+def _flags(**present):
+    from keras_transformer.cpu import MATRIX_FLAGS
+
+    return {name: present.get(name, False) for name in MATRIX_FLAGS}
+
+
+@pytest.mark.parametrize("flags, capability, jit, expected", [
+    (_flags(avx512f=True, avx512_bf16=True), None, False,
+     [("float32", True), ("mixed_bfloat16", False)]),
+    (_flags(avx2=True), None, False, [("float32", False)]),
+    (_flags(amx_tile=True, amx_bf16=True, avx512_bf16=True), None, True,
+     [("mixed_bfloat16", False)]),
+    (_flags(), (8, 0), True, [("mixed_bfloat16", True)]),
+    (_flags(amx_bf16=True), (7, 5), True, [("mixed_float16", True)]),
+], ids=["zen-avx512-bf16-measured", "avx2", "amx", "ampere-gpu", "turing-gpu"])
+def test_auto_precision_follows_the_matrix_units(flags, capability, jit, expected):
+    from train.distribute import choose_precision
+
+    assert choose_precision(flags, capability, jit)[0] == expected
+
+
+def test_auto_precision_reads_this_machine_and_fixed_settings_pass_through(caplog):
+    import logging
+
+    from keras_transformer.cpu import cpu_flags, cpu_model
+    from train.distribute import choose_precision, resolve_precision
+
+    assert resolve_precision("mixed_bfloat16", True) == [("mixed_bfloat16", True)]
+    with caplog.at_level(logging.INFO, logger="train"):
+        chosen = resolve_precision("auto", True)
+    assert chosen == choose_precision(cpu_flags(), None, True)[0]
+    assert cpu_model() in caplog.text
+    with pytest.raises(ValueError, match="training.precision must be one of"):
+        resolve_precision("bfloat16", True)
+
+
+def test_cpu_flags_read_the_first_processor(tmp_path):
+    from keras_transformer.cpu import cpu_flags
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 amx_tile\n\n"
+                    "processor\t: 1\nflags\t\t: fpu avx512f\n")
+    flags = cpu_flags(str(info))
+    assert flags["amx_bf16"] and flags["avx2"] and not flags["avx512f"]
+
+
+def test_the_probe_picks_the_setting_whose_steps_are_fastest():
+    """Two fake models whose train steps take known times: the probe times them interleaved
+    and returns the faster one's setting, whichever comes first."""
+    import time
+
+    import numpy as np
+
+    from train.precision_probe import fastest_setting
+
+    class Fake:
+        def __init__(self, seconds):
+            self.seconds, self.steps = seconds, 0
+
+        def train_on_batch(self, x, y):
+            self.steps += 1
+            time.sleep(self.seconds)
+
+    batch = (np.zeros((2, 3), np.int32), np.zeros((2, 4), np.int32))
+    for slow_first in (True, False):
+        made = []
+
+        def build_and_compile(jit, made=made, slow_first=slow_first):
+            made.append(Fake(0.03 if (len(made) == 0) == slow_first else 0.005))
+            return made[-1]
+
+        candidates = [("float32", True), ("mixed_bfloat16", False)]
+        chosen = fastest_setting(build_and_compile, candidates, batch, rounds=2)
+        assert chosen == candidates[1 if slow_first else 0]
+        assert [m.steps for m in made] == [4, 4]  # 2 warm-up + 2 timed each
+    assert keras.mixed_precision.global_policy().name in ("float32", "mixed_bfloat16")
+    keras.mixed_precision.set_global_policy("float32")

@@ -72,7 +72,7 @@ class TrainingConfig:
     beta_2: float = 0.98
     epsilon: float = 1e-9
     jit_compile: bool | str = "auto"  # true | false | auto (on for GPU/TPU, off on CPU)
-    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16 | auto (for this machine)
     strategy: str = "auto"  # auto | default | mirrored | multiworker
     seed: int = 0
     verbose: int = 1

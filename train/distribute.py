@@ -11,7 +11,7 @@ import tensorflow as tf
 log = logging.getLogger("train")
 
 STRATEGIES = ("auto", "default", "mirrored", "multiworker")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 
 
 def make_strategy(name: str) -> tf.distribute.Strategy:
@@ -151,6 +151,59 @@ def check_jit_devices(strategy: tf.distribute.Strategy, jit: bool) -> None:
             f"collectives and compiles every local replica's step for the first CPU. Set "
             f"training.jit_compile=false (or auto); XLA with several replicas needs GPUs or "
             f"TPUs.")
+
+
+# The settings training.precision: auto chooses between, each (precision, jit_compile).
+FLOAT32_XLA = ("float32", True)
+BFLOAT16_ONEDNN = ("mixed_bfloat16", False)
+
+
+def choose_precision(flags: dict[str, bool], gpu_compute_capability: tuple | None,
+                     jit: bool) -> tuple[list[tuple[str, bool]], str]:
+    """training.precision: auto -> (the candidate (precision, jit_compile) settings, why):
+    one when the hardware decides, two when only a measured probe can
+    (train.precision_probe).
+    - a GPU: mixed_bfloat16 from compute capability 8 (Ampere) on, else mixed_float16 (with
+      loss scaling); XLA as configured.
+    - a CPU with AMX-BF16 tiles: mixed_bfloat16 without XLA. TF's oneDNN matmul runs bfloat16
+      on the tiles (several times its float32); XLA's CPU dots do not use them.
+    - a CPU with AVX-512 BF16 but no AMX (AMD Zen 4/5, Intel Cooper Lake): float32 with XLA or
+      bfloat16 without, measured. Its bfloat16 dot products are worth it only where the
+      matrices are large: bench.train_step on Zen 5 found float32 with XLA faster for `small`
+      at 32 x 32 tokens and bfloat16 without XLA faster for `base`.
+    - any other CPU: float32, XLA as configured; bfloat16 would be converted around every
+      dot."""
+    if gpu_compute_capability is not None:
+        if tuple(gpu_compute_capability) >= (8, 0):
+            return [("mixed_bfloat16", jit)], "a GPU with bfloat16 (compute capability >= 8.0)"
+        return [("mixed_float16", jit)], "a GPU without bfloat16 (compute capability < 8.0)"
+    if flags.get("amx_bf16"):
+        return [BFLOAT16_ONEDNN], "a CPU with AMX-BF16"
+    if flags.get("avx512_bf16"):
+        return [FLOAT32_XLA, BFLOAT16_ONEDNN], "a CPU with AVX-512 BF16 and no AMX (measured)"
+    return [("float32", jit)], "a CPU without bfloat16 dot products"
+
+
+def resolve_precision(precision: str, jit: bool) -> list[tuple[str, bool]]:
+    """training.precision and the resolved jit_compile -> the candidate (precision, jit)
+    settings: the configured one, or for auto those choose_precision gives for this machine,
+    logged with the CPU's name and flags."""
+    check_precision(precision)
+    if precision != "auto":
+        return [(precision, jit)]
+    from keras_transformer.cpu import cpu_flags, cpu_model
+
+    flags = cpu_flags()
+    capability = None
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        capability = details.get("compute_capability", (0, 0))
+    candidates, why = choose_precision(flags, capability, jit)
+    log.info("precision auto: %s for %s; CPU %s, flags %s",
+             " or ".join(f"{p} (jit_compile {j})" for p, j in candidates), why, cpu_model(),
+             " ".join(name for name, present in flags.items() if present) or "-")
+    return candidates
 
 
 def check_precision(name: str) -> str:

@@ -38,9 +38,11 @@ from .distribute import (
     is_chief,
     make_strategy,
     resolve_jit,
+    resolve_precision,
     strategy_name,
     worker_task,
 )
+from .precision_probe import fastest_setting
 from .run_directory import fingerprint, prepare_run_directory
 from .tasks.base import Task
 
@@ -97,7 +99,7 @@ def make_optimizer(config: RunConfig, d_model: int):
     schedule = TransformerSchedule(d_model, t.warmup_steps, t.lr_scale)
     optimizer = keras.optimizers.Adam(schedule, beta_1=t.beta_1, beta_2=t.beta_2,
                                       epsilon=t.epsilon)
-    if t.precision == "mixed_float16":
+    if keras.mixed_precision.global_policy().name == "mixed_float16":
         # float16 gradients underflow without it; bfloat16 has float32's range and needs none.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
@@ -250,8 +252,11 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     t = config.training
     check_precision(t.precision)
     strategy = make_strategy(t.strategy)
-    jit = resolve_jit(t.jit_compile)
-    check_jit_devices(strategy, jit)
+    candidates = resolve_precision(t.precision, resolve_jit(t.jit_compile))
+    if strategy.num_replicas_in_sync > 1:
+        candidates = candidates[:1]  # the probe times one device's step
+    for _, jit in candidates:
+        check_jit_devices(strategy, jit)
     chief = is_chief(strategy)
     if chief:
         prepare_run_directory(out, config, overwrite=overwrite)
@@ -261,10 +266,9 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
         out.mkdir(parents=True, exist_ok=True)
     save_config(config, out / "config.yaml")
     keras.utils.set_random_seed(t.seed)
-    keras.mixed_precision.set_global_policy(t.precision)
-    log.info("strategy %s with %d replica(s); jit_compile %s; precision %s",
-             strategy_name(strategy), strategy.num_replicas_in_sync, jit, t.precision)
-    return strategy, chief, out, jit
+    log.info("strategy %s with %d replica(s)", strategy_name(strategy),
+             strategy.num_replicas_in_sync)
+    return strategy, chief, out, candidates
 
 
 def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) -> dict:
@@ -278,7 +282,7 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
         "strategy": strategy_name(strategy),
         "replicas": strategy.num_replicas_in_sync,
         "jit_compile": jit,
-        "precision": config.training.precision,
+        "precision": keras.mixed_precision.global_policy().name,
         "epoch_losses": [float(v) for v in history.get("loss", [])],
     }
     if history.get("loss"):
@@ -324,10 +328,21 @@ def average_last(model, directory: Path, last: int) -> list[str]:
 
 def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> dict:
     """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
-    strategy, chief, out, jit = setup(config, out, overwrite)
+    strategy, chief, out, candidates = setup(config, out, overwrite)
     model_cfg = task.prepare(out)
     atomic_write_text(out / "model_config.json", json.dumps(model_cfg.to_dict(), indent=2))
     make_train, make_dev = task.datasets()
+    precision, jit = candidates[0]
+    if len(candidates) > 1:
+        def build_and_compile(jit):
+            model = task.build_model(model_cfg)
+            compile_model(model, config, *task.loss_and_metrics(model, 1), jit)
+            return model
+
+        precision, jit = fastest_setting(build_and_compile, candidates, next(iter(make_dev())))
+        keras.utils.set_random_seed(config.training.seed)  # the probe drew from the seed
+    keras.mixed_precision.set_global_policy(precision)
+    log.info("jit_compile %s; precision %s", jit, precision)
     with strategy.scope():
         model = task.build_model(model_cfg)
         loss, metrics = task.loss_and_metrics(model, strategy.num_replicas_in_sync)

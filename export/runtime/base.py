@@ -26,7 +26,8 @@ class Backend(generation.Backend):
     def __init__(self, manifest: Manifest):
         model = manifest.model
         super().__init__(num_layers=model["num_decoder_layers"], num_heads=model["num_heads"],
-                         d_model=model["d_model"])
+                         d_model=model["d_model"],
+                         copy_attention=bool(model.get("copy_attention", False)))
         self.manifest = manifest
 
 

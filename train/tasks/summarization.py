@@ -12,6 +12,7 @@ from tqdm import tqdm
 from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.pipeline import bucket_boundaries_for
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
+from keras_transformer.text.summary_stats import format_statistics, summary_statistics
 from keras_transformer.translator import translate
 
 from ..data import load_summarization, split_sentences, word_joints
@@ -153,5 +154,9 @@ class SummarizationTask(Seq2SeqTask):
                  f"{e.no_repeat_ngram_size}, min_length {e.min_length})"]
         lines += [f"{name:5s} {format_rouge(values)}" for name, values in leads.items()]
         lines.append(scores["rouge_signature"])
-        return {**scores, **leads}, lines
+        stats = {"summary_stats": summary_statistics(hypotheses, sources),
+                 "reference_stats": summary_statistics(references, sources)}
+        lines += [f"{who:9s} {format_statistics(stats[key])}"
+                  for who, key in (("model", "summary_stats"), ("reference", "reference_stats"))]
+        return {**scores, **leads, **stats}, lines
 
