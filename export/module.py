@@ -138,7 +138,7 @@ def attention_function(model: Transformer) -> tf.function:
         memory, mask, encoder_self = model.encode(source_ids, training=False,
                                                   return_attention_scores=True)
         _, weights = model.decode(target_ids, memory, mask, training=False,
-                                  return_attention_scores=True)
+                                  return_attention_scores=True, source_ids=source_ids)
         stacked = {"encoder_self": encoder_self, "decoder_self": weights["self"],
                    "cross": weights["cross"]}
         return {name: tf.identity(tf.cast(tf.stack(layers)[:, 0], tf.float32), name=name)

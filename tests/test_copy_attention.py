@@ -258,3 +258,23 @@ def test_copy_summarizer_exports_to_every_format_with_parity(copy_run, tmp_path)
                       out=printed.append, sources=sources, references=references), \
         "\n".join(printed)
     assert any("copy_source_ids" in line for line in printed), "\n".join(printed)
+
+
+def test_attention_maps_give_the_copy_distribution_and_gates_and_draw_them(tiny_config,
+                                                                           tmp_path):
+    from train.attention import attention_maps
+    from train.visualize import draw, positional_arrays
+
+    rng = np.random.default_rng(7)
+    model = _copy_model(tiny_config)
+    src, tgt = random_ids(rng, 1, 6), random_ids(rng, 1, 4)
+    maps = attention_maps(model, src, tgt)
+    np.testing.assert_allclose(maps["copy"], maps["cross"][-1].mean(axis=1), atol=1e-6)
+    assert maps["copy"].shape == (1, 4, 6) and maps["copy_gate"].shape == (1, 4)
+    assert np.all((maps["copy_gate"] > 0) & (maps["copy_gate"] < 1))
+    arrays = {**positional_arrays(8, 8), "copy": maps["copy"][0],
+              "copy_gate": maps["copy_gate"][0]}
+    labels = {"source": [f"s{i}" for i in range(6)], "output": [f"o{i}" for i in range(4)]}
+    names = draw(arrays, labels, tmp_path, "caption")
+    assert {"copy.png", "copy_gate.png"} <= set(names)
+    assert (tmp_path / "copy.png").stat().st_size > 0

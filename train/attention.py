@@ -25,7 +25,9 @@ def _stacked(per_layer) -> np.ndarray:
 
 def attention_maps(model, source_ids=None, target_in_ids=None) -> dict[str, np.ndarray]:
     """The attention weights of one forward pass, stacked over layers, float32:
-    "encoder_self" (L,B,H,S,S), "decoder_self" (L,B,H,T,T) and "cross" (L,B,H,T,S).
+    "encoder_self" (L,B,H,S,S), "decoder_self" (L,B,H,T,T) and "cross" (L,B,H,T,S); for a
+    copy-attention model also "copy" (B,T,S), the copy distribution over the source, and
+    "copy_gate" (B,T), the share g of copying at each output position.
 
     A `Transformer` takes source_ids (B,S), and target_in_ids (B,T) (BOS, then the tokens
     fed back) for the decoder's two kinds; a `TransformerClassifier` takes source_ids and
@@ -46,14 +48,19 @@ def attention_maps(model, source_ids=None, target_in_ids=None) -> dict[str, np.n
 
     maps = {}
     if isinstance(model, Transformer):
-        memory, mask, weights = model.encode(ids(source_ids, "source_ids"), training=False,
+        source = ids(source_ids, "source_ids")
+        memory, mask, weights = model.encode(source, training=False,
                                              return_attention_scores=True)
         maps["encoder_self"] = _stacked(weights)
         if target_in_ids is not None:
             _, weights = model.decode(ids(target_in_ids, "target_in_ids"), memory, mask,
-                                      training=False, return_attention_scores=True)
+                                      training=False, return_attention_scores=True,
+                                      source_ids=source)
             maps["decoder_self"] = _stacked(weights["self"])
             maps["cross"] = _stacked(weights["cross"])
+            if "copy" in weights:  # copy attention: what is copied, and how much
+                maps["copy"] = np.asarray(weights["copy"], np.float32)
+                maps["copy_gate"] = np.asarray(weights["copy_gate"], np.float32)
     elif isinstance(model, TransformerClassifier):
         source = ids(source_ids, "source_ids")
         x = model.embedding(source, training=False)

@@ -12,6 +12,9 @@ keras_transformer.file_safety.staged_directory):
   one panel per head (the causal triangle: every weight above the diagonal is 0);
 - cross_layer<N>.png, cross_mean.png: the decoder's attention over the source, per head and
   averaged over heads;
+- copy.png (a copy-attention model): the copy distribution over the source for each output
+  piece, each labelled with its copy gate g, and the gates alone as one shaded row (See et
+  al.'s picture: which words were copied, and from where);
 - arrays.npz: the arrays behind the figures (named as the figures, see ARRAYS), and
   pictures.json: the sentence, its pieces and ids, the output, and what each file holds.
 
@@ -138,6 +141,15 @@ def draw(arrays: dict[str, np.ndarray], labels: dict[str, list[str]], out: Path,
              row_labels=[f"head {h + 1}" for h in range(arrays["word_attention"].shape[1])],
              col_labels=source, xlabel="key (source)", ylabel="head",
              suptitle=f"encoder self-attention of {word!r} over its sentence\n{caption}")
+    if "copy" in arrays:
+        gates = arrays["copy_gate"]
+        save("copy.png", arrays["copy"][None], titles=["copy distribution (rows: g, piece)"],
+             row_labels=[f"{g:.2f} {piece}" for g, piece in zip(gates, output, strict=True)],
+             col_labels=source, xlabel="source", ylabel="copy gate g, output piece",
+             suptitle=f"copy attention\n{caption}")
+        save("copy_gate.png", gates[None, None], titles=["copy gate g per output piece"],
+             row_labels=["g"], col_labels=output, xlabel="output piece", ylabel="",
+             vmin=0.0, vmax=1.0, suptitle=f"share of each output piece copied\n{caption}")
     if "cross_mean" in arrays:
         layers = len(arrays["cross_mean"])
         save("cross_mean.png", arrays["cross_mean"], columns=layers,
@@ -235,8 +247,9 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
     generated = generated_tokens(result, c.eos_id)[0]  # the row that chose EOS too
     target_in = teacher_forced_input(c.bos_id, generated)
     maps = attention_maps(model, source, target_in)
-    arrays.update({kind: maps[kind][:, 0] for kind in maps}, target_in_ids=target_in[0],
-                  output_ids=np.array(generated, np.int32))
+    copied = {kind: maps.pop(kind)[0] for kind in ("copy", "copy_gate") if kind in maps}
+    arrays.update({kind: maps[kind][:, 0] for kind in maps}, **copied,
+                  target_in_ids=target_in[0], output_ids=np.array(generated, np.int32))
     arrays["cross_mean"] = arrays["cross"].mean(axis=1)
     if query is not None:
         arrays["word_attention"] = arrays["encoder_self"][:, :, query, :]  # (layers, heads, S)
