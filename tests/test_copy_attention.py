@@ -278,3 +278,19 @@ def test_attention_maps_give_the_copy_distribution_and_gates_and_draw_them(tiny_
     names = draw(arrays, labels, tmp_path, "caption")
     assert {"copy.png", "copy_gate.png"} <= set(names)
     assert (tmp_path / "copy.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["tokenizer.joint=false"], "copy_attention needs one vocabulary"),
+    (["model.overrides.share_embeddings=false"], "set share_embeddings=True"),
+    (["model.overrides.copy_attention=false", "tokenizer.joint=false"],
+     "share_embeddings needs one vocabulary"),
+])
+def test_a_copy_config_with_two_vocabularies_is_refused_before_any_data(overrides, message):
+    from pathlib import Path
+
+    from train.config import ConfigError, load_config
+
+    recipe = Path(__file__).resolve().parents[1] / "train/configs/vietnews_summarization.yaml"
+    with pytest.raises(ConfigError, match=message):
+        load_config(recipe, overrides)

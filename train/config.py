@@ -271,9 +271,16 @@ def _check_model(config: RunConfig) -> None:
     stand_ins = {"source_vocab_size": vocab, "target_vocab_size": vocab,
                  "max_source_length": 4096, "max_target_length": 4096}
     try:
-        TransformerConfig.preset(config.model.preset, **{**stand_ins, **overrides})
+        model = TransformerConfig.preset(config.model.preset, **{**stand_ins, **overrides})
     except (TypeError, ValueError) as err:
         raise ConfigError(f"model: {one_line(err)}") from None
+    # Two tokenizers number their pieces independently, even at one vocabulary size: a shared
+    # embedding, or a copied source id, would mean another piece on the target side.
+    for name in ("copy_attention", "share_embeddings"):
+        if getattr(model, name, False) and not config.tokenizer.joint and config.task in (
+                "translation", "summarization"):
+            raise ConfigError(f"model.overrides.{name} needs one vocabulary for source and "
+                              f"target: set tokenizer.joint: true (or {name}: false)")
 
 
 def _check_ranges(config: RunConfig) -> None:
