@@ -339,8 +339,10 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
             compile_model(model, config, *task.loss_and_metrics(model, 1), jit)
             return model
 
+        # The probe's models draw from the run's seed before the run's own model: still one
+        # initialization per seed (both candidates are always built). No reseeding here: the
+        # seed frees the in-graph tokenizer's resources, which the datasets now hold.
         precision, jit = fastest_setting(build_and_compile, candidates, next(iter(make_dev())))
-        keras.utils.set_random_seed(config.training.seed)  # the probe drew from the seed
     keras.mixed_precision.set_global_policy(precision)
     log.info("jit_compile %s; precision %s", jit, precision)
     with strategy.scope():
