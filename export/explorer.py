@@ -90,12 +90,15 @@ class Explorer:
     def info(self) -> dict:
         return {"kind": self.kind, "task": self.task, "encoder_layers": self.num_layers,
                 "decoder_layers": self.num_decoder_layers, "heads": self.num_heads,
+                "copy_attention": self.backend.copy_attention,
                 "max_source_length": self.translator.max_source_length,
                 "beam_size": self.beam_size, "alpha": self.alpha, **self.search}
 
     def explain(self, text: str) -> dict:
         """text -> {"output", "source_tokens", "output_tokens", "decoder_input_tokens",
-        "truncated", "attention": {kind: nested lists [layer][head][row][column]}}.
+        "truncated", "attention": {kind: nested lists [layer][head][row][column]}}; a
+        copy-attention model adds the kind "copy" (one layer and head: output tokens x
+        source tokens) and "copy_gate", the share copied of each output token.
 
         `output` is what export.translate prints for that line. Rows of decoder_self and
         cross are output_tokens (the step that produced each), their columns
@@ -120,13 +123,21 @@ class Explorer:
         decoder_input = [translator.bos_id] + produced[:-1]
         weights = self.backend.attention([source_ids], [decoder_input])
         pieces = translator.target_sp.id_to_piece
+        # Copy attention: one more map, the copy distribution (one layer, one "head"), and
+        # the copy gate of each output token.
+        copied = {} if "copy" not in weights else {
+            "copy_gate": weights["copy_gate"].tolist()}
+        if copied:
+            weights = {**weights, "copy": weights["copy"][None, None]}
+        kinds = KINDS + (("copy",) if copied else ())
         return {
             "output": output,
             "source_tokens": [translator.source_sp.id_to_piece(int(i)) for i in source_ids],
             "output_tokens": [pieces(int(i)) for i in produced],
             "decoder_input_tokens": [pieces(int(i)) for i in decoder_input],
             "truncated": bool(truncated),
-            "attention": {kind: weights[kind].tolist() for kind in KINDS},
+            "attention": {kind: weights[kind].tolist() for kind in kinds},
+            **copied,
         }
 
 

@@ -128,7 +128,8 @@ class DecodingModule(tf.Module):
 def attention_function(model: Transformer) -> tf.function:
     """The attention weights of one sentence pair, teacher-forced: source_ids (1,S) and
     target_ids (1,T) int32 (BOS and the generated tokens) -> encoder_self (L,H,S,S),
-    decoder_self (L,H,T,T) and cross (L,H,T,S) float32, every layer's weights stacked.
+    decoder_self (L,H,T,T) and cross (L,H,T,S) float32, every layer's weights stacked; a
+    copy-attention model adds copy (T,S), its copy distribution, and copy_gate (T,).
 
     A function of its own, not a method of DecodingModule: the SavedModel and TFLite files
     are saved from that module and stay as they are. The batch is fixed to one sentence,
@@ -141,8 +142,12 @@ def attention_function(model: Transformer) -> tf.function:
                                   return_attention_scores=True, source_ids=source_ids)
         stacked = {"encoder_self": encoder_self, "decoder_self": weights["self"],
                    "cross": weights["cross"]}
-        return {name: tf.identity(tf.cast(tf.stack(layers)[:, 0], tf.float32), name=name)
-                for name, layers in stacked.items()}
+        outputs = {name: tf.identity(tf.cast(tf.stack(layers)[:, 0], tf.float32), name=name)
+                   for name, layers in stacked.items()}
+        if "copy" in weights:  # copy attention: copy (T,S) and copy_gate (T,)
+            outputs.update({name: tf.identity(tf.cast(weights[name][0], tf.float32), name=name)
+                            for name in ("copy", "copy_gate")})
+        return outputs
 
     return tf.function(attention, input_signature=[
         tf.TensorSpec([1, None], tf.int32, name="source_ids"),

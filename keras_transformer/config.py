@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,10 @@ class TransformerConfig:
             vocabulary for source and target. Defaults to `False`.
         copy_head: int. The cross-attention head whose weights are the copy distribution, or
             `-1` (the default) for the heads' mean.
+        coverage_loss_weight: float >= 0. With copy attention, adds See et al.'s coverage loss
+            sum_i min(a_t,i, c_t,i), c_t the sum of the copy distributions of the earlier
+            target positions, times this weight, to the training loss (it penalises
+            attending again where the summary has already been); `0.0` (the default): off.
         pad_id: int. Padding id; defaults to `0`.
         bos_id: int. Start-of-sequence id; defaults to `2`.
         eos_id: int. End-of-sequence id; defaults to `3`.
@@ -72,6 +77,7 @@ class TransformerConfig:
     layer_norm_epsilon: float = 1e-6
     copy_attention: bool = False
     copy_head: int = -1
+    coverage_loss_weight: float = 0.0
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 3
@@ -124,6 +130,13 @@ class TransformerConfig:
             if self.num_decoder_layers < 1:
                 raise ValueError("copy_attention=True reads the last decoder layer's "
                                  "attention: num_decoder_layers must be at least 1")
+        if not float(self.coverage_loss_weight) >= 0.0 or not math.isfinite(
+                float(self.coverage_loss_weight)):
+            raise ValueError(f"coverage_loss_weight must be a finite number >= 0, got "
+                             f"{self.coverage_loss_weight!r}")
+        if self.coverage_loss_weight and not self.copy_attention:
+            raise ValueError("coverage_loss_weight covers the copy distribution: set "
+                             "copy_attention=True, or coverage_loss_weight=0")
         if not isinstance(self.copy_head, int) or not -1 <= self.copy_head < self.num_heads:
             raise ValueError(f"copy_head must be -1 (the heads' mean) or a head in "
                              f"[0, {self.num_heads}), got {self.copy_head!r}")

@@ -104,3 +104,17 @@ def copy_mixture(logits, gate_logit, attention, source_ids):
         for i, w in enumerate(source_ids[n]):
             out[n, int(w)] += g * float(attention[n, i])
     return out
+
+
+def coverage_loss(attention, target_mask):
+    """See et al.'s coverage loss, one position at a time: attention (B,T,S), target_mask
+    (B,T) -> the mean over masked-in positions of sum_i min(a_t,i, sum_{t'<t} a_t',i)."""
+    total, count = 0.0, 0
+    for b in range(attention.shape[0]):
+        coverage = np.zeros(attention.shape[2])
+        for t in range(attention.shape[1]):
+            if target_mask[b, t]:
+                total += np.minimum(attention[b, t], coverage).sum()
+                count += 1
+            coverage = coverage + attention[b, t]
+    return total / max(count, 1)

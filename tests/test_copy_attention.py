@@ -250,7 +250,7 @@ def test_copy_summarizer_exports_to_every_format_with_parity(copy_run, tmp_path)
 
     _, run = copy_run
     out = tmp_path / "export"
-    export_run(run, out, formats=("savedmodel", "onnx", "tflite"))
+    export_run(run, out, formats=("savedmodel", "onnx", "tflite"), with_attention=True)
     printed = []
     sources = (run / "test.src").read_text(encoding="utf-8").splitlines()[:8]
     references = (run / "test.ref").read_text(encoding="utf-8").splitlines()[:8]
@@ -258,6 +258,30 @@ def test_copy_summarizer_exports_to_every_format_with_parity(copy_run, tmp_path)
                       out=printed.append, sources=sources, references=references), \
         "\n".join(printed)
     assert any("copy_source_ids" in line for line in printed), "\n".join(printed)
+    _explorer_shows_the_keras_copy_distribution(out, run, sources[0])
+
+
+def _explorer_shows_the_keras_copy_distribution(export_dir, run, article):
+    """The explorer's copy map and gates (attention.onnx) are the Keras model's own."""
+    import keras
+
+    from export.explorer import open_explorer
+
+    explorer = open_explorer(export_dir)
+    assert explorer.info()["copy_attention"] is True
+    answer = explorer.explain(article)
+    sp = explorer.translator.source_sp
+    source = np.array([[sp.piece_to_id(p) for p in answer["source_tokens"]]], np.int32)
+    produced = [sp.piece_to_id(p) for p in answer["output_tokens"]]
+    target_in = np.array([[explorer.translator.bos_id, *produced[:-1]]], np.int32)
+    model = keras.models.load_model(run / "model.keras")
+    _, weights = model.decode(target_in, *model.encode(source), source_ids=source,
+                              return_attention_scores=True)
+    copy = np.asarray(answer["attention"]["copy"])
+    assert copy.shape == (1, 1, len(produced), source.shape[1])
+    np.testing.assert_allclose(copy[0, 0], np.asarray(weights["copy"])[0], atol=1e-4)
+    np.testing.assert_allclose(answer["copy_gate"], np.asarray(weights["copy_gate"])[0],
+                               atol=1e-4)
 
 
 def test_attention_maps_give_the_copy_distribution_and_gates_and_draw_them(tiny_config,
@@ -294,3 +318,33 @@ def test_a_copy_config_with_two_vocabularies_is_refused_before_any_data(override
     recipe = Path(__file__).resolve().parents[1] / "train/configs/vietnews_summarization.yaml"
     with pytest.raises(ConfigError, match=message):
         load_config(recipe, overrides)
+
+
+def test_coverage_loss_matches_the_reference_and_joins_the_training_loss(tiny_config):
+    from keras_transformer.layers.copy_attention import coverage_loss
+    from tests.reference import coverage_loss as reference_coverage
+
+    rng = np.random.default_rng(8)
+    attention = softmax(rng.normal(size=(2, 5, 6))).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
+    assert float(coverage_loss(attention, mask)) == pytest.approx(
+        reference_coverage(attention, mask), rel=1e-5)
+    # Attending twice to one position costs its weight; a new position costs nothing.
+    twice = np.array([[[1.0, 0.0], [1.0, 0.0]]], "float32")
+    moved = np.array([[[1.0, 0.0], [0.0, 1.0]]], "float32")
+    assert float(coverage_loss(twice, np.ones((1, 2), bool))) == pytest.approx(0.5)
+    assert float(coverage_loss(moved, np.ones((1, 2), bool))) == 0.0
+
+    model = _copy_model(tiny_config, coverage_loss_weight=2.0)
+    src, tgt = random_ids(rng, 2, 6), random_ids(rng, 2, 5)
+    tgt[1, 3:] = 0
+    model((src, tgt), training=True)
+    (added,) = model.losses
+    _, scores = model.decode(tgt, *model.encode(src), source_ids=src,
+                             return_attention_scores=True)
+    want = 2.0 * reference_coverage(np.asarray(scores["copy"]), tgt != 0)
+    assert float(added) == pytest.approx(want, rel=1e-4)
+    model((src, tgt), training=False)
+    assert not model.losses  # inference adds nothing
+    with pytest.raises(ValueError, match="coverage_loss_weight covers the copy"):
+        TransformerConfig.preset("tiny", coverage_loss_weight=1.0)

@@ -142,8 +142,9 @@ class OnnxBackend(Backend):
         """One sentence pair's attention weights from attention.onnx (an export made with
         --with-attention): source_ids (1,S) ending in EOS and target_ids (1,T), BOS followed
         by the generated tokens -> {"encoder_self": (L,H,S,S), "decoder_self": (L,H,T,T),
-        "cross": (L,H,T,S)} float32. Row i of the decoder's weights is the step that produced
-        generated token i. The session is made on first use, once."""
+        "cross": (L,H,T,S)} float32, and for a copy-attention model "copy" (T,S) and
+        "copy_gate" (T,). Row i of the decoder's weights is the step that produced generated
+        token i. The session is made on first use, once."""
         with self._attention_lock:
             if "attention" not in self.sessions:
                 options = self._ort.SessionOptions()
@@ -154,6 +155,8 @@ class OnnxBackend(Backend):
                 self.sessions["attention"] = self._session(self.manifest.attention_file(),
                                                            options)
         names = ("encoder_self", "decoder_self", "cross")
+        if self.copy_attention:
+            names += ("copy", "copy_gate")
         feeds = {"source_ids": np.asarray(source_ids, np.int32).reshape(1, -1),
                  "target_ids": np.asarray(target_ids, np.int32).reshape(1, -1)}
         return dict(zip(names, self.sessions["attention"].run(list(names), feeds), strict=True))

@@ -53,6 +53,18 @@ def copy_mixture_log_probs(logits, gate_logit, attention, source_ids):
     return top + ops.log(ops.exp(generate - top) + ops.exp(copied - top))
 
 
+def coverage_loss(attention, target_mask):
+    """See et al.'s coverage loss of copy distributions attention (B,T,S) over the target
+    positions where target_mask (B,T) is true: the mean over them of sum_i min(a_t,i, c_t,i),
+    with c_t = sum_{t' < t} a_t' the attention the summary has already paid to each source
+    position."""
+    attention = ops.cast(attention, "float32")
+    coverage = ops.cumsum(attention, axis=1) - attention
+    per_position = ops.sum(ops.minimum(attention, coverage), axis=-1)
+    mask = ops.cast(target_mask, "float32")
+    return ops.sum(per_position * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+
 def copy_attention_weights(cross_weights, head: int):
     """The last decoder layer's cross-attention (B, H, T, S) -> the copy distribution
     (B, T, S): one head's, or the heads' mean when head is -1."""

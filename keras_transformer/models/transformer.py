@@ -11,6 +11,7 @@ from keras_transformer.layers.copy_attention import (
     CopyGate,
     copy_attention_weights,
     copy_mixture_log_probs,
+    coverage_loss,
 )
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
@@ -156,6 +157,10 @@ class Transformer(keras.Model):
         attention = copy_attention_weights(weights["cross"][-1], self.config.copy_head)
         gate = self.copy_gate(hidden, weights["context"][-1], x)
         log_probs = copy_mixture_log_probs(self.logits(hidden), gate, attention, source_ids)
+        if training and self.config.coverage_loss_weight:
+            # Added to the compiled loss by model.fit (Keras collects a model's losses).
+            self.add_loss(self.config.coverage_loss_weight * coverage_loss(
+                attention, ops.not_equal(target_in_ids, self.config.pad_id)))
         if return_attention_scores:
             return log_probs, {**weights, "copy": attention,
                                "copy_gate": ops.sigmoid(gate[..., 0])}
