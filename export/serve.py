@@ -32,6 +32,7 @@ from pathlib import Path
 from keras_transformer.command_line import (
     CommandError,
     add_debug_flag,
+    command,
     entry_point,
     float_in,
     int_in,
@@ -179,7 +180,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m export.serve",
+    parser = argparse.ArgumentParser(prog=command("export.serve"),
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", required=True,
                         help="export directory made with --with-attention, e.g. runs/demo/export")
