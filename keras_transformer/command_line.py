@@ -124,13 +124,17 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
 def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high] (no upper bound when high is None)."""
 
+    bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
+            if text.strip().lstrip("+-").isdecimal():  # more digits than int() converts
+                raise argparse.ArgumentTypeError(f"{text.strip()[:12]}... is out of range: "
+                                                 f"give an integer {bound}") from None
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < low or (high is not None and value > high):
-            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
             raise argparse.ArgumentTypeError(f"{value} is out of range: give an integer {bound}")
         return value
 

@@ -107,3 +107,12 @@ def test_scripts_are_the_ones_pyproject_installs():
     # kt-train runs train.cli, which `python -m train` runs.
     assert {module.removesuffix(".cli"): script for script, module in installed.items()} \
         == SCRIPTS
+
+
+def test_an_integer_too_long_to_convert_is_out_of_range_not_a_non_integer():
+    parse = int_in(1, 64)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"out of range: give an integer from 1 "
+                                                         r"to 64"):
+        parse("9" * 5000)
+    with pytest.raises(argparse.ArgumentTypeError, match="'²' is not an integer"):
+        parse("²")
