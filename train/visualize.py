@@ -196,7 +196,9 @@ def word_position(word: str, source_pieces: list[str]) -> int:
         for _, text in pieces_of_word:
             spelled += text
             if spelled.casefold() == word.casefold():
-                return next(p for p, t in pieces_of_word if t)
+                first = next((p for p, t in pieces_of_word if t), None)
+                if first is not None:
+                    return first
     raise CommandError(f"--word {word!r} is not a word of the sentence; its pieces are "
                        f"{' '.join(source_pieces)} (or give a 1-based position)")
 
@@ -238,8 +240,11 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
                            f"Transformer, TransformerClassifier or TransformerLM")
     # Summaries read the article's first pieces, as the task does; any other over-long
     # sentence is refused with the limit in the message.
-    (ids,) = encode_sources([text], source_tok.encode, c.max_source_length, c.eos_id,
-                            truncate=config.task == "summarization")
+    try:
+        (ids,) = encode_sources([text], source_tok.encode, c.max_source_length, c.eos_id,
+                                truncate=config.task == "summarization")
+    except ValueError as err:  # about "sentence 1": here the sentence is --text
+        raise CommandError(f"--text {str(err).removeprefix('sentence 1 ')}") from None
     source = np.array([ids], np.int32)
     record.update(source_ids=ids, source_pieces=pieces(source_tok, ids))
     arrays["source_ids"] = source[0]
@@ -321,6 +326,8 @@ def main(argv) -> int:
         raise CommandError(f"--model {args.model!r} must be a file name in the run directory")
     if not args.text.strip():
         raise CommandError("--text is empty; give a sentence")
+    if args.word is not None and not args.word.strip():
+        raise CommandError("--word is empty; give a word of --text or a 1-based position")
     keep = check_output_directory(out, run, args.overwrite)
 
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
