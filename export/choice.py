@@ -14,6 +14,7 @@ import json
 import math
 from pathlib import Path
 
+from keras_transformer.command_line import command
 from keras_transformer.file_safety import atomic_write_text
 
 RECORD = "parity.json"
@@ -49,7 +50,7 @@ def read_record(export_dir: str | Path) -> dict:
     made for another export or records a failed check."""
     export_dir = Path(export_dir)
     path = export_dir / RECORD
-    again = f"run python -m export.parity --export {export_dir}"
+    again = f"run {command('export.parity')} --export {export_dir}"
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

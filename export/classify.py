@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 
-from keras_transformer.command_line import add_debug_flag, entry_point, int_in
+from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
 from .text_io import (
     add_text_io_arguments,
@@ -38,7 +38,7 @@ PRECISION = 4  # decimals of the printed probabilities
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m export.classify",
+    parser = argparse.ArgumentParser(prog=command("export.classify"),
                                      description=__doc__.split("\n\n")[0])
     add_text_io_arguments(parser, export_help="export directory of a classifier",
                           verb="classifying")
@@ -65,7 +65,7 @@ def main(argv) -> int:
     from .runtime.classifier import Classifier, load_runtime
 
     manifest = Manifest(args.export)
-    manifest.require_kind("classifier", "python -m export.classify")
+    manifest.require_kind("classifier", command("export.classify"))
     labels = manifest["labels"]
     if args.top_k > len(labels):
         raise ValueError(f"--top-k {args.top_k} is more than the {len(labels)} classes of "

@@ -13,12 +13,12 @@ import logging
 import os
 from pathlib import Path
 
-from keras_transformer.command_line import add_debug_flag, entry_point
+from keras_transformer.command_line import add_debug_flag, command, entry_point
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m export",
+        prog=command("export"),
         description="Export a training run to SavedModel, ONNX and/or TFLite, with manifest.json.")
     parser.add_argument("--run", required=True, help="training run directory, e.g. runs/demo")
     parser.add_argument("--format", default="all",
@@ -41,8 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "every step, greedy or beam search) in one ONNX graph, which "
                              "export.translate uses when it is there")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even if it holds files that are not an export "
-                             "made by this tool")
+                        help="export into an --out that holds files an export did not make "
+                             "(they are kept; only the export's own files are replaced)")
     add_debug_flag(parser)
     return parser.parse_args(argv)
 

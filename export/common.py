@@ -9,6 +9,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from keras_transformer.command_line import command
 from keras_transformer.file_safety import UnsafePath, resolve_inside
 
 MANIFEST = "manifest.json"
@@ -43,8 +44,8 @@ FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "i
 KINDS = ("translator", "classifier", "lm")
 KIND_NAMES = {"translator": "translator (encoder-decoder)", "classifier": "classifier",
               "lm": "language model"}
-KIND_TOOLS = {"translator": "python -m export.translate", "classifier": "python -m export.classify",
-              "lm": "python -m export.generate"}
+KIND_TOOLS = {"translator": "export.translate", "classifier": "export.classify",
+              "lm": "export.generate"}
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
 # The run's search settings a manifest may carry (its `decoding`): the defaults of
@@ -229,7 +230,7 @@ class Manifest:
         if not path.is_file():
             raise ExportError(
                 f"{path} is missing: {self.root} is not an export directory "
-                f"(make one with `python -m export --run runs/<name> --out {self.root}`)")
+                f"(make one with `{command('export')} --run runs/<name> --out {self.root}`)")
         try:
             self.data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -259,7 +260,7 @@ class Manifest:
         if self.kind != kind:
             raise ExportError(f"{self.root} holds a {KIND_NAMES[self.kind]}, not a "
                               f"{KIND_NAMES[kind]}: {tool} cannot run it; use "
-                              f"{KIND_TOOLS[self.kind]}")
+                              f"{command(KIND_TOOLS[self.kind])}")
 
     @property
     def model(self) -> dict:
@@ -330,7 +331,7 @@ class Manifest:
         if fmt not in formats:
             raise ExportError(
                 f"{self.root} has no {fmt} export (it has {sorted(formats)}); run "
-                f"`python -m export --run <run dir> --format {fmt} --out {self.root}`")
+                f"`{command('export')} --run <run dir> --format {fmt} --out {self.root}`")
         variants = formats[fmt]["variants"]
         if variant not in variants:
             possible = FORMAT_VARIANTS.get(fmt, ("float32",))
@@ -363,7 +364,7 @@ class Manifest:
         if "attention" not in self.data:
             raise ExportError(
                 f"{self.root} has no attention weights; export the run again with "
-                f"--with-attention (python -m export --run <run dir> --out {self.root} "
+                f"--with-attention ({command('export')} --run <run dir> --out {self.root} "
                 f"--with-attention)")
         return self.file(self.data["attention"]["file"])
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import tensorflow as tf
 import yaml
 
-from keras_transformer.command_line import one_line
+from keras_transformer.command_line import command, one_line
 from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
@@ -96,42 +96,47 @@ class OutputExists(FileExistsError):
     """--out holds something that is not an export made by this tool."""
 
 
-def _made_by_us(out: Path) -> bool:
-    """Whether `out` holds only an export of this tool: a manifest.json with its keys and
-    nothing besides the files (or the top directories of the files) the manifest lists."""
+def _foreign_entries(out: Path) -> list[str]:
+    """The entries of a directory `out` that no export made: all of them unless it holds a
+    manifest.json with its keys; else those besides the manifest, the files (or the top
+    directories of the files) it lists and parity.json (export.parity's record in an
+    export, export/choice.py)."""
+    entries = sorted(entry.name for entry in out.iterdir()) if out.is_dir() else []
     try:
         data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
         listed = {name.split("/", 1)[0] for name in data["files"]}
         ours = isinstance(data["manifest_version"], int) and isinstance(data["formats"], dict)
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    # parity.json: what python -m export.parity records in the export (export/choice.py).
-    return ours and all(entry.name in (MANIFEST, RECORD) or entry.name in listed
-                        for entry in out.iterdir())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return entries
+    if not ours:
+        return entries
+    return [name for name in entries if name not in (MANIFEST, RECORD, *listed)]
 
 
-def check_output(run_dir: Path, out: Path, overwrite: bool) -> None:
+def check_output(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
     """Refuse an --out that is a file, is or contains the run directory, lies inside the run
     and holds anything but an earlier export (the run's checkpoints or logs: not even with
     `overwrite`), or (without `overwrite`) holds anything but an earlier export of this
-    tool."""
+    tool. -> the entries of `out` that no export made, which the export keeps."""
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file, not a directory")
     run, target = run_dir.resolve(), out.resolve()
     if run == target or run.is_relative_to(target):
         raise ValueError(f"--out {out} {'is' if run == target else 'contains'} the training run "
                          f"{run_dir}; export to another directory (e.g. {run_dir / 'export'})")
-    foreign = out.is_dir() and any(out.iterdir()) and not _made_by_us(out)
+    foreign = _foreign_entries(out)
     if foreign and target.is_relative_to(run):
         raise OutputExists(f"--out {out} is a directory of the training run {run_dir} (it "
                            f"holds files an export did not make); --overwrite does not replace "
                            f"a run's own files: export to a new directory such as "
                            f"{run_dir / 'export'}")
     if foreign and not overwrite:
-        found = sorted(entry.name for entry in out.iterdir())
-        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-        raise OutputExists(f"--out {out} exists and is not an export made by python -m export "
-                           f"(it holds {shown}); pass --overwrite to replace it")
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                          if len(foreign) > 5 else "")
+        raise OutputExists(f"--out {out} holds files an export by {command('export')} did "
+                           f"not make ({shown}); pass --overwrite to export there anyway "
+                           f"(they are kept), or choose another --out")
+    return foreign
 
 
 def _signatures(module) -> dict:
@@ -243,12 +248,12 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                          f"TFLite's and ONNX's; add the format (or --format all)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training run not found: {run_dir}")
-    check_output(run_dir, out, overwrite)
+    keep = check_output(run_dir, out, overwrite)
     trained = load_trained(run_dir)
     if isinstance(trained, TransformerClassifier):
         from .classifier import export_classifier_into
 
-        with staged_directory(out) as stage:
+        with staged_directory(out, keep) as stage:
             manifest = export_classifier_into(stage, run_dir, trained, formats, quantize,
                                               _versions(), with_attention, onnx_optimize)
             Manifest(stage)
@@ -259,7 +264,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                          "for a translation, summarization or classification run; a language "
                          "model's export has none: export it without --with-attention")
     source_tok, target_tok = _tokenizer_files(run_dir)
-    with staged_directory(out) as stage:
+    with staged_directory(out, keep) as stage:
         manifest = _export_into(stage, run_dir, model, formats, quantize, translate_signature,
                                 source_tok, target_tok, with_attention, onnx_optimize,
                                 search_graph)

@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 
-from keras_transformer.command_line import add_debug_flag, entry_point, float_in, int_in
+from keras_transformer.command_line import add_debug_flag, command, entry_point, float_in, int_in
 
 from .text_io import RUNTIMES, check_run_option
 
@@ -30,7 +30,7 @@ SAMPLING = ("temperature", "top_k", "top_p")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m export.generate",
+    parser = argparse.ArgumentParser(prog=command("export.generate"),
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", required=True, help="export directory of a language model")
     parser.add_argument("--prompt", required=True, help="text to continue")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.command_line import add_debug_flag, entry_point, int_in
+from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 from keras_transformer.text.lines import read_lines
 
 from . import choice
@@ -448,7 +448,7 @@ def lm_token_parity(manifest: Manifest, backends: dict, prompts: int, out=print)
 
 @entry_point
 def main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m export.parity", description=__doc__,
+    parser = argparse.ArgumentParser(prog=command("export.parity"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export", required=True, help="export directory")
     parser.add_argument("--run", default=None,
@@ -475,11 +475,11 @@ def main(argv) -> int:
     if args.ref and not args.src:
         raise ValueError("--ref needs --src")
     if args.src:
-        sources = [line for line in read_lines(args.src) if line.strip()]
+        sources = [line for line in read_lines(args.src, what="--src") if line.strip()]
         if not sources:
             raise ValueError(f"{args.src} holds no non-empty line")
     if args.ref:
-        lines, ref_lines = read_lines(args.src), read_lines(args.ref)
+        lines, ref_lines = read_lines(args.src, what="--src"), read_lines(args.ref, what="--ref")
         if len(lines) != len(ref_lines):
             raise ValueError(f"{args.src} has {len(lines)} lines but {args.ref} has "
                              f"{len(ref_lines)}")

@@ -10,7 +10,12 @@ two tokens and weight). Over a translator's export (translation, summarization),
 the same and answers {"label", "probability", "probabilities", "tokens", "truncated",
 "attention": {"encoder_self"}} (export.explorer). The other route answers 404 naming the right one.
 GET /health answers {"status": "ok", "kind", ...the model's geometry}. A bad request gets an
-HTTP 4xx answer {"error": "<what to fix>"}. TensorFlow-free: onnxruntime runs the model;
+HTTP 4xx answer {"error": "<what to fix>"}. A request is refused before it is read past its
+limits: a body over MAX_BODY bytes (by its Content-Length, else as it arrives: 413), one
+nested deeper than MAX_DEPTH (400) or not all sent within BODY_SECONDS (408); after such a
+refusal the connection is closed rather than read to its end. A client that hangs up is
+dropped without a word in the log, and Ctrl-C stops the server within SHUTDOWN_SECONDS (and
+a second) whatever its clients are sending. TensorFlow-free: onnxruntime runs the model;
 Starlette and uvicorn serve, and the page draws with the plotly.js that the plotly package
 ships, served from here (the page needs no internet).
 
@@ -22,9 +27,12 @@ cannot be bound, a web package not installed); 1 a failure.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import importlib.util
 import json
 import logging
+import re
 import socket
 import sys
 from pathlib import Path
@@ -32,6 +40,7 @@ from pathlib import Path
 from keras_transformer.command_line import (
     CommandError,
     add_debug_flag,
+    command,
     entry_point,
     float_in,
     int_in,
@@ -42,6 +51,14 @@ from .explorer import ClassifierExplorer, Explorer, InputError, open_explorer
 PAGE = Path(__file__).with_name("explorer.html")
 # A sentence is a few hundred bytes; this bounds the work a single request can ask for.
 MAX_BODY = 64 * 1024
+# {"text": "..."} is nested once; JSON nested thousands deep exhausts the parser's recursion.
+MAX_DEPTH = 8
+# A client that trickles its body holds a connection and a task; it gets this long.
+BODY_SECONDS = 10.0
+# On Ctrl-C, requests in flight get this long to finish before their connections are closed.
+SHUTDOWN_SECONDS = 1.0
+# Connections and requests at once; beyond them a client is answered 503 at once.
+MAX_CONCURRENCY = 512
 WEB_PACKAGES = "starlette==1.10.0 uvicorn==0.54.0 plotly==7.1.0"  # as requirements.txt pins
 
 log = logging.getLogger("export.serve")
@@ -65,18 +82,43 @@ class RequestError(InputError):
         self.status = status
 
 
+def too_large() -> RequestError:
+    return RequestError(413, f"the request body has more than {MAX_BODY} bytes; send at most "
+                             f"{MAX_BODY} (one sentence)")
+
+
+# JSON's strings (a final unterminated one runs to the end: no backtracking) and brackets.
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[{]|[\]}]', re.DOTALL)
+
+
+def nesting_depth(text: str) -> int:
+    """How deep the arrays and objects of JSON `text` nest (brackets inside strings do not
+    count), in one linear pass: checked before the parser recurses that deep."""
+    depth = deepest = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        char = match.group()[0]
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_body(body: bytes) -> str:
     """The "text" of a request body, or RequestError (with its HTTP status) saying what to
     send."""
     if len(body) > MAX_BODY:
-        raise RequestError(413, f"the request body has more than {MAX_BODY} bytes; send at "
-                                f"most {MAX_BODY} (one sentence)")
+        raise too_large()
     try:
         decoded = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise RequestError(400, f"the request body is not valid UTF-8 (byte "
                                 f"{body[err.start]:#04x} at position {err.start}); send "
                                 f"UTF-8 JSON") from None
+    if nesting_depth(decoded) > MAX_DEPTH:
+        raise RequestError(400, f'the JSON nests arrays or objects more than {MAX_DEPTH} deep; '
+                                f'send {{"text": "..."}}')
     try:
         data = json.loads(decoded)
     except json.JSONDecodeError as err:
@@ -96,14 +138,31 @@ def parse_body(body: bytes) -> str:
 
 
 async def capped_body(request) -> bytes:
-    """The request body, read no further than one byte past MAX_BODY: a client that sends
-    megabytes is answered 413 without the server holding them."""
+    """The request body, or RequestError: 413 when its Content-Length says it is over
+    MAX_BODY (before a byte of it is read) or when it grows past MAX_BODY (a chunked one: no
+    more is read), 408 when it has not all arrived within BODY_SECONDS."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise too_large()
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            break
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > MAX_BODY:
+                raise too_large()
+
+    try:
+        await asyncio.wait_for(read(), BODY_SECONDS)
+    except asyncio.TimeoutError:
+        raise RequestError(408, f"the request body did not arrive within {BODY_SECONDS:g} "
+                                f"seconds; send it at once") from None
     return bytes(body)
+
+
+# A refusal before the body was read whole ends the connection: what the client still sends
+# is not read.
+CLOSE = {"Connection": "close"}
 
 
 # The route that explains a sentence, per kind of export (Explorer.kind).
@@ -115,8 +174,8 @@ def create_app(explorer: Explorer | ClassifierExplorer, plotly_path: Path | None
     as the export's kind asks (the other answers 404 naming the right route)."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
-    from starlette.responses import FileResponse, HTMLResponse, JSONResponse
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
 
     page = PAGE.read_text(encoding="utf-8")
@@ -137,7 +196,13 @@ def create_app(explorer: Explorer | ClassifierExplorer, plotly_path: Path | None
             return JSONResponse({"error": f"this server runs a {explorer.kind}'s export: POST "
                                           f'{{"text": "..."}} to {route}'}, status_code=404)
         try:
-            text = parse_body(await capped_body(request))
+            body = await capped_body(request)
+        except RequestError as err:
+            return JSONResponse({"error": str(err)}, status_code=err.status, headers=CLOSE)
+        except ClientDisconnect:  # the client hung up mid-body: there is no one to answer
+            return Response(status_code=400)
+        try:
+            text = parse_body(body)
             # The model runs in a worker thread: the server answers other requests meanwhile.
             result = await run_in_threadpool(explorer.explain, text)
         except RequestError as err:
@@ -156,6 +221,40 @@ def create_app(explorer: Explorer | ClassifierExplorer, plotly_path: Path | None
         Route("/health", health),
         *(Route(route, explain, methods=["POST"]) for route in ROUTES.values()),
     ])
+
+
+def server_class():
+    """uvicorn.Server, stopping within SHUTDOWN_SECONDS of Ctrl-C whatever the clients do.
+
+    uvicorn waits on shutdown until every connection is done, and a client holding a
+    half-sent request never is; after the grace its connection is closed, so that its
+    request ends as a disconnect (answered by nobody, quietly) instead of being cancelled
+    (a traceback). A second Ctrl-C closes them at once."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None):
+            closer = asyncio.ensure_future(self._close_connections_after(SHUTDOWN_SECONDS))
+            try:
+                await super().shutdown(sockets)
+            finally:
+                closer.cancel()
+            if self.server_state.tasks:  # a forced exit does not wait: end them quietly too
+                self._close_connections()
+                await asyncio.wait(list(self.server_state.tasks), timeout=SHUTDOWN_SECONDS)
+
+        async def _close_connections_after(self, seconds: float) -> None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + seconds
+            while loop.time() < deadline and not self.force_exit:
+                await asyncio.sleep(0.05)
+            self._close_connections()
+
+        def _close_connections(self) -> None:
+            for connection in list(self.server_state.connections):
+                connection.transport.close()
+
+    return Server
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -179,7 +278,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m export.serve",
+    parser = argparse.ArgumentParser(prog=command("export.serve"),
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", required=True,
                         help="export directory made with --with-attention, e.g. runs/demo/export")
@@ -213,8 +312,14 @@ def main(argv) -> int:
     shown = f"[{host}]" if ":" in host else host
     print(f"attention explorer of {args.export} ({explorer.task}) on http://{shown}:{port}/ "
           f"(Ctrl-C stops it)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    server.run(sockets=[sock])
+    # lifespan="off": the app has no startup or shutdown of its own, and a forced exit would
+    # cancel the lifespan task with a traceback.
+    server = server_class()(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           lifespan="off",
+                                           limit_concurrency=MAX_CONCURRENCY))
+    # uvicorn raises the Ctrl-C it stopped on again once it has stopped.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
     return 0
 
 

@@ -62,7 +62,7 @@ def read_input(args) -> list[str]:
     """The input lines (FILE or stdin); invalid UTF-8 becomes U+FFFD with a warning."""
     if args.input == "-":
         return decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
-    return read_lines(args.input, errors="replace")
+    return read_lines(args.input, errors="replace", what="input file")
 
 
 def write_output(out: Path | None, lines) -> None:

@@ -30,6 +30,7 @@ import sys
 from keras_transformer.command_line import (
     add_debug_flag,
     add_search_constraints,
+    command,
     entry_point,
     float_in,
     int_in,
@@ -48,7 +49,7 @@ MAX_ROWS = 8192
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m export.translate",
+    parser = argparse.ArgumentParser(prog=command("export.translate"),
                                      description=__doc__.split("\n\n")[0])
     add_text_io_arguments(parser, export_help="export directory", verb="translating",
                           fastest=True)

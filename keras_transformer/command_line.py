@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 DEBUG_ENV = "KT_DEBUG"
 USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
@@ -23,6 +24,31 @@ USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
 INPUT_ERRORS: tuple[type[BaseException], ...] = (
     ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
     PermissionError)
+
+
+# The console script of each tool in an installed copy (pyproject.toml's [project.scripts]),
+# by the module a clone runs with `python -m`.
+SCRIPTS = {
+    "train": "kt-train", "train.evaluate": "kt-evaluate", "train.average": "kt-average",
+    "train.visualize": "kt-visualize", "export": "kt-export", "export.parity": "kt-parity",
+    "export.translate": "kt-translate", "export.classify": "kt-classify",
+    "export.generate": "kt-generate", "export.serve": "kt-serve",
+}
+
+
+def command(module: str) -> str:
+    """How a user starts the tool `module` ("train.evaluate") the way this process was
+    started, for usage lines and messages that name a tool: its console script when this
+    process is one (`kt-evaluate`), `python -m keras_transformer.<module>` in an installed
+    copy (which has no top-level `train` or `export`), `python -m <module>` in a clone."""
+    started_as = Path(sys.argv[0] if sys.argv else "").name.removesuffix(".exe")
+    installed = started_as in SCRIPTS.values()
+    if installed and module in SCRIPTS:
+        return SCRIPTS[module]
+    if installed or any(name.startswith(("keras_transformer.train",
+                                         "keras_transformer.export")) for name in sys.modules):
+        return f"python -m keras_transformer.{module}"
+    return f"python -m {module}"
 
 
 class CommandError(Exception):
@@ -98,13 +124,17 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
 def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high] (no upper bound when high is None)."""
 
+    bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
+            if text.strip().lstrip("+-").isdecimal():  # more digits than int() converts
+                raise argparse.ArgumentTypeError(f"{text.strip()[:12]}... is out of range: "
+                                                 f"give an integer {bound}") from None
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < low or (high is not None and value > high):
-            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
             raise argparse.ArgumentTypeError(f"{value} is out of range: give an integer {bound}")
         return value
 

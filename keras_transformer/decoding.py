@@ -214,7 +214,11 @@ def sample_logits(
     x = x.astype(np.float64)
     if temperature == 0.0:
         return np.argmax(x, axis=-1).astype(np.int32)
-    x = x / temperature
+    # Scaled from each row's maximum, so that a tiny temperature can only send the others to
+    # -inf (probability 0: the argmax limit), never the maximum to +inf.
+    top = x.max(axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        x = (x - np.where(np.isfinite(top), top, 0.0)) / temperature
     x = filter_top_k(x, top_k)
     x = filter_top_p(x, top_p)
     # Gumbel-max trick: argmax(logits + Gumbel noise) is a sample from softmax(logits);

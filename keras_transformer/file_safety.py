@@ -2,8 +2,9 @@
 
 - Writes are atomic: a file is written under a temporary name beside it and renamed into
   place; a directory is filled as a hidden sibling (named after the process) and swapped
-  in. An interrupted or failed command leaves the previous good output as it was; the
-  staging directory of a killed command is removed by the next one writing there.
+  in, with the entries of the old one that the command did not make carried over. An
+  interrupted or failed command leaves the previous good output as it was; the staging
+  directory of a killed command is removed by the next one writing there.
 - A path read from a file the program wrote earlier (an export's manifest, a backup's state)
   is resolved inside its directory: absolute paths, `..`, symlinks that leave the directory
   and directories where a file is expected are refused.
@@ -18,7 +19,7 @@ import glob
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 try:
@@ -64,6 +65,20 @@ def written_in_place_of(path: str | Path, suffix: str = "") -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_input_file(path: str | Path, what: str = "file") -> Path:
+    """An input a command reads whole, named by `what` ("--src", "config file") when it is
+    missing or a directory. Anything else is read: a regular file, and also what shell users
+    pass for one, a FIFO, /dev/stdin or a `<(...)` process substitution (/dev/fd/N), which a
+    check for a regular file would call missing. Such an input can be read only once."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{what} {path} is a directory; give a file")
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {path}: file not found" if what.startswith("-")
+                                else f"{what} not found: {path}")
+    return path
 
 
 def check_output_file(path: str | Path, flag: str, *,
@@ -144,11 +159,33 @@ def recover_directory(final: str | Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    try:
+        os.link(source, target)  # the same file under a second name: nothing is copied
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
+
+
+def _carry(source: Path, target: Path) -> None:
+    """Put `source` (a file, a directory or a symlink, as it is) at `target` too."""
+    if source.is_symlink():
+        os.symlink(os.readlink(source), target)
+    elif source.is_dir():
+        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(source, target)
+
+
 @contextlib.contextmanager
-def staged_directory(final: str | Path) -> Iterator[Path]:
+def staged_directory(final: str | Path, keep: Iterable[str] = ()) -> Iterator[Path]:
     """Yield an empty hidden directory beside `final` to fill. When the block ends normally it
     takes `final`'s place (the previous `final`, if any, is removed only after that); when
-    the block raises, it is deleted and `final` is untouched."""
+    the block raises, it is deleted and `final` is untouched.
+
+    `keep` names entries of `final` that the command did not make: before the swap each is
+    carried into the new directory (hard-linked where the file system allows, else copied),
+    unless the block wrote an entry of that name, so that replacing a directory replaces only
+    what the command made."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     recover_directory(final)
@@ -158,6 +195,15 @@ def staged_directory(final: str | Path) -> Iterator[Path]:
     try:
         try:
             yield staging
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        try:
+            for name in keep:
+                source, target = final / name, staging / name
+                if (source.exists() or source.is_symlink()) and not (
+                        target.exists() or target.is_symlink()):
+                    _carry(source, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

@@ -7,8 +7,10 @@ import argparse
 import pytest
 
 from keras_transformer.command_line import (
+    SCRIPTS,
     CommandError,
     add_debug_flag,
+    command,
     entry_point,
     float_in,
     int_in,
@@ -76,3 +78,41 @@ def test_bounded_options_name_the_range():
     assert int_in(1)("1000000") == 1000000
     with pytest.raises(argparse.ArgumentTypeError, match=r"in \(0, 1\]"):
         float_in(0, 1, low_open=True)("0")
+
+
+def test_usage_names_the_tool_as_it_was_started(monkeypatch):
+    """A console script names itself (and the other tools by their scripts); a clone's
+    `python -m` names the clone's modules."""
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/kt-translate", "--help"])
+    assert command("export.translate") == "kt-translate"
+    assert command("export.classify") == "kt-classify"
+    assert command("train") == "kt-train"
+    # A tool without a script, in an installed copy: its module there.
+    assert command("train.generate") == "python -m keras_transformer.train.generate"
+    monkeypatch.setattr(sys, "argv", ["/repo/export/translate.py", "--help"])
+    assert command("export.translate") == "python -m export.translate"
+    assert command("train") == "python -m train"
+
+
+def test_scripts_are_the_ones_pyproject_installs():
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    installed = {script: target.split(":")[0].removeprefix("keras_transformer.")
+                 for script, target in pyproject["project"]["scripts"].items()}
+    # kt-train runs train.cli, which `python -m train` runs.
+    assert {module.removesuffix(".cli"): script for script, module in installed.items()} \
+        == SCRIPTS
+
+
+def test_an_integer_too_long_to_convert_is_out_of_range_not_a_non_integer():
+    parse = int_in(1, 64)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"out of range: give an integer from 1 "
+                                                         r"to 64"):
+        parse("9" * 5000)
+    with pytest.raises(argparse.ArgumentTypeError, match="'²' is not an integer"):
+        parse("²")

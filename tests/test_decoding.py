@@ -494,6 +494,22 @@ def test_top_k_one_and_temperature_zero_are_argmax():
     np.testing.assert_array_equal(sample_logits(logits, rng, temperature=0.0), expected)
 
 
+@pytest.mark.parametrize("temperature", [5e-324, 1e-310, 1e-30])
+def test_a_tiny_temperature_is_argmax_without_a_warning(temperature):
+    """Logits / 5e-324 overflow; scaled from each row's maximum they go to -inf instead, the
+    limit of softmax(x / T) as T -> 0 (the argmax), and NumPy has nothing to warn about."""
+    import warnings
+
+    rng = np.random.default_rng(5)
+    logits = rng.normal(scale=30, size=(300, 13))
+    logits[:5, 3] = -np.inf  # filtered entries stay filtered
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for options in ({}, {"top_k": 4}, {"top_p": 1e-300}, {"top_k": 10**30, "top_p": 0.5}):
+            got = sample_logits(logits, rng, temperature=temperature, **options)
+            np.testing.assert_array_equal(got, np.argmax(logits, axis=-1))
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampling_frequencies_match_softmax(temperature):
     logits = np.array([1.0, 0.2, -0.5, 2.0, 0.0])

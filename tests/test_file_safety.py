@@ -9,6 +9,7 @@ import pytest
 from keras_transformer.file_safety import (
     UnsafePath,
     atomic_write_text,
+    check_input_file,
     recover_directory,
     resolve_inside,
     staged_directory,
@@ -33,6 +34,53 @@ def test_staged_directory_swaps_on_success(tmp_path):
         assert (final / "old.txt").read_text() == "old"  # untouched while staging
     assert sorted(p.name for p in final.iterdir()) == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_staged_directory_replaces_only_what_the_command_made(tmp_path):
+    """The entries named in `keep` (the user's) are carried into the new directory as they
+    were, a file, a directory and a symlink; one the command writes itself is its own."""
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    (final / "notes.txt").write_text("mine")
+    (final / "dir").mkdir()
+    (final / "dir" / "a.bin").write_bytes(b"\x00a")
+    os.symlink("notes.txt", final / "link")
+    (final / "same.txt").write_text("user's")
+    keep = ["notes.txt", "dir", "link", "same.txt", "gone.txt"]
+    with staged_directory(final, keep) as staging:
+        (staging / "new.txt").write_text("new")
+        (staging / "same.txt").write_text("command's")
+    assert sorted(p.name for p in final.iterdir()) == ["dir", "link", "new.txt", "notes.txt",
+                                                       "same.txt"]
+    assert (final / "notes.txt").read_text() == "mine"
+    assert (final / "dir" / "a.bin").read_bytes() == b"\x00a"
+    assert os.readlink(final / "link") == "notes.txt"
+    assert (final / "same.txt").read_text() == "command's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    # A failure leaves the previous directory whole, the kept entries with it.
+    with pytest.raises(RuntimeError), staged_directory(final, keep) as staging:
+        raise RuntimeError("failed")
+    assert (final / "notes.txt").read_text() == "mine" and (final / "new.txt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_check_input_file_takes_pipes_and_names_the_option(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert check_input_file(fifo, "--src") == fifo
+    read, write = os.pipe()
+    try:  # what a shell's <(...) passes
+        assert check_input_file(f"/dev/fd/{read}", "--src").name == str(read)
+    finally:
+        os.close(read)
+        os.close(write)
+    with pytest.raises(FileNotFoundError, match=r"^--src .*absent: file not found$"):
+        check_input_file(tmp_path / "absent", "--src")
+    with pytest.raises(IsADirectoryError, match="--ref .* is a directory"):
+        check_input_file(tmp_path, "--ref")
+    with pytest.raises(FileNotFoundError, match="^config file not found: "):
+        check_input_file(tmp_path / "absent", "config file")
 
 
 def test_staged_directory_keeps_previous_output_on_failure(tmp_path):

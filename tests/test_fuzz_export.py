@@ -428,6 +428,12 @@ def test_export_refuses_outputs_it_must_not_replace(world):
     (fake / "manifest.json").write_text('{"manifest_version": 3, "formats": {}, "files": {}}')
     (fake / "thesis.pdf").write_text("not listed\n")
     _case(world, "export", _export_cli(run, fake), 2, "thesis.pdf", "--overwrite")
+    # With --overwrite the export is made there and replaces only what an export made: the
+    # user's file stays; an export over that one (without --overwrite) is refused again.
+    _case(world, "export", _export_cli(run, foreign, "--overwrite"), 0, target=foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me\n"
+    assert (foreign / "manifest.json").is_file() and _translate(foreign) == world["baseline"]
+    _case(world, "export", _export_cli(run, foreign), 2, "notes.txt", "--overwrite")
     # Inside the run, a directory of the run's own files is not replaced even with
     # --overwrite (it once replaced the run's checkpoints with an export).
     def with_checkpoints(copy):

@@ -401,6 +401,115 @@ def test_bom_and_crlf_sources_translate_line_for_line(good_run, tmp_path):
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
 
 
+def _pipe_with(data: bytes) -> int:
+    """The read end of a pipe holding `data`, as a shell's <(...) passes it (/dev/fd/N)."""
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    return read
+
+
+def test_sources_and_references_from_pipes_fifos_and_dev_stdin(good_run, tmp_path):
+    """--src and --ref may be a pipe, a FIFO or /dev/stdin: the translations and the scores
+    are those of the same lines from regular files."""
+    import threading
+
+    text = b"she bought a dog\nseventy-five\n"
+    reference = "cô ấy đã mua một con chó\nbảy mươi lăm\n".encode()
+    (tmp_path / "a.src").write_bytes(text)
+    (tmp_path / "a.ref").write_bytes(reference)
+    files = evaluate_main("--run", good_run, "--src", tmp_path / "a.src", "--ref",
+                          tmp_path / "a.ref", "--beam", 1, "--hyp", tmp_path / "files.hyp")
+    assert files.code == 0, files.stderr[-3000:]
+    bleu = json.loads((good_run / "metrics.json").read_text())["evaluations"]["model.keras"]
+    want = (tmp_path / "files.hyp").read_bytes(), bleu["a.src"]["bleu"]
+    src_fd, ref_fd = _pipe_with(text), _pipe_with(reference)
+    try:
+        piped = evaluate_main("--run", good_run, "--src", f"/dev/fd/{src_fd}", "--ref",
+                              f"/dev/fd/{ref_fd}", "--beam", 1, "--hyp", tmp_path / "p.hyp")
+    finally:
+        os.close(src_fd)
+        os.close(ref_fd)
+    assert piped.code == 0 and "not found" not in piped.stderr, piped.stderr[-3000:]
+    scores = json.loads((good_run / "metrics.json").read_text())["evaluations"]["model.keras"]
+    assert ((tmp_path / "p.hyp").read_bytes(), scores[str(src_fd)]["bleu"]) == want
+    fifo = tmp_path / "fifo.src"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as out:
+            out.write(text)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    through_fifo = evaluate_main("--run", good_run, "--src", fifo, "--beam", 1, "--hyp",
+                                 tmp_path / "f.hyp")
+    writer.join(10)
+    assert through_fifo.code == 0, through_fifo.stderr[-3000:]
+    assert (tmp_path / "f.hyp").read_bytes() == want[0]
+    stdin = run_cli("train.evaluate", "--run", good_run, "--src", "/dev/stdin", "--beam", 1,
+                    "--hyp", tmp_path / "s.hyp", stdin=text)
+    assert stdin.code == 0, stdin.stderr[-3000:]
+    assert (tmp_path / "s.hyp").read_bytes() == want[0]
+
+
+def visualize_main(*args):
+    from train.visualize import main
+
+    return call_main(main, *args)
+
+
+# --word values that are no word of the sentence or no position in it, and bad --text.
+BAD_PICTURES = [
+    (["--word", "²"], "--word '²' is not a word"), (["--word", "0"], "--word 0 is not a source"),
+    (["--word", "999"], "--word 999 is not a source"), (["--word", "٣"], "--word '٣'"),
+    (["--word", ""], "--word is empty"), (["--word", " "], "--word is empty"), (["--word", "\u200b"], "--word"),
+    (["--word", "-1"], "--word '-1'"), (["--text", "\u200b"], "--text is empty"),
+    (["--text", "dog " * 80], "--text has [0-9]+ tokens .* max_source_length=24"),
+    (["--text", " \t "], "--text is empty"), (["--pe-dims", "²"], "argument --pe-dims"),
+    (["--dpi", "9" * 5000], "argument --dpi"), (["--beam", "nan"], "argument --beam"),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD_PICTURES)
+def test_visualize_bad_words_and_texts_are_named(good_run, tmp_path, args, words):
+    import re
+
+    before, run_before = tree_digest(tmp_path), tree_digest(good_run)
+    base = ["--run", good_run, "--out", tmp_path / "pics", "--beam", 1]
+    if "--text" not in args:
+        base += ["--text", "she bought a dog"]
+    result = visualize_main(*base, *args)
+    assert result.code == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert re.search(words, result.stderr), \
+        (words, result.stderr[-2000:])
+    assert (tree_digest(tmp_path), tree_digest(good_run)) == (before, run_before)
+
+
+def test_visualize_replaces_only_its_own_files_and_survives_a_failure(good_run, tmp_path):
+    """Over its own output with the user's files in it: refused without --overwrite; a
+    failing run (a sentence over the model's length) changes nothing; with --overwrite the
+    user's files stay byte for byte."""
+    out = tmp_path / "v" / "pics"
+    first = visualize_main("--run", good_run, "--text", "she bought a dog", "--out", out,
+                           "--beam", 1)
+    assert first.code == 0, first.stderr[-3000:]
+    (out / "my_notes.txt").write_bytes(b"notes\n")
+    before = tree_digest(tmp_path)
+    for extra, words in (([], "my_notes.txt"), (["--overwrite", "--text", "dog " * 80],
+                                                "max_source_length")):
+        args = ["--run", good_run, "--out", out, "--beam", 1, *extra]
+        if "--text" not in extra:
+            args += ["--text", "seventy-five"]
+        assert_clean_failure(visualize_main(*args), 2, words)
+        assert tree_digest(tmp_path) == before
+    again = visualize_main("--run", good_run, "--text", "seventy-five", "--out", out,
+                           "--beam", 1, "--overwrite")
+    assert again.code == 0, again.stderr[-3000:]
+    assert (out / "my_notes.txt").read_bytes() == b"notes\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["pics"]
+
+
 EXTREME_OPTIONS = [
     ("--beam", "0"), ("--beam", "65"), ("--beam", "500"), ("--beam", "1e9"), ("--beam", "x"),
     ("--alpha", "nan"), ("--alpha", "-1"), ("--alpha", "inf"), ("--alpha", "11"),

@@ -58,4 +58,7 @@ def test_console_scripts_run_from_an_install(wheel, tmp_path):
         result = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, f"{script} --help failed: {result.stderr[-2000:]}"
+        # The usage line is a command the user can copy: the script, not `python -m train`.
+        assert result.stdout.startswith(f"usage: {script} "), result.stdout[:200]
+        assert "python -m" not in result.stdout.split("\n\n")[0], result.stdout[:400]
         assert "usage:" in result.stdout and "--help" in result.stdout, script

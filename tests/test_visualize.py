@@ -292,7 +292,50 @@ def test_refuses_outputs_that_are_the_runs_or_not_its_own(run, tmp_path):
     result = visualize_main("--run", run, "--text", TEXT, "--out", mine, "--overwrite",
                             "--beam", 1)
     assert result.code == 0, result.stderr[-3000:]
-    assert not (mine / "notes.txt").exists() and (mine / "pictures.json").is_file()
+    # --overwrite writes the pictures there and keeps what the command did not make.
+    assert (mine / "notes.txt").read_text(encoding="utf-8") == "keep me"
+    assert (mine / "pictures.json").is_file()
+
+
+def test_a_rerun_replaces_only_its_own_pictures(run, tmp_path):
+    """An earlier output with a file the user put there is not the command's own: a rerun
+    without --overwrite is refused and changes nothing; with it, the pictures are replaced
+    (one the new run does not draw is gone) and the user's file stays, byte for byte."""
+    out = tmp_path / "v" / "pics"
+    first = visualize_main("--run", run, "--text", TEXT, "--out", out, "--beam", 1,
+                           "--word", "1")
+    assert first.code == 0, first.stderr[-3000:]
+    assert (out / "word_attention.png").is_file()
+    (out / "my_notes.txt").write_text("mine", encoding="utf-8")
+    (out / "mine").mkdir()
+    (out / "mine" / "data.bin").write_bytes(b"\x00\x01")
+    before = tree_digest(tmp_path)
+    again = visualize_main("--run", run, "--text", TEXT, "--out", out, "--beam", 1)
+    assert_clean_failure(again, 2, "my_notes.txt", "--overwrite")
+    assert tree_digest(tmp_path) == before
+    again = visualize_main("--run", run, "--text", TEXT, "--out", out, "--beam", 1,
+                           "--overwrite")
+    assert again.code == 0, again.stderr[-3000:]
+    assert (out / "my_notes.txt").read_text(encoding="utf-8") == "mine"
+    assert (out / "mine" / "data.bin").read_bytes() == b"\x00\x01"
+    assert not (out / "word_attention.png").exists()
+    record = json.loads((out / "pictures.json").read_text(encoding="utf-8"))
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["my_notes.txt", "mine", "pictures.json", "arrays.npz", *record["figures"]])
+    # Its own earlier output alone is replaced without --overwrite.
+    (out / "my_notes.txt").unlink()
+    shutil.rmtree(out / "mine")
+    alone = visualize_main("--run", run, "--text", "two cats", "--out", out, "--beam", 1)
+    assert alone.code == 0, alone.stderr[-3000:]
+    assert json.loads((out / "pictures.json").read_text(encoding="utf-8"))["text"] == "two cats"
+
+
+def test_word_that_is_a_digit_but_no_number_is_named(run, tmp_path):
+    """"²" is a digit to str.isdigit, not to int(): it is looked for as a word."""
+    result = visualize_main("--run", run, "--text", TEXT, "--out", tmp_path / "o", "--beam",
+                            1, "--word", "²")
+    assert_clean_failure(result, 2, "--word '²' is not a word of the sentence")
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_summarization_run_cuts_the_article_to_the_models_length(run, tmp_path):

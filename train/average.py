@@ -13,7 +13,13 @@ import argparse
 import os
 from pathlib import Path
 
-from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
+from keras_transformer.command_line import (
+    CommandError,
+    add_debug_flag,
+    command,
+    entry_point,
+    int_in,
+)
 
 MAX_LAST = 1000
 RUN_MODELS = ("model.keras", "best.keras")  # written by the run itself
@@ -22,7 +28,7 @@ RUN_MODELS = ("model.keras", "best.keras")  # written by the run itself
 @entry_point
 def main(argv) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m train.average",
+        prog=command("train.average"),
         description=f"{__doc__.splitlines()[0]} Exit codes: 0 done, 2 bad usage or input, "
                     f"1 a failure while working, 130 interrupted.")
     parser.add_argument("--run", required=True, help="run directory, e.g. runs/demo")

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from keras_transformer.command_line import add_debug_flag, entry_point
+from keras_transformer.command_line import add_debug_flag, command, entry_point
 
 
 def split_file(data: str | Path, split: str) -> Path:
@@ -27,7 +27,7 @@ def split_file(data: str | Path, split: str) -> Path:
 @entry_point
 def main(argv) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    parser = argparse.ArgumentParser(prog="python -m train.baselines", description=__doc__,
+    parser = argparse.ArgumentParser(prog=command("train.baselines"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="folder of <split>.tsv.gz files")
     parser.add_argument("--split", action="append", required=True,

@@ -7,12 +7,12 @@ import logging
 import os
 from pathlib import Path
 
-from keras_transformer.command_line import CommandError, add_debug_flag, entry_point
+from keras_transformer.command_line import CommandError, add_debug_flag, command, entry_point
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m train",
+        prog=command("train"),
         description="Train a Transformer from a YAML config, then decode and score it. "
                     "Exit codes: 0 done, 2 bad usage or input, 1 a failure while training, "
                     "130 interrupted.")

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.file_safety import atomic_write_text, check_input_file
 
 
 @dataclass
@@ -197,8 +197,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file not found: {path}")
+        check_input_file(path, "config file")
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as err:

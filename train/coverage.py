@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.command_line import add_debug_flag, entry_point, int_in
+from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
 from .baselines import split_file
 
@@ -43,7 +43,7 @@ def recall(articles, summaries, tokenizer, length: int) -> tuple[float, float]:
 @entry_point
 def main(argv) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    parser = argparse.ArgumentParser(prog="python -m train.coverage", description=__doc__,
+    parser = argparse.ArgumentParser(prog=command("train.coverage"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="folder of train and <split> TSV files")
     parser.add_argument("--split", default="dev", help="the split scored (default dev)")

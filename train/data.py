@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from keras_transformer.file_safety import check_input_file
 from keras_transformer.text.demo_corpus import demo_splits
 from keras_transformer.text.lines import decode_lines, read_lines
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
@@ -266,9 +267,7 @@ def load_summaries(path: str | Path) -> Summaries:
       `skipped_empty` and logged with its line number, since it holds nothing to learn
       or score and leaves the other rows intact.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path}")
+    path = check_input_file(path)
     raw = path.read_bytes()
     if path.name.endswith(".gz"):
         try:

@@ -40,6 +40,7 @@ from keras_transformer.command_line import (
     CommandError,
     add_debug_flag,
     add_search_constraints,
+    command,
     entry_point,
     float_in,
     int_in,
@@ -138,8 +139,8 @@ def read_inputs(args, task) -> tuple[list[str], list[str] | None]:
             raise CommandError("--tsv holds the references; leave --ref out")
         data = load_summaries(args.tsv)
         return data.articles, data.summaries
-    sources = read_lines(Path(args.src))
-    references = read_lines(Path(args.ref)) if args.ref else None
+    sources = read_lines(args.src, what="--src")
+    references = read_lines(args.ref, what="--ref") if args.ref else None
     if references is not None and len(references) != len(sources):
         raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has "
                          f"{len(references)}")
@@ -173,7 +174,7 @@ def main(argv) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m train.evaluate",
+        prog=command("train.evaluate"),
         description="Run a trained model over a file and score it by its task: BLEU and "
                     "chrF (translation), ROUGE with Lead-1/Lead-3 (summarization), accuracy "
                     "and macro-F1 (classification), perplexity (language model). Exit codes: "

@@ -17,6 +17,7 @@ from pathlib import Path
 from keras_transformer.command_line import (
     CommandError,
     add_debug_flag,
+    command,
     entry_point,
     float_in,
     int_in,
@@ -30,7 +31,7 @@ def parse_args(argv):
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m train.generate",
+        prog=command("train.generate"),
         description="Continue a prompt with a trained language model run; greedy unless a "
                     "sampling flag (--temperature, --top-k, --top-p) is given. Exit codes: 0 "
                     "done, 2 bad usage or input, 1 a failure while working, 130 interrupted.")

@@ -1,8 +1,8 @@
 """python -m train.visualize --run runs/demo --text "..." --out pictures/: the pictures of the
 paper drawn from a trained run, for one sentence.
 
-Writes into --out (built as a hidden sibling and swapped in whole; see
-keras_transformer.file_safety.staged_directory):
+Writes into --out (built as a hidden sibling and swapped in, the files of the old --out that
+this command did not make carried over; see keras_transformer.file_safety.staged_directory):
 
 - positional_encoding.png, position_similarity.png: the sinusoid of section 3.5 (positions x
   dimensions) and the dot products PE(pos)·PE(pos + k) of its position vectors;
@@ -25,7 +25,8 @@ encoder's, a `TransformerLM` the positional encoding and the decoder's self-atte
 BOS and the text. The run is only read. --out is refused when it is the run directory, holds
 it, or lies inside one of the run's own entries (an existing one, or one that `python -m
 train` and `train.evaluate` write, train.run_directory.RUN_ENTRIES), and, when it already
-holds files this command did not make, unless --overwrite is given.
+holds files this command did not make (any besides an earlier pictures.json and the files it
+lists), unless --overwrite is given; those files are kept either way.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 from keras_transformer.command_line import (
     CommandError,
     add_debug_flag,
+    command,
     entry_point,
     int_in,
 )
@@ -67,15 +69,34 @@ def positional_arrays(positions: int, dims: int) -> dict[str, np.ndarray]:
 
 def _made_here(directory: Path) -> bool:
     """Whether `directory` is an output of this command (its pictures.json says so)."""
+    return _own_files(directory) is not None
+
+
+def _own_files(directory: Path) -> set[str] | None:
+    """The names of the files this command made in `directory` (pictures.json and what it
+    lists), or None when it holds no pictures.json of this command."""
     try:
-        return json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["tool"] == TOOL
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        record = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        if record["tool"] != TOOL:
+            return None
+        return {MANIFEST, ARRAYS, *(name for name in record.get("figures", ())
+                                   if isinstance(name, str))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
-def check_output_directory(out: Path, run: Path, overwrite: bool) -> None:
+def foreign_files(directory: Path) -> list[str]:
+    """The entries of `directory` that this command did not make (none if it is missing)."""
+    if not directory.is_dir():
+        return []
+    own = _own_files(directory) or set()
+    return sorted(entry.name for entry in directory.iterdir() if entry.name not in own)
+
+
+def check_output_directory(out: Path, run: Path, overwrite: bool) -> list[str]:
     """Refuse, before any work, an --out that would replace the run or any of its files, a
-    file, and a directory holding files this command did not make (unless overwrite)."""
+    file, and a directory holding files this command did not make (unless overwrite).
+    -> those files, which the new --out keeps."""
     resolved, run_resolved = out.resolve(), run.resolve()
     if resolved == run_resolved or run_resolved.is_relative_to(resolved):
         raise CommandError(f"--out {out} would replace the run directory {run}; choose a "
@@ -89,9 +110,14 @@ def check_output_directory(out: Path, run: Path, overwrite: bool) -> None:
                                f"{run / 'pictures'})")
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not _made_here(out) and not overwrite:
-        raise CommandError(f"--out {out} already holds files this command did not make; pass "
-                           f"--overwrite to replace it, or choose another --out")
+    foreign = foreign_files(out)
+    if foreign and not overwrite:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                          if len(foreign) > 5 else "")
+        raise CommandError(f"--out {out} already holds files this command did not make "
+                           f"({shown}); pass --overwrite to write the pictures there anyway "
+                           f"(those files are kept), or choose another --out")
+    return foreign
 
 
 def _short(text: str) -> str:
@@ -162,7 +188,7 @@ def draw(arrays: dict[str, np.ndarray], labels: dict[str, list[str]], out: Path,
 def word_position(word: str, source_pieces: list[str]) -> int:
     """The 0-based position of --word among the source pieces: a 1-based number, or the first
     piece (with text) of the first word whose pieces spell it ("▁" starts a word)."""
-    if word.isdigit():
+    if word.isascii() and word.isdigit():  # str.isdigit is true of "²", which int() refuses
         position = int(word) - 1
         if not 0 <= position < len(source_pieces):
             raise CommandError(f"--word {word} is not a source position; the sentence has "
@@ -182,7 +208,9 @@ def word_position(word: str, source_pieces: list[str]) -> int:
         for _, text in pieces_of_word:
             spelled += text
             if spelled.casefold() == word.casefold():
-                return next(p for p, t in pieces_of_word if t)
+                first = next((p for p, t in pieces_of_word if t), None)
+                if first is not None:
+                    return first
     raise CommandError(f"--word {word!r} is not a word of the sentence; its pieces are "
                        f"{' '.join(source_pieces)} (or give a 1-based position)")
 
@@ -224,8 +252,11 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
                            f"Transformer, TransformerClassifier or TransformerLM")
     # Summaries read the article's first pieces, as the task does; any other over-long
     # sentence is refused with the limit in the message.
-    (ids,) = encode_sources([text], source_tok.encode, c.max_source_length, c.eos_id,
-                            truncate=config.task == "summarization")
+    try:
+        (ids,) = encode_sources([text], source_tok.encode, c.max_source_length, c.eos_id,
+                                truncate=config.task == "summarization")
+    except ValueError as err:  # about "sentence 1": here the sentence is --text
+        raise CommandError(f"--text {str(err).removeprefix('sentence 1 ')}") from None
     source = np.array([ids], np.int32)
     record.update(source_ids=ids, source_pieces=pieces(source_tok, ids))
     arrays["source_ids"] = source[0]
@@ -263,7 +294,7 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
 @entry_point
 def main(argv) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m train.visualize",
+        prog=command("train.visualize"),
         description="Draw the positional encoding and the attention of a trained run for one "
                     "sentence (PNG files, the arrays behind them in arrays.npz, the tokens in "
                     "pictures.json). Exit codes: 0 done, 2 bad usage or input, 1 a failure "
@@ -292,8 +323,8 @@ def main(argv) -> int:
                              "word of --text (its first piece) or a 1-based position among "
                              "the source pieces")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an --out directory that holds files this command did "
-                             "not make")
+                        help="write into an --out directory that holds files this command "
+                             "did not make (they are kept)")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -303,12 +334,14 @@ def main(argv) -> int:
         raise FileNotFoundError(f"run directory not found: {run}")
     if not (run / "config.yaml").is_file():
         raise CommandError(f"{run} has no config.yaml; give a run directory written by "
-                           f"python -m train")
+                           f"{command('train')}")
     if Path(args.model).name != args.model:
         raise CommandError(f"--model {args.model!r} must be a file name in the run directory")
     if not args.text.strip():
         raise CommandError("--text is empty; give a sentence")
-    check_output_directory(out, run, args.overwrite)
+    if args.word is not None and not args.word.strip():
+        raise CommandError("--word is empty; give a word of --text or a 1-based position")
+    keep = check_output_directory(out, run, args.overwrite)
 
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops a saved model may use)
 
@@ -328,7 +361,7 @@ def main(argv) -> int:
     caption = _short(args.text) + (f"  →  {_short(record['output'])}" if "output" in record
                                    else "")
     record.update(run=str(run), model=args.model)
-    with staged_directory(out) as staging:
+    with staged_directory(out, keep) as staging:
         record["figures"] = draw(arrays, {"source": record.get("source_pieces"),
                                           "target_in": record.get("target_in_pieces"),
                                           "output": record.get("output_pieces"),

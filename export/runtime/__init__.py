@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from keras_transformer.command_line import command
+
 from ..common import ExportError, Manifest
 from ..runtime.base import Backend, Generator, Translator
 
@@ -58,7 +60,7 @@ def load_translator(export_dir: str | Path, runtime: str = "onnx", variant: str 
                     search_graph: bool = True) -> Translator:
     """Text-to-text translator over an export directory (see `Translator.translate`)."""
     manifest = Manifest(export_dir)
-    manifest.require_kind("translator", "python -m export.translate")
+    manifest.require_kind("translator", command("export.translate"))
     return Translator(manifest, load_backend(manifest, runtime, variant, run_dir,
                                              search_graph))
 
@@ -68,5 +70,5 @@ def load_generator(export_dir: str | Path, runtime: str = "onnx", variant: str =
     """Prompt-to-text generator over a language model's export (see `Generator.generate`)."""
     manifest = Manifest(export_dir)
     # Before loading a runtime, which would look for the encoder.
-    manifest.require_kind("lm", "python -m export.generate")
+    manifest.require_kind("lm", command("export.generate"))
     return Generator(manifest, load_backend(manifest, runtime, variant, run_dir))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer.command_line import command
 from keras_transformer.text.sources import batches_by_length, encode_sources
 
 from ..common import ExportError, Manifest
@@ -226,5 +227,5 @@ def load_classifier(export_dir: str | Path, runtime: str = "onnx", variant: str 
                     run_dir: str | Path | None = None) -> Classifier:
     """Text-to-labels classifier over an export directory (see `Classifier`)."""
     manifest = Manifest(export_dir)
-    manifest.require_kind("classifier", "python -m export.classify")
+    manifest.require_kind("classifier", command("export.classify"))
     return Classifier(manifest, load_runtime(manifest, runtime, variant, run_dir))

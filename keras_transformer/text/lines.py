@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from keras_transformer.file_safety import check_input_file
+
 logger = logging.getLogger(__name__)
 
 BOM = b"\xef\xbb\xbf"
@@ -46,9 +48,8 @@ def decode_lines(raw: bytes, source: str = "input", *, errors: str = "strict") -
     return lines
 
 
-def read_lines(path: str | Path, *, errors: str = "strict") -> list[str]:
-    """The lines of a UTF-8 text file, by the rules above; FileNotFoundError naming it if absent."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path}")
+def read_lines(path: str | Path, *, errors: str = "strict", what: str = "file") -> list[str]:
+    """The lines of a UTF-8 text file (or a pipe: file_safety.check_input_file), by the rules
+    above; FileNotFoundError naming it (as `what`, e.g. "--src") if absent."""
+    path = check_input_file(path, what)
     return decode_lines(path.read_bytes(), str(path), errors=errors)
