@@ -48,9 +48,10 @@ def test_beam_one_equals_greedy_on_a_real_model(tiny_config):
     src[3, 4:] = 0
     greedy = search_ids(model, src, beam_size=1, max_length=12)
     from keras_transformer.decoding import beam_search
-    from keras_transformer.tf_backend import keras_stepper
+    from keras_transformer.generation import BackendStepper
+    from keras_transformer.translator import model_backend
 
-    stepper = keras_stepper(model, src, beam_size=1, max_length=12)
+    stepper = BackendStepper(model_backend(model), src, beam_size=1, max_length=12)
     beam = beam_search(stepper.step, stepper.reorder, 5, beam_size=1, bos_id=2, eos_id=3,
                        max_length=12, alpha=0.6)
     np.testing.assert_array_equal(beam.tokens, greedy.tokens)
@@ -126,6 +127,7 @@ def test_xla_training_and_decoding_match_graph_mode(tiny_config):
     assert losses[True][-1] < losses[True][0]
 
 
+@pytest.mark.tf_only  # export is TensorFlow (SavedModel, TFLite)
 def test_the_seq2seq_rebuild_refuses_a_classifier_by_name(tiny_config, tmp_path):
     from export.module import load_float32_model
 
