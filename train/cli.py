@@ -7,7 +7,12 @@ import logging
 import os
 from pathlib import Path
 
-from keras_transformer.command_line import CommandError, add_debug_flag, entry_point
+from keras_transformer.command_line import (
+    CommandError,
+    add_debug_flag,
+    check_keras_backend,
+    entry_point,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,6 +50,7 @@ def check_inputs_outside(out: Path, inputs: list[Path]) -> None:
 def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    check_keras_backend()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     from .config import load_config
@@ -56,10 +62,11 @@ def main(argv) -> int:
         raise CommandError(f"--out {out} is a file, not a run directory")
     inputs = data_files(config.data)  # every input before the run directory is touched
     check_inputs_outside(out, [Path(args.config), *inputs])
-    from .run import TASKS, run
+    from .run import TASKS, check_task_backend, run
 
     if config.task not in TASKS:
         raise CommandError(f"task {config.task!r} is not supported (use "
                            f"{' or '.join(TASKS)})")
+    check_task_backend(config.task)
     run(config, out, overwrite=args.overwrite)
     return 0
