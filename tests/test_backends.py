@@ -144,3 +144,24 @@ def test_a_keras_file_saved_here_loads_under_another_backend(tmp_path):
     _run(LOAD.format(dir=tmp_path, name=other), other)
     np.testing.assert_allclose(np.load(tmp_path / f"{other}.npy"),
                                np.load(tmp_path / f"{here}.npy"), atol=2e-5)
+
+
+def test_tensorflow_only_training_options_are_refused_elsewhere():
+    from train.distribute import OneDevice, make_strategy, resolve_jit
+    from train.run import check_task_backend
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        pytest.skip("the refusals apply under JAX and PyTorch")
+    for strategy in ("mirrored", "multiworker"):
+        with pytest.raises(ValueError, match=f"training.strategy={strategy} is a tf.distribute "
+                                             f"strategy, which needs KERAS_BACKEND=tensorflow"):
+            make_strategy(strategy)
+    assert isinstance(make_strategy("auto"), OneDevice)
+    for task in ("classification", "language_model"):
+        with pytest.raises(ValueError, match=f"task {task} reads its data with tf.data"):
+            check_task_backend(task)
+    check_task_backend("translation")
+    # JAX compiles whatever the config says; PyTorch compiles only when asked.
+    assert resolve_jit(False) is (backend == "jax")
+    assert resolve_jit(True) is True
