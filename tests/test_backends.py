@@ -165,3 +165,33 @@ def test_tensorflow_only_training_options_are_refused_elsewhere():
     # JAX compiles whatever the config says; PyTorch compiles only when asked.
     assert resolve_jit(False) is (backend == "jax")
     assert resolve_jit(True) is True
+
+
+# The modules that are TensorFlow by nature (tf.Variable caches, tf.data); every other module
+# of the library, and the training modules of the tasks that train anywhere, import without it.
+TENSORFLOW_MODULES = ("keras_transformer.tf_backend", "keras_transformer.cache.variables",
+                      "keras_transformer.text.pipeline")
+TRAINING_MODULES = ("train.cli", "train.run", "train.engine", "train.distribute",
+                    "train.evaluate", "train.tasks.translation", "train.tasks.summarization",
+                    "bench.gpu_train", "bench.backends")
+
+
+def test_the_library_imports_without_tensorflow():
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        pytest.skip("Keras itself imports TensorFlow under KERAS_BACKEND=tensorflow")
+    library = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "keras_transformer").rglob("*.py"))
+    modules = [m for m in library if m not in TENSORFLOW_MODULES] + list(TRAINING_MODULES)
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "import keras_transformer; keras_transformer.register_serializables()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'tensorflow_text')))")
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert len(modules) > 30
