@@ -61,8 +61,9 @@ test-backends: $(STAMP_JAX)
 # parity passing.
 demo-jax-tiny: $(STAMP) $(STAMP_JAX)
 	KERAS_BACKEND=jax $(PY_JAX) -m train --config train/configs/demo.yaml --out runs/demo_jax_tiny \
-	  --overwrite --set data.train_size=3000 --set data.dev_size=100 --set data.test_size=100 \
-	  --set training.epochs=1 --set eval.beam_size=2
+	  --overwrite --set data.train_size=3000 --set data.dev_size=40 --set data.test_size=40 \
+	  --set data.num_buckets=1 --set training.epochs=1 --set training.steps_per_epoch=40 \
+	  --set eval.beam_size=2
 	$(PY) -m export --run runs/demo_jax_tiny --format onnx --out runs/demo_jax_tiny/export --overwrite
 	$(PY) -m export.parity --export runs/demo_jax_tiny/export
 

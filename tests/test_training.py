@@ -70,18 +70,18 @@ def test_classifier_learns_a_token_rule(tiny_config):
                   metrics=["accuracy"])
     history = model.fit(ids, labels, epochs=60, batch_size=32, verbose=0)
     assert history.history["accuracy"][-1] == 1.0
-    assert np.asarray(model(ids)).shape == (64, 2)
+    assert keras.ops.convert_to_numpy(model(ids)).shape == (64, 2)
 
 
 def test_language_model_cache_and_generation(tiny_config, tmp_path):
     rng = np.random.default_rng(3)
     model = TransformerLM(tiny_config)
     ids = rng.integers(4, 40, size=(2, 9)).astype("int32")
-    full = np.asarray(model(ids))
+    full = keras.ops.convert_to_numpy(model(ids))
     cache = model.init_cache(2, 9)
     for t in range(9):
         logits, cache = model.decode_step(ids[:, t], cache, t)
-        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=1e-4)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), full[:, t], atol=1e-4)
 
     # Greedy generation (temperature 0) equals repeated argmax over full forward passes.
     prompts = [[2, 5, 6], [2, 9]]
@@ -89,17 +89,17 @@ def test_language_model_cache_and_generation(tiny_config, tmp_path):
     for prompt, new in zip(prompts, generated, strict=True):
         seq = list(prompt)
         for _ in range(5):
-            seq.append(int(np.argmax(np.asarray(model(np.array([seq], "int32")))[0, -1])))
+            seq.append(int(np.argmax(keras.ops.convert_to_numpy(model(np.array([seq], "int32")))[0, -1])))
         assert new == seq[len(prompt):]
 
     # Sampled tokens stay inside the top-k set of the model's own distribution.
     sampled = model.generate([[2, 5]], 1, top_k=3, seed=7)[0][0]
-    top3 = np.argsort(-np.asarray(model(np.array([[2, 5]], "int32")))[0, -1])[:3]
+    top3 = np.argsort(-keras.ops.convert_to_numpy(model(np.array([[2, 5]], "int32")))[0, -1])[:3]
     assert sampled in top3
 
     path = tmp_path / "lm.keras"
     model.save(path)
-    np.testing.assert_array_equal(np.asarray(keras.models.load_model(path)(ids)), full)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras.models.load_model(path)(ids)), full)
 
 
 @pytest.mark.slow
