@@ -195,3 +195,21 @@ def test_the_library_imports_without_tensorflow():
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert len(modules) > 30
+
+
+def test_keras_backend_is_checked_before_keras_is_imported(monkeypatch):
+    from keras_transformer.command_line import CommandError, check_keras_backend
+
+    monkeypatch.setenv("KERAS_BACKEND", "numpy")
+    with pytest.raises(CommandError, match="KERAS_BACKEND=numpy is not a backend this project "
+                                           "runs on; set it to tensorflow, jax, torch"):
+        check_keras_backend()
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "jax" else real(name, *a))
+    with pytest.raises(CommandError, match="KERAS_BACKEND=jax but jax is not installed"):
+        check_keras_backend()
+    monkeypatch.undo()
+    monkeypatch.setenv("KERAS_BACKEND", keras.backend.backend())  # the one installed here
+    assert check_keras_backend() == keras.backend.backend()

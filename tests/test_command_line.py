@@ -76,25 +76,3 @@ def test_bounded_options_name_the_range():
     assert int_in(1)("1000000") == 1000000
     with pytest.raises(argparse.ArgumentTypeError, match=r"in \(0, 1\]"):
         float_in(0, 1, low_open=True)("0")
-
-
-def test_keras_backend_is_checked_before_keras_is_imported(monkeypatch):
-    import importlib.util
-
-    from keras_transformer.command_line import check_keras_backend
-
-    monkeypatch.setenv("KERAS_BACKEND", "numpy")
-    with pytest.raises(CommandError, match="KERAS_BACKEND=numpy is not a backend this project "
-                                           "runs on; set it to tensorflow, jax, torch"):
-        check_keras_backend()
-    monkeypatch.setenv("KERAS_BACKEND", "jax")
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "jax" else real(name, *a))
-    with pytest.raises(CommandError, match="KERAS_BACKEND=jax but jax is not installed"):
-        check_keras_backend()
-    monkeypatch.undo()
-    import keras
-
-    monkeypatch.setenv("KERAS_BACKEND", keras.backend.backend())  # the one installed here
-    assert check_keras_backend() == keras.backend.backend()

@@ -7,12 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from keras_transformer.command_line import (
-    CommandError,
-    add_debug_flag,
-    check_keras_backend,
-    entry_point,
-)
+from keras_transformer.command_line import CommandError, add_debug_flag, entry_point
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,7 +45,9 @@ def check_inputs_outside(out: Path, inputs: list[Path]) -> None:
 def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    check_keras_backend()
+    from keras_transformer.command_line import check_keras_backend
+
+    check_keras_backend()  # before Keras is imported: it would fail with a traceback
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     from .config import load_config
