@@ -1,10 +1,20 @@
-# One-command set-up: each target creates .venv from requirements.txt when it is missing.
+# One-command set-up: each target creates .venv from requirements.txt when it is missing,
+# and the backend targets .venv-jax (JAX and PyTorch, no TensorFlow) from requirements-torch.txt.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+VENV_JAX := .venv-jax
+PY_JAX := $(VENV_JAX)/bin/python
+STAMP_JAX := $(VENV_JAX)/.installed
+# The library's tests, run again under JAX and PyTorch (tf_only tests skip there).
+LIBRARY_TESTS := tests/test_attention.py tests/test_embedding.py \
+	tests/test_feed_forward_add_norm.py tests/test_losses_schedules.py tests/test_decoding.py \
+	tests/test_transformer.py tests/test_dropout.py tests/test_translator.py \
+	tests/test_training.py tests/test_backends.py tests/test_numpy_pipeline.py \
+	tests/test_public_api.py
 
-.PHONY: demo test test-fast lint setup clean
+.PHONY: demo test test-fast test-backends demo-jax-tiny lint setup setup-jax clean
 
 setup: $(STAMP)
 
@@ -13,6 +23,14 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
+
+setup-jax: $(STAMP_JAX)
+
+$(STAMP_JAX): requirements-jax.txt requirements-torch.txt
+	test -x $(PY_JAX) || $(PYTHON) -m venv $(VENV_JAX)
+	$(PY_JAX) -m pip install --quiet --upgrade pip
+	$(PY_JAX) -m pip install --quiet -r requirements-torch.txt
+	touch $(STAMP_JAX)
 
 DEMO_SENTENCES := she bought three small dogs\nwe will sell two red bicycles\ntwenty-one thousand four hundred five\n
 
@@ -32,6 +50,22 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -m "not slow" --durations=10
+
+# The library's tests under JAX and PyTorch, without TensorFlow (the slow ones under JAX only:
+# a .keras file crossing backends, a model trained to memorise).
+test-backends: $(STAMP_JAX)
+	KERAS_BACKEND=jax $(PY_JAX) -m pytest -q $(LIBRARY_TESTS)
+	KERAS_BACKEND=torch $(PY_JAX) -m pytest -q -m "not slow" $(LIBRARY_TESTS)
+
+# A small demo run trained and decoded under JAX, whose model.keras TensorFlow exports with
+# parity passing.
+demo-jax-tiny: $(STAMP) $(STAMP_JAX)
+	KERAS_BACKEND=jax $(PY_JAX) -m train --config train/configs/demo.yaml --out runs/demo_jax_tiny \
+	  --overwrite --set data.train_size=3000 --set data.dev_size=40 --set data.test_size=40 \
+	  --set data.num_buckets=1 --set training.epochs=1 --set training.steps_per_epoch=40 \
+	  --set eval.beam_size=2
+	$(PY) -m export --run runs/demo_jax_tiny --format onnx --out runs/demo_jax_tiny/export --overwrite
+	$(PY) -m export.parity --export runs/demo_jax_tiny/export
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -72,6 +72,26 @@ def exit_code_of(err: BaseException) -> int:
     return USAGE if isinstance(err, INPUT_ERRORS) else RUNTIME
 
 
+# The Keras backends this project runs on, and the module each needs.
+KERAS_BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+
+
+def check_keras_backend() -> str:
+    """The backend KERAS_BACKEND names (tensorflow when unset), before Keras is imported: a
+    CommandError naming it when this project does not run on it or it is not installed."""
+    import importlib.util
+
+    name = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if name not in KERAS_BACKENDS:
+        raise CommandError(f"KERAS_BACKEND={name} is not a backend this project runs on; set "
+                           f"it to {', '.join(KERAS_BACKENDS)}")
+    if importlib.util.find_spec(KERAS_BACKENDS[name]) is None:
+        raise CommandError(f"KERAS_BACKEND={name} but {KERAS_BACKENDS[name]} is not installed "
+                           f"in this Python; install it (requirements-jax.txt, "
+                           f"requirements-torch.txt) or choose another KERAS_BACKEND")
+    return name
+
+
 def debug_requested(argv) -> bool:
     return "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 

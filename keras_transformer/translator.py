@@ -1,4 +1,7 @@
-"""Text in, text out: the Keras model as a Backend, driven by keras_transformer.generation."""
+"""Text in, text out: the Keras model as a Backend, driven by keras_transformer.generation.
+
+The Backend is the running Keras backend's: keras_transformer.tf_backend under TensorFlow,
+keras_transformer.ops_backend under JAX and PyTorch (each imported only when it is the one)."""
 
 from __future__ import annotations
 
@@ -7,9 +10,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from keras_transformer import generation
+from keras_transformer.compiled import current_backend
 from keras_transformer.decoding import SearchResult
 from keras_transformer.text.sources import encode_sources
-from keras_transformer.tf_backend import KerasBackend
+
+
+def model_backend(model, jit_compile: bool = False) -> generation.Backend:
+    """The generation Backend of a Transformer under the running Keras backend."""
+    if current_backend() == "tensorflow":
+        from keras_transformer.tf_backend import KerasBackend
+
+        return KerasBackend(model, jit_compile)
+    from keras_transformer.ops_backend import KerasOpsBackend
+
+    return KerasOpsBackend(model, jit_compile)
 
 
 def search_ids(model, source_ids: np.ndarray, *, beam_size: int = 4, alpha: float = 0.6,
@@ -17,7 +31,7 @@ def search_ids(model, source_ids: np.ndarray, *, beam_size: int = 4, alpha: floa
                no_repeat_ngram_size: int = 0, min_length: int = 0) -> SearchResult:
     """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if
     beam 1); the options are those of keras_transformer.generation.search_ids."""
-    return generation.search_ids(KerasBackend(model, jit_compile), source_ids, model.config,
+    return generation.search_ids(model_backend(model, jit_compile), source_ids, model.config,
                                  beam_size=beam_size, alpha=alpha, max_length=max_length,
                                  no_repeat_ngram_size=no_repeat_ngram_size,
                                  min_length=min_length)
@@ -39,7 +53,7 @@ def translate(model, source_tokenizer, target_tokenizer, sentences: Sequence[str
     c = model.config
     encoded = encode_sources(sentences, source_tokenizer.encode, c.max_source_length, c.eos_id,
                              truncate=truncate)
-    backend = KerasBackend(model, jit_compile)
+    backend = model_backend(model, jit_compile)
 
     def search_batch(source_ids):
         return generation.search_ids(backend, source_ids, c, beam_size=beam_size, alpha=alpha,

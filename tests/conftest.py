@@ -7,6 +7,18 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under another Keras backend than TensorFlow (KERAS_BACKEND=jax or torch), tests marked
+    tf_only (tf.function, tf.data, SavedModel, ...) are skipped, saying why."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return
+    skip = pytest.mark.skip(reason=f"needs TensorFlow; KERAS_BACKEND={backend}")
+    for item in items:
+        if "tf_only" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _float32_policy():
     keras.mixed_precision.set_global_policy("float32")

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 
@@ -22,10 +23,10 @@ def test_scaled_dot_product_matches_reference_with_mask():
     mask[..., 0] = True  # every query keeps at least one key
     out, weights = scaled_dot_product_attention(q, k, v, mask)
     ref_out, ref_weights = attention(q, k, v, mask)
-    np.testing.assert_allclose(np.asarray(weights), ref_weights, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(out), ref_out, atol=1e-5)
-    assert np.all(np.asarray(weights)[np.broadcast_to(~mask, weights.shape)] == 0.0)
-    np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(weights), ref_weights, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), ref_out, atol=1e-5)
+    assert np.all(keras.ops.convert_to_numpy(weights)[np.broadcast_to(~mask, weights.shape)] == 0.0)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(weights).sum(-1), 1.0, atol=1e-6)
 
 
 def test_scale_is_one_over_sqrt_dk():
@@ -35,7 +36,7 @@ def test_scale_is_one_over_sqrt_dk():
     v = np.eye(2, dtype="float32")[None, None]
     _, weights = scaled_dot_product_attention(q, k, v)
     logits = np.array([1.0, 8.0]) / 2.0
-    np.testing.assert_allclose(np.asarray(weights)[0, 0, 0],
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(weights)[0, 0, 0],
                                np.exp(logits) / np.exp(logits).sum(), atol=1e-6)
 
 
@@ -45,16 +46,16 @@ def test_multi_head_matches_reference():
     query = rng.normal(size=(2, 5, 16)).astype("float32")
     value = rng.normal(size=(2, 7, 16)).astype("float32")
     ids = np.array([[5] * 7, [5] * 4 + [0] * 3])
-    mask = np.asarray(key_padding_mask(ids))
+    mask = keras.ops.convert_to_numpy(key_padding_mask(ids))
     out, weights = mha(query, value, mask, return_attention_scores=True)
     ref_out, ref_weights = multi_head_attention(mha, query, value, mask)
-    np.testing.assert_allclose(np.asarray(out), ref_out, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(weights), ref_weights, atol=1e-6)
-    assert np.all(np.asarray(weights)[1, :, :, 4:] == 0.0)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), ref_out, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(weights), ref_weights, atol=1e-6)
+    assert np.all(keras.ops.convert_to_numpy(weights)[1, :, :, 4:] == 0.0)
 
 
 def test_causal_mask_shape_and_values():
-    mask = np.asarray(causal_mask(4))
+    mask = keras.ops.convert_to_numpy(causal_mask(4))
     assert mask.shape == (1, 1, 4, 4)
     np.testing.assert_array_equal(mask[0, 0], np.tril(np.ones((4, 4), bool)))
 
@@ -69,7 +70,7 @@ def test_cache_update_writes_only_its_slot():
     # 3 layers, keys and values each: (B=2, H=2, T=5, head_dim=2).
     cache = [rng.normal(size=(2, 2, 5, 2)).astype("float32") for _ in range(6)]
     rows = rng.normal(size=(2, 3, 2, 4)).astype("float32")
-    updated = [np.asarray(a) for a in update_cache(cache, 3, rows)]
+    updated = [keras.ops.convert_to_numpy(a) for a in update_cache(cache, 3, rows)]
     for i, (before, after) in enumerate(zip(cache, updated, strict=True)):
         expected = before.copy()
         # Head h of a row holds features h*head_dim .. (h+1)*head_dim - 1.
@@ -82,7 +83,7 @@ def test_attention_with_new_position_equals_attention_over_the_written_cache(ind
     rng = np.random.default_rng(index)
     q, key, value = (rng.normal(size=(2, 3, 1, 4)).astype("float32") for _ in range(3))
     cache_k, cache_v = (rng.normal(size=(2, 3, 7, 4)).astype("float32") for _ in range(2))
-    got = np.asarray(attention_with_new_position(q, cache_k, cache_v, key, value, index))
+    got = keras.ops.convert_to_numpy(attention_with_new_position(q, cache_k, cache_v, key, value, index))
     # Reference: write the new key/value into slot `index`, attend to slots 0..index.
     k, v = cache_k.copy(), cache_v.copy()
     k[:, :, index], v[:, :, index] = key[:, :, 0], value[:, :, 0]
@@ -94,12 +95,12 @@ def test_cached_self_attention_equals_causal_full_call():
     rng = np.random.default_rng(2)
     mha = MultiHeadAttention(num_heads=2, d_model=8)
     x = rng.normal(size=(3, 6, 8)).astype("float32")
-    full = np.asarray(mha(x, x, causal_mask(6)))
+    full = keras.ops.convert_to_numpy(mha(x, x, causal_mask(6)))
     # Garbage in the slots not written yet: the step must not look at them.
     # The cache is split into heads: (B, H=2, T, 4).
     cache_k, cache_v = (rng.normal(size=(3, 2, 6, 4)).astype("float32") for _ in range(2))
     for t in range(6):
         out, key, value = mha.call_cached(x[:, t:t + 1], cache_k, cache_v, t)
-        cache_k[:, :, t] = np.asarray(key)[:, 0].reshape(3, 2, 4)
-        cache_v[:, :, t] = np.asarray(value)[:, 0].reshape(3, 2, 4)
-        np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], atol=1e-5)
+        cache_k[:, :, t] = keras.ops.convert_to_numpy(key)[:, 0].reshape(3, 2, 4)
+        cache_v[:, :, t] = keras.ops.convert_to_numpy(value)[:, 0].reshape(3, 2, 4)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(out)[:, 0], full[:, t], atol=1e-5)

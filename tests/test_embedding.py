@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 
@@ -24,12 +25,12 @@ def test_known_values():
 def test_embedding_is_scaled_tokens_plus_positions():
     layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=10)
     ids = np.array([[5, 6, 7], [1, 0, 0]], "int32")
-    out = np.asarray(layer(ids))
-    matrix = np.asarray(layer.embeddings)
+    out = keras.ops.convert_to_numpy(layer(ids))
+    matrix = keras.ops.convert_to_numpy(layer.embeddings)
     expected = matrix[ids] * np.sqrt(8) + positional_encoding(3, 8)[None]
     np.testing.assert_allclose(out, expected, atol=1e-5)
     # A step at position 2 sees the same vector as position 2 of the full sequence.
-    step = np.asarray(layer(ids[:, 2:3], start_index=2))
+    step = keras.ops.convert_to_numpy(layer(ids[:, 2:3], start_index=2))
     np.testing.assert_allclose(step[:, 0], out[:, 2], atol=1e-6)
 
 
@@ -39,8 +40,8 @@ def test_learned_positions_are_weights():
     names = [w.path for w in layer.weights]
     assert any("position_embedding" in n for n in names)
     ids = np.array([[4, 4, 4]], "int32")
-    out = np.asarray(layer(ids))
-    table = np.asarray(layer.position_embedding)
+    out = keras.ops.convert_to_numpy(layer(ids))
+    table = keras.ops.convert_to_numpy(layer.position_embedding)
     np.testing.assert_allclose(out[0] - out[0, 0], table[:3] - table[0], atol=1e-5)
 
 

@@ -48,9 +48,10 @@ def test_beam_one_equals_greedy_on_a_real_model(tiny_config):
     src[3, 4:] = 0
     greedy = search_ids(model, src, beam_size=1, max_length=12)
     from keras_transformer.decoding import beam_search
-    from keras_transformer.tf_backend import keras_stepper
+    from keras_transformer.generation import BackendStepper
+    from keras_transformer.translator import model_backend
 
-    stepper = keras_stepper(model, src, beam_size=1, max_length=12)
+    stepper = BackendStepper(model_backend(model), src, beam_size=1, max_length=12)
     beam = beam_search(stepper.step, stepper.reorder, 5, beam_size=1, bos_id=2, eos_id=3,
                        max_length=12, alpha=0.6)
     np.testing.assert_array_equal(beam.tokens, greedy.tokens)
@@ -69,18 +70,18 @@ def test_classifier_learns_a_token_rule(tiny_config):
                   metrics=["accuracy"])
     history = model.fit(ids, labels, epochs=60, batch_size=32, verbose=0)
     assert history.history["accuracy"][-1] == 1.0
-    assert np.asarray(model(ids)).shape == (64, 2)
+    assert keras.ops.convert_to_numpy(model(ids)).shape == (64, 2)
 
 
 def test_language_model_cache_and_generation(tiny_config, tmp_path):
     rng = np.random.default_rng(3)
     model = TransformerLM(tiny_config)
     ids = rng.integers(4, 40, size=(2, 9)).astype("int32")
-    full = np.asarray(model(ids))
+    full = keras.ops.convert_to_numpy(model(ids))
     cache = model.init_cache(2, 9)
     for t in range(9):
         logits, cache = model.decode_step(ids[:, t], cache, t)
-        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=1e-4)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), full[:, t], atol=1e-4)
 
     # Greedy generation (temperature 0) equals repeated argmax over full forward passes.
     prompts = [[2, 5, 6], [2, 9]]
@@ -88,17 +89,17 @@ def test_language_model_cache_and_generation(tiny_config, tmp_path):
     for prompt, new in zip(prompts, generated, strict=True):
         seq = list(prompt)
         for _ in range(5):
-            seq.append(int(np.argmax(np.asarray(model(np.array([seq], "int32")))[0, -1])))
+            seq.append(int(np.argmax(keras.ops.convert_to_numpy(model(np.array([seq], "int32")))[0, -1])))
         assert new == seq[len(prompt):]
 
     # Sampled tokens stay inside the top-k set of the model's own distribution.
     sampled = model.generate([[2, 5]], 1, top_k=3, seed=7)[0][0]
-    top3 = np.argsort(-np.asarray(model(np.array([[2, 5]], "int32")))[0, -1])[:3]
+    top3 = np.argsort(-keras.ops.convert_to_numpy(model(np.array([[2, 5]], "int32")))[0, -1])[:3]
     assert sampled in top3
 
     path = tmp_path / "lm.keras"
     model.save(path)
-    np.testing.assert_array_equal(np.asarray(keras.models.load_model(path)(ids)), full)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras.models.load_model(path)(ids)), full)
 
 
 @pytest.mark.slow
@@ -126,6 +127,7 @@ def test_xla_training_and_decoding_match_graph_mode(tiny_config):
     assert losses[True][-1] < losses[True][0]
 
 
+@pytest.mark.tf_only  # export is TensorFlow (SavedModel, TFLite)
 def test_the_seq2seq_rebuild_refuses_a_classifier_by_name(tiny_config, tmp_path):
     from export.module import load_float32_model
 

@@ -31,11 +31,11 @@ def test_causality(tiny_config, variant):
     rng = np.random.default_rng(0)
     model = make_model(tiny_config, **VARIANTS[variant])
     src, tgt = random_ids(rng, 2, 7), random_ids(rng, 2, 9)
-    base = np.asarray(model((src, tgt)))
+    base = keras.ops.convert_to_numpy(model((src, tgt)))
     for t in (0, 3, 7):
         changed = tgt.copy()
         changed[:, t + 1:] = random_ids(rng, 2, 9 - t - 1)
-        out = np.asarray(model((src, changed)))
+        out = keras.ops.convert_to_numpy(model((src, changed)))
         np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5)
         assert not np.allclose(out[:, t + 1:], base[:, t + 1:], atol=1e-3)
 
@@ -46,16 +46,16 @@ def test_padding_invariance(tiny_config, variant):
     rng = np.random.default_rng(1)
     model = make_model(tiny_config, **VARIANTS[variant])
     src, tgt = random_ids(rng, 2, 6), random_ids(rng, 2, 5)
-    base = np.asarray(model((src, tgt)))
+    base = keras.ops.convert_to_numpy(model((src, tgt)))
     padded_src = np.pad(src, ((0, 0), (0, 5)))
     padded_tgt = np.pad(tgt, ((0, 0), (0, 4)))
-    np.testing.assert_allclose(np.asarray(model((padded_src, tgt))), base, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(model((src, padded_tgt)))[:, :5], base, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model((padded_src, tgt))), base, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model((src, padded_tgt)))[:, :5], base, atol=1e-5)
     # Padding inside the batch: row 1 shorter than row 0 gives its own unpadded result.
-    single = np.asarray(model((src[1:, :3], tgt[1:])))
+    single = keras.ops.convert_to_numpy(model((src[1:, :3], tgt[1:])))
     mixed = src.copy()
     mixed[1, 3:] = 0
-    np.testing.assert_allclose(np.asarray(model((mixed, tgt)))[1:], single, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model((mixed, tgt)))[1:], single, atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -64,31 +64,31 @@ def test_cached_decoding_equals_full_forward(tiny_config, variant):
     model = make_model(tiny_config, **VARIANTS[variant])
     src, tgt = random_ids(rng, 3, 8), random_ids(rng, 3, 10)
     src[2, 5:] = 0
-    full = np.asarray(model((src, tgt)))
+    full = keras.ops.convert_to_numpy(model((src, tgt)))
     cross_kv, mask = model.encode_for_decoding(src)
     cache = model.init_cache(3, 12)
     for t in range(10):
         logits, cache = model.decode_step(tgt[:, t], cross_kv, mask, cache, t)
-        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=1e-4)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), full[:, t], atol=1e-4)
 
 
 def test_config_round_trip_and_keras_file(tiny_config, tmp_path):
     rng = np.random.default_rng(3)
     model = make_model(tiny_config, pre_norm=True, share_embeddings=True)
     src, tgt = random_ids(rng, 2, 6), random_ids(rng, 2, 5)
-    out = np.asarray(model((src, tgt)))
+    out = keras.ops.convert_to_numpy(model((src, tgt)))
 
     clone = Transformer.from_config(model.get_config())
     clone.build()
     clone.set_weights(model.get_weights())
-    np.testing.assert_array_equal(np.asarray(clone((src, tgt))), out)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(clone((src, tgt))), out)
     assert clone.config == model.config
 
     path = tmp_path / "model.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
     assert isinstance(loaded, Transformer)
-    np.testing.assert_array_equal(np.asarray(loaded((src, tgt))), out)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded((src, tgt))), out)
 
 
 def test_tied_and_shared_weights(tiny_config):
@@ -104,8 +104,8 @@ def test_tied_and_shared_weights(tiny_config):
 def test_logits_are_embedding_transpose_when_tied(tiny_config):
     model = make_model(tiny_config)
     hidden = np.random.default_rng(4).normal(size=(2, 3, tiny_config.d_model)).astype("float32")
-    matrix = np.asarray(model.target_embedding.embeddings)
-    np.testing.assert_allclose(np.asarray(model.logits(hidden)), hidden @ matrix.T, atol=1e-5)
+    matrix = keras.ops.convert_to_numpy(model.target_embedding.embeddings)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.logits(hidden)), hidden @ matrix.T, atol=1e-5)
 
 
 def test_bad_inputs_are_clear_errors(tiny_config):

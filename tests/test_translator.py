@@ -75,17 +75,18 @@ def test_decoding_does_not_keep_a_model_alive(tokenizer):
     import gc
     import weakref
 
-    from keras_transformer.tf_backend import KerasBackend
+    from keras_transformer.translator import model_backend
 
     config = TransformerConfig.preset(
         "tiny", source_vocab_size=tokenizer.vocab_size, target_vocab_size=tokenizer.vocab_size,
         d_model=16, num_heads=2, d_ff=32, max_source_length=16, max_target_length=16)
     model = Transformer(config)
     model.build()
+    compiled = type(model_backend(model))._compiled
     first = translate(model, tokenizer, tokenizer, ["red cat"], beam_size=1, max_length=6)
     assert translate(model, tokenizer, tokenizer, ["red cat"], beam_size=1,
                      max_length=6) == first  # the cached functions serve the second call
-    assert model in KerasBackend._compiled
+    assert model in compiled
     alive = weakref.ref(model)
     del model
     gc.collect()
@@ -137,9 +138,9 @@ class _Manifest:
 
 def test_export_translator_passes_the_constraints_on(model, tokenizer, spm_path):
     from export.runtime import Translator
-    from keras_transformer.tf_backend import KerasBackend
+    from keras_transformer.translator import model_backend
 
-    exported = Translator(_Manifest(spm_path, model.config), KerasBackend(model))
+    exported = Translator(_Manifest(spm_path, model.config), model_backend(model))
     for beam in (1, 3):
         options = dict(beam_size=beam, no_repeat_ngram_size=1, min_length=2)
         ids = exported.translate_ids(SENTENCES, **options)

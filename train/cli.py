@@ -45,6 +45,9 @@ def check_inputs_outside(out: Path, inputs: list[Path]) -> None:
 def main(argv) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from keras_transformer.command_line import check_keras_backend
+
+    check_keras_backend()  # before Keras is imported: it would fail with a traceback
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     from .config import load_config
@@ -56,10 +59,11 @@ def main(argv) -> int:
         raise CommandError(f"--out {out} is a file, not a run directory")
     inputs = data_files(config.data)  # every input before the run directory is touched
     check_inputs_outside(out, [Path(args.config), *inputs])
-    from .run import TASKS, run
+    from .run import TASKS, check_task_backend, run
 
     if config.task not in TASKS:
         raise CommandError(f"task {config.task!r} is not supported (use "
                            f"{' or '.join(TASKS)})")
+    check_task_backend(config.task)
     run(config, out, overwrite=args.overwrite)
     return 0

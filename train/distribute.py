@@ -1,12 +1,16 @@
-"""tf.distribute strategy, XLA and precision choices for a run."""
+"""tf.distribute strategy, XLA and precision choices for a run.
+
+Under JAX and PyTorch a run trains on one device (`OneDevice`, the default strategy's
+stand-in); TensorFlow is imported only under TensorFlow."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 
-import tensorflow as tf
+import keras
 
 log = logging.getLogger("train")
 
@@ -14,10 +18,31 @@ STRATEGIES = ("auto", "default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 
 
-def make_strategy(name: str) -> tf.distribute.Strategy:
-    """auto: Mirrored over the GPUs when more than one is visible, else the default strategy."""
+class OneDevice:
+    """What the engine asks of a strategy, for one device under JAX or PyTorch (whose
+    model.fit places the model itself)."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
+def make_strategy(name: str):
+    """auto: Mirrored over the GPUs when more than one is visible, else the default strategy.
+    Under JAX and PyTorch: one device (`OneDevice`); the tf.distribute strategies are
+    refused."""
     if name not in STRATEGIES:
         raise ValueError(f"training.strategy must be one of {STRATEGIES}, got {name!r}")
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        if name in ("mirrored", "multiworker"):
+            raise ValueError(f"training.strategy={name} is a tf.distribute strategy, which "
+                             f"needs KERAS_BACKEND=tensorflow; under KERAS_BACKEND={backend} "
+                             f"set training.strategy=auto (one device)")
+        return OneDevice()
+    import tensorflow as tf
+
     if name == "auto":
         name = "mirrored" if len(tf.config.list_logical_devices("GPU")) > 1 else "default"
     if name == "default":
@@ -39,6 +64,7 @@ def _patch_multiworker_log_reduction() -> None:
     """Keras 3.15 averages each step's logs across workers with reduce(MEAN, axis=0), which
     fails on the scalar loss and metrics ("Invalid reduction dimension 0"); average scalars
     with axis=None. Only the multi-worker branch changes; every other case is Keras' own."""
+    import tensorflow as tf
     from keras.src.backend.tensorflow import trainer as keras_tf_trainer
     from keras.src.tree import map_structure
 
@@ -60,9 +86,13 @@ def _patch_multiworker_log_reduction() -> None:
     keras_tf_trainer.reduce_per_replica = reduce_per_replica
 
 
-def strategy_name(strategy: tf.distribute.Strategy) -> str:
+def strategy_name(strategy) -> str:
     # The public names: tf.distribute.MultiWorkerMirroredStrategy's class is named
     # CollectiveAllReduceStrategy.
+    if isinstance(strategy, OneDevice):
+        return "default"
+    import tensorflow as tf
+
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return "MultiWorkerMirroredStrategy"
     if isinstance(strategy, tf.distribute.MirroredStrategy):
@@ -76,8 +106,12 @@ def worker_task() -> tuple[str, int]:
     return task.get("type", "chief"), int(task.get("index", 0))
 
 
-def is_chief(strategy: tf.distribute.Strategy) -> bool:
+def is_chief(strategy) -> bool:
     """The one process that writes the run directory: the chief, or worker 0 without one."""
+    if isinstance(strategy, OneDevice):
+        return True
+    import tensorflow as tf
+
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
     kind, index = worker_task()
@@ -87,7 +121,7 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return kind == "worker" and index == 0
 
 
-def distribute(strategy: tf.distribute.Strategy, make_dataset):
+def distribute(strategy, make_dataset):
     """Give replica r of R rows [B*r/R, B*(r+1)/R) of every global batch the dataset makes.
 
     `make_dataset()` builds the dataset; each input pipeline calls it, so that each gets its
@@ -103,6 +137,7 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset):
     replicas = strategy.num_replicas_in_sync
     if replicas == 1:
         return make_dataset()
+    import tensorflow as tf
 
     def per_pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = replicas // context.num_input_pipelines
@@ -126,7 +161,18 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset):
 
 def resolve_jit(value: bool | str) -> bool:
     """auto: XLA on GPU/TPU; off on CPU, where every batch shape costs a compile and
-    bench/train_step.py measured the demo's shortest bucket slower with it."""
+    bench/train_step.py measured the demo's shortest bucket slower with it. The switch is
+    TensorFlow's and PyTorch's (torch.compile): JAX always compiles the step, since its eager
+    mode runs op by op."""
+    if value not in ("auto", True, False):
+        raise ValueError(f"training.jit_compile must be true, false or auto, got {value!r}")
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return True
+    if backend == "torch":
+        return value is True
+    import tensorflow as tf
+
     if value == "auto":
         accelerated = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")
         return bool(accelerated)
@@ -135,7 +181,7 @@ def resolve_jit(value: bool | str) -> bool:
     raise ValueError(f"training.jit_compile must be true, false or auto, got {value!r}")
 
 
-def check_jit_devices(strategy: tf.distribute.Strategy, jit: bool) -> None:
+def check_jit_devices(strategy, jit: bool) -> None:
     """Fail early where TensorFlow cannot run an XLA step: several replicas on CPUs.
     MirroredStrategy over logical CPUs: XLA compiles every replica's step for the first CPU,
     which may not read the other replicas' variables ("Trying to access resource ... located
@@ -143,6 +189,8 @@ def check_jit_devices(strategy: tf.distribute.Strategy, jit: bool) -> None:
     implemented for CPU devices when compiling with XLA". GPUs and TPUs have neither limit."""
     if not jit or strategy.num_replicas_in_sync < 2:
         return
+    import tensorflow as tf
+
     devices = strategy.extended.worker_devices
     if all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices):
         raise ValueError(

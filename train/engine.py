@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import keras
-import tensorflow as tf
+import numpy as np
 
 from keras_transformer.file_safety import atomic_write_text, written_in_place_of
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
@@ -53,7 +53,7 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; TerminateOnNaN stopped the run."""
 
 
-def replayable(build, repeat: bool) -> tf.data.Dataset:
+def replayable(build, repeat: bool):
     """A repeated stream that every new iterator replays from its first batch.
 
     A seeded shuffle with reshuffle_each_iteration continues its sequence of orders on each
@@ -65,6 +65,8 @@ def replayable(build, repeat: bool) -> tf.data.Dataset:
     """
     if not repeat:
         return build()
+    import tensorflow as tf
+
     return tf.data.Dataset.range(1).flat_map(lambda _: build())
 
 
@@ -79,6 +81,8 @@ class ReplicaTokenMeanLoss(MaskedLabelSmoothedCrossEntropy):
     """
 
     def call(self, y_true, y_pred):
+        import tensorflow as tf  # tf.distribute's replicas: TensorFlow only
+
         loss, mask = label_smoothed_nll(y_true, y_pred, self.label_smoothing, self.pad_id)
         tokens = tf.reduce_sum(mask)
         context = tf.distribute.get_replica_context()
@@ -126,6 +130,12 @@ class BatchTap:
         return 0
 
     def __call__(self, inputs, labels):
+        if isinstance(labels, np.ndarray):  # a NumPy batch (text.numpy_pipeline)
+            self.shapes.add(labels.shape)
+            self.target_tokens += int(np.count_nonzero(labels))
+            return inputs, labels
+        import tensorflow as tf
+
         tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
         done = tf.py_function(self._add, [tf.shape(labels), tokens], tf.int32)
         with tf.control_dependencies([done]):
@@ -194,7 +204,10 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         callbacks.append(dev_scoring)  # before TensorBoard, so that val_<score> is logged
     if chief:
         callbacks.append(EpochCheckpoints(out / "checkpoints", t.keep_checkpoints))
-        if t.tensorboard:
+        if t.tensorboard and keras.backend.backend() != "tensorflow":
+            log.info("training.tensorboard: no TensorBoard logs under KERAS_BACKEND=%s "
+                     "(Keras writes them with TensorFlow)", keras.backend.backend())
+        elif t.tensorboard:
             callbacks.append(keras.callbacks.TensorBoard(str(out / "logs"), write_graph=False))
     callbacks += [epoch_history, backup]
 

@@ -113,13 +113,13 @@ def run_task(run: Path, args):
     """The run's task (train.run.TASKS by its config.yaml `task:`), its config's eval
     settings replaced by the options given; an option the task does not take is refused."""
     from .config import load_config
-    from .run import TASKS
+    from .run import TASKS, task_class
 
     config = load_config(run / "config.yaml")
     if config.task not in TASKS:
         raise CommandError(f"{run} is a {config.task} run; train.evaluate scores "
                            f"{', '.join(TASKS)} runs")
-    task = TASKS[config.task](config)
+    task = task_class(config.task)(config)
     for flag, given in TASK_OPTIONS.items():
         if given(args) and flag not in task.evaluate_options:
             takes = sorted(task.evaluate_options) + ["--batch-size", "--model"]

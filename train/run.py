@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+
+import keras
 
 from .config import RunConfig
 from .engine import train
-from .tasks.classification import ClassificationTask
-from .tasks.language_model import LanguageModelTask
-from .tasks.summarization import SummarizationTask
-from .tasks.translation import TranslationTask
 
-TASKS = {"translation": TranslationTask, "classification": ClassificationTask,
-         "summarization": SummarizationTask, "language_model": LanguageModelTask}
+# Each task's module and class, imported when a run asks for it: the tasks whose input
+# pipeline is tf.data import TensorFlow.
+TASKS = {"translation": ("translation", "TranslationTask"),
+         "classification": ("classification", "ClassificationTask"),
+         "summarization": ("summarization", "SummarizationTask"),
+         "language_model": ("language_model", "LanguageModelTask")}
+# The tasks with a NumPy input path, which train under every Keras backend.
+ANY_BACKEND_TASKS = ("translation", "summarization")
+
+
+def check_task_backend(task: str) -> None:
+    """Refuse a task that needs TensorFlow under another Keras backend."""
+    backend = keras.backend.backend()
+    if backend != "tensorflow" and task not in ANY_BACKEND_TASKS:
+        raise ValueError(f"task {task} reads its data with tf.data, which needs "
+                         f"KERAS_BACKEND=tensorflow; under KERAS_BACKEND={backend} the tasks "
+                         f"{' and '.join(ANY_BACKEND_TASKS)} train")
+
+
+def task_class(task: str):
+    module, name = TASKS[task]
+    return getattr(importlib.import_module(f"{__package__}.tasks.{module}"), name)
 
 
 def run(config: RunConfig, out: Path, overwrite: bool = False) -> dict:
@@ -21,4 +40,5 @@ def run(config: RunConfig, out: Path, overwrite: bool = False) -> dict:
     if config.task not in TASKS:
         raise ValueError(f"task {config.task!r} is not supported (use "
                          f"{' or '.join(TASKS)})")
-    return train(TASKS[config.task](config), config, out, overwrite)
+    check_task_backend(config.task)
+    return train(task_class(config.task)(config), config, out, overwrite)

@@ -18,7 +18,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
 
     softmax(Q K^T / sqrt(d_k)) V, with masked positions given zero weight.
     """
-    query = query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+    query = ops.multiply(query, ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype))
     logits = ops.einsum("bhqd,bhkd->bhqk", query, key)
     # Softmax in float32 so that mixed precision does not lose the small weights.
     logits = ops.cast(logits, "float32")
@@ -37,7 +37,7 @@ def attention_with_new_position(query, cache_keys, cache_values, key, value, ind
     key/value, which are not in the cache yet. The cache is only read here, so a runtime can
     keep it outside the graph and write one slot per step (keras_transformer.cache).
     """
-    query = query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+    query = ops.multiply(query, ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype))
     cached = ops.cast(ops.einsum("bhqd,bhkd->bhqk", query, cache_keys), "float32")
     # reshape, not [None, None, None, :]: TFLite has no bool StridedSlice.
     earlier = ops.reshape(ops.less(ops.arange(ops.shape(cache_keys)[2]), index), (1, 1, 1, -1))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+import numpy as np
 
+from keras_transformer.compiled import inference_function
 from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import sample_search
 from keras_transformer.layers.decoder import Decoder
@@ -90,14 +91,15 @@ class TransformerLM(keras.Model):
                 f"prompt + max_new_tokens = {total} tokens exceeds max_target_length "
                 f"{self.config.max_target_length}; generate fewer tokens or raise it in the config")
         if self._compiled_step is None:
-            self._compiled_step = tf.function(self.decode_step, reduce_retracing=True)
+            self._compiled_step = inference_function(self, self.decode_step)
         cache = self.init_cache(len(prompts), total)
 
         def step(tokens, index):
             nonlocal cache
-            logits, cache = self._compiled_step(tf.constant(tokens), cache,
-                                                tf.constant(index, tf.int32))
-            return logits.numpy()
+            logits, cache = self._compiled_step(
+                keras.ops.convert_to_tensor(np.asarray(tokens, np.int32)), cache,
+                keras.ops.convert_to_tensor(np.int32(index)))
+            return keras.ops.convert_to_numpy(logits)
 
         return sample_search(step, prompts, max_new_tokens, eos_id=eos_id,
                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,

@@ -7,11 +7,11 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+import keras
 from tqdm import tqdm
 
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.text.pipeline import make_translation_dataset
 
 from ..engine import replayable, token_loss
 from ..tasks.base import FileScores, Task
@@ -25,8 +25,25 @@ class Seq2SeqTask(Task):
     def pair_datasets(self, train: tuple[Sequence[str], Sequence[str]],
                       dev: tuple[Sequence[str], Sequence[str]], **pipeline):
         """(make_train, make_dev) over (sources, targets) pairs; `pipeline` holds the keyword
-        arguments of make_translation_dataset (lengths, batching)."""
+        arguments of make_translation_dataset (lengths, batching). Under TensorFlow they are
+        tf.data pipelines (text.pipeline); under JAX and PyTorch the NumPy ones with the same
+        buckets and budgets (text.numpy_pipeline.TranslationBatches)."""
         config = self.config
+        if keras.backend.backend() != "tensorflow":
+            from keras_transformer.text.numpy_pipeline import TranslationBatches
+
+            def make_numpy_train():
+                return TranslationBatches(*train, self.source_tok, self.target_tok,
+                                          shuffle=True, seed=config.training.seed,
+                                          repeat=config.training.steps_per_epoch > 0,
+                                          **pipeline)
+
+            def make_numpy_dev():
+                return TranslationBatches(*dev, self.source_tok, self.target_tok,
+                                          shuffle=False, **pipeline)
+
+            return make_numpy_train, make_numpy_dev
+        from keras_transformer.text.pipeline import make_translation_dataset
 
         def make_train():
             repeat = config.training.steps_per_epoch > 0

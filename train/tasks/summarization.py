@@ -10,7 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from keras_transformer.file_safety import atomic_write_text
-from keras_transformer.text.pipeline import bucket_boundaries_for
+from keras_transformer.text.buckets import bucket_boundaries_for
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 from keras_transformer.text.summary_stats import format_statistics, summary_statistics
 from keras_transformer.translator import translate

@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.text.buckets import bucket_boundaries_for, count_too_long
 from keras_transformer.text.lines import read_lines
-from keras_transformer.text.pipeline import bucket_boundaries_for, count_too_long
 from keras_transformer.translator import translate
 
 from ..data import load_corpus

@@ -1,0 +1,215 @@
+"""The library on the Keras backend KERAS_BACKEND names (tensorflow, jax or torch): cached
+decoding against an oracle that runs the full forward pass at every step, training through
+model.fit, and .keras files that load under another backend with the same outputs."""
+
+import dataclasses
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.decoding import search
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.translator import model_backend, search_ids
+from tests.conftest import random_ids
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class UncachedStepper:
+    """The searches' step/reorder over the model's full forward pass on each row's whole
+    prefix: no cache, no compiled step, so nothing the cached path does is shared."""
+
+    def __init__(self, model, source_ids, beam_size):
+        self.model = model
+        self.source = np.repeat(source_ids, beam_size, axis=0)
+        self.prefixes = np.zeros((len(self.source), 0), np.int32)
+
+    def step(self, tokens, index):
+        assert index == self.prefixes.shape[1]
+        self.prefixes = np.concatenate([self.prefixes, np.asarray(tokens, np.int32)[:, None]], 1)
+        logits = self.model((self.source, self.prefixes), training=False)
+        return keras.ops.convert_to_numpy(logits)[:, -1].astype(np.float64)
+
+    def reorder(self, indices):
+        self.prefixes = self.prefixes[indices]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_cached_search_equals_the_uncached_oracle(tiny_config, beam_size):
+    keras.utils.set_random_seed(4)
+    model = Transformer(tiny_config)
+    model.build()
+    src = random_ids(np.random.default_rng(4), 4, 7)
+    src[:, -1] = tiny_config.eos_id
+    src[2, 4:] = tiny_config.pad_id
+    cached = search_ids(model, src, beam_size=beam_size, alpha=0.6, max_length=9)
+    oracle = search(UncachedStepper(model, src, beam_size), len(src), beam_size=beam_size,
+                    bos_id=tiny_config.bos_id, eos_id=tiny_config.eos_id, max_length=9,
+                    alpha=0.6, pad_id=tiny_config.pad_id)
+    np.testing.assert_array_equal(cached.tokens, oracle.tokens)
+    np.testing.assert_allclose(cached.scores, oracle.scores, atol=1e-4)
+
+
+def test_the_backend_keeps_the_cache_in_its_own_tensors(tiny_config):
+    model = Transformer(tiny_config)
+    model.build()
+    backend = model_backend(model)
+    expected = ("KerasBackend" if keras.backend.backend() == "tensorflow"
+                else "KerasOpsBackend")
+    assert type(backend).__name__ == expected
+    cache = backend.init_cache(2, 5)
+    assert not isinstance(cache, np.ndarray) and not isinstance(cache[0], np.ndarray)
+
+
+def copy_reverse(rng, batch=16, length=6, vocab=40):
+    body = rng.integers(4, vocab, size=(batch, length)).astype("int32")
+    rev = body[:, ::-1]
+    return (np.concatenate([body, np.full((batch, 1), 3, "int32")], 1),
+            np.concatenate([np.full((batch, 1), 2, "int32"), rev], 1),
+            np.concatenate([rev, np.full((batch, 1), 3, "int32")], 1))
+
+
+def test_fit_with_dropout_learns_and_round_trips_through_a_keras_file(tiny_config, tmp_path):
+    keras.utils.set_random_seed(0)
+    src, tgt_in, tgt_out = copy_reverse(np.random.default_rng(0))
+    model = Transformer(dataclasses.replace(tiny_config, dropout=0.1))
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=MaskedLabelSmoothedCrossEntropy(0.0), metrics=[MaskedAccuracy()])
+    history = model.fit((src, tgt_in), tgt_out, epochs=120, batch_size=16, verbose=0)
+    losses = history.history["loss"]
+    # Uniform guessing over 40 tokens costs log(40) = 3.7; the reversal is learnt.
+    assert losses[0] > 3.0 and losses[-1] < 0.3
+    model.save(tmp_path / "m.keras")
+    again = keras.models.load_model(tmp_path / "m.keras")
+    for a, b in zip(model.get_weights(), again.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(model((src, tgt_in))),
+        keras.ops.convert_to_numpy(again((src, tgt_in))))
+    greedy = search_ids(again, src, beam_size=1, max_length=8).to_lists(3)
+    assert np.mean(np.array(greedy) == tgt_out[:, :-1]) > 0.9
+
+
+SAVE = """
+import numpy as np, keras, keras_transformer
+from keras_transformer.config import TransformerConfig
+from keras_transformer.models.transformer import Transformer
+keras.utils.set_random_seed(1)
+c = TransformerConfig.preset("tiny", source_vocab_size=40, target_vocab_size=40, d_model=32,
+                             num_heads=4, d_ff=64, max_source_length=12, max_target_length=12)
+m = Transformer(c)
+m.build()
+m.save("{dir}/m.keras")
+"""
+
+LOAD = """
+import numpy as np, keras, keras_transformer
+m = keras.models.load_model("{dir}/m.keras")
+rng = np.random.default_rng(0)
+src, tgt = rng.integers(4, 40, (3, 8)).astype("int32"), rng.integers(4, 40, (3, 5)).astype("int32")
+np.save("{dir}/{name}.npy", keras.ops.convert_to_numpy(m((src, tgt))))
+"""
+
+
+def _other_backend():
+    here = keras.backend.backend()
+    for name, module in (("jax", "jax"), ("torch", "torch"), ("tensorflow", "tensorflow")):
+        if name != here and importlib.util.find_spec(module) is not None:
+            return name
+    return None
+
+
+def _run(code, backend):
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_a_keras_file_saved_here_loads_under_another_backend(tmp_path):
+    other = _other_backend()
+    if other is None:
+        pytest.skip("no second Keras backend installed beside this one")
+    here = keras.backend.backend()
+    _run(SAVE.format(dir=tmp_path), here)
+    _run(LOAD.format(dir=tmp_path, name=here), here)
+    _run(LOAD.format(dir=tmp_path, name=other), other)
+    np.testing.assert_allclose(np.load(tmp_path / f"{other}.npy"),
+                               np.load(tmp_path / f"{here}.npy"), atol=2e-5)
+
+
+def test_tensorflow_only_training_options_are_refused_elsewhere():
+    from train.distribute import OneDevice, make_strategy, resolve_jit
+    from train.run import check_task_backend
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        pytest.skip("the refusals apply under JAX and PyTorch")
+    for strategy in ("mirrored", "multiworker"):
+        with pytest.raises(ValueError, match=f"training.strategy={strategy} is a tf.distribute "
+                                             f"strategy, which needs KERAS_BACKEND=tensorflow"):
+            make_strategy(strategy)
+    assert isinstance(make_strategy("auto"), OneDevice)
+    for task in ("classification", "language_model"):
+        with pytest.raises(ValueError, match=f"task {task} reads its data with tf.data"):
+            check_task_backend(task)
+    check_task_backend("translation")
+    # JAX compiles whatever the config says; PyTorch compiles only when asked.
+    assert resolve_jit(False) is (backend == "jax")
+    assert resolve_jit(True) is True
+
+
+# The modules that are TensorFlow by nature (tf.Variable caches, tf.data); every other module
+# of the library, and the training modules of the tasks that train anywhere, import without it.
+TENSORFLOW_MODULES = ("keras_transformer.tf_backend", "keras_transformer.cache.variables",
+                      "keras_transformer.text.pipeline")
+TRAINING_MODULES = ("train.cli", "train.run", "train.engine", "train.distribute",
+                    "train.evaluate", "train.tasks.translation", "train.tasks.summarization",
+                    "bench.gpu_train", "bench.backends")
+
+
+def test_the_library_imports_without_tensorflow():
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        pytest.skip("Keras itself imports TensorFlow under KERAS_BACKEND=tensorflow")
+    library = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "keras_transformer").rglob("*.py"))
+    modules = [m for m in library if m not in TENSORFLOW_MODULES] + list(TRAINING_MODULES)
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "import keras_transformer; keras_transformer.register_serializables()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'tensorflow_text')))")
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert len(modules) > 30
+
+
+def test_keras_backend_is_checked_before_keras_is_imported(monkeypatch):
+    from keras_transformer.command_line import CommandError, check_keras_backend
+
+    monkeypatch.setenv("KERAS_BACKEND", "numpy")
+    with pytest.raises(CommandError, match="KERAS_BACKEND=numpy is not a backend this project "
+                                           "runs on; set it to tensorflow, jax, torch"):
+        check_keras_backend()
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "jax" else real(name, *a))
+    with pytest.raises(CommandError, match="KERAS_BACKEND=jax but jax is not installed"):
+        check_keras_backend()
+    monkeypatch.undo()
+    monkeypatch.setenv("KERAS_BACKEND", keras.backend.backend())  # the one installed here
+    assert check_keras_backend() == keras.backend.backend()
