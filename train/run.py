@@ -7,12 +7,14 @@ from pathlib import Path
 from .config import RunConfig
 from .engine import train
 from .tasks.classification import ClassificationTask
+from .tasks.extractive import ExtractiveSummarizationTask
 from .tasks.language_model import LanguageModelTask
 from .tasks.summarization import SummarizationTask
 from .tasks.translation import TranslationTask
 
 TASKS = {"translation": TranslationTask, "classification": ClassificationTask,
-         "summarization": SummarizationTask, "language_model": LanguageModelTask}
+         "summarization": SummarizationTask, "language_model": LanguageModelTask,
+         "extractive_summarization": ExtractiveSummarizationTask}
 
 
 def run(config: RunConfig, out: Path, overwrite: bool = False) -> dict:
