@@ -10,8 +10,10 @@ chosen; the summary is the chosen sentences in article order.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -60,6 +62,26 @@ class Selection:
             raise ValueError(f"not a selection (sentences, syllables, trigram_blocking): "
                              f"{str(values)[:200]}") from err
         return selection
+
+
+SELECTION_FILE = "selection.json"  # an extractive run's selection, chosen on dev
+
+
+def read_selection(run: str | Path, max_sentences: int) -> Selection:
+    """The selection an extractive run chose on dev (<run>/selection.json), checked against
+    the model's K; FileNotFoundError or ValueError naming the file."""
+    path = Path(run) / SELECTION_FILE
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found: is {run} a finished extractive "
+                                f"summarization run?") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is unreadable ({err})") from err
+    try:
+        return Selection.from_dict(values).check(max_sentences)
+    except (ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: {err}") from err
 
 
 def article_sentences(article: str, max_sentences: int) -> list[str]:

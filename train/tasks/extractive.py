@@ -18,10 +18,12 @@ from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.losses import MaskedSentenceCrossEntropy, sentence_bce
 from keras_transformer.models.extractor import TransformerExtractor
 from keras_transformer.text.extractive import (
+    SELECTION_FILE,
     Selection,
     SentenceScorer,
     article_ids,
     candidate_selections,
+    read_selection,
     select,
     summary,
 )
@@ -36,7 +38,6 @@ from ..tokenizers import load_run_tokenizers, train_tokenizer
 log = logging.getLogger("train")
 
 ORACLE_FILE = "oracle.json"  # the greedy-oracle labels of every split, reused on resume
-SELECTION_FILE = "selection.json"  # the selection chosen on dev (read by train.evaluate, export)
 
 
 @keras.saving.register_keras_serializable(package="train")
@@ -283,7 +284,7 @@ class ExtractiveSummarizationTask(Task):
     def use_run(self, run, model, batch_size=None):
         self.tok = load_run_tokenizers(run)[0]
         self.model_config = model.config
-        self.selection = run_selection(run, model.max_sentences)
+        self.selection = read_selection(run, model.max_sentences)
         if batch_size:
             self.config.eval.batch_size = batch_size
 
@@ -318,19 +319,3 @@ class ExtractiveSummarizationTask(Task):
                               "sentences_cut": scorer.cut_sentences}
         return result
 
-
-def run_selection(run: Path, max_sentences: int) -> Selection:
-    """The selection an extractive run chose on dev (selection.json), checked against the
-    model's K."""
-    path = run / SELECTION_FILE
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} not found: is {run} a finished extractive "
-                                f"summarization run?") from None
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path} is unreadable ({err})") from err
-    try:
-        return Selection.from_dict(values).check(max_sentences)
-    except (ValueError, AttributeError) as err:
-        raise ValueError(f"{path}: {err}") from err
