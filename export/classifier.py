@@ -107,27 +107,30 @@ def attention_function(model: TransformerClassifier) -> tf.function:
                                                                  name="ids")])
 
 
-def _export_savedmodel(module: ClassifierModule, out: Path) -> None:
+def _export_savedmodel(module: tf.Module, out: Path, signature: str = SIGNATURE) -> None:
     tf.saved_model.save(module, str(out / "savedmodel"),
-                        signatures={SIGNATURE: module.classify.get_concrete_function()})
+                        signatures={signature: getattr(module, signature).get_concrete_function()})
 
 
-def _export_onnx(module: ClassifierModule, out: Path, int8: bool, lean: bool = True) -> dict:
+def _export_onnx(module: tf.Module, out: Path, int8: bool, lean: bool = True,
+                 signature: str = SIGNATURE, role: str = "classifier") -> dict:
     from .onnx_optimize import write_variants
 
     # export.onnx_optimize's pass; int8 quantizes weight MatMuls only, as for the translator.
-    return write_variants({"classifier": ("classifier.onnx", convert_function(module.classify))},
+    return write_variants({role: (f"{role}.onnx", convert_function(getattr(module, signature)))},
                           out, int8, lean)
 
 
-def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...]) -> dict:
+def _export_tflite(module: tf.Module, out: Path, variants: tuple[str, ...],
+                   signature: str = SIGNATURE) -> dict:
     result = {}
     with tempfile.TemporaryDirectory(prefix=".tflite-savedmodel.", dir=out) as tmp:
         tf.saved_model.save(module, tmp,
-                            signatures={SIGNATURE: module.classify.get_concrete_function()})
+                            signatures={signature: getattr(module, signature)
+                                        .get_concrete_function()})
         for variant in variants:
             converter = tf.lite.TFLiteConverter.from_saved_model(tmp,
-                                                                 signature_keys=[SIGNATURE])
+                                                                 signature_keys=[signature])
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
             if variant in ("fp16", "int8"):
                 converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -139,52 +142,51 @@ def _export_tflite(module: ClassifierModule, out: Path, variants: tuple[str, ...
     return result
 
 
-def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, formats,
-                           quantize: str, versions: dict, with_attention: bool = False,
-                           onnx_optimize: bool = True) -> dict:
-    """Every format of `formats` and the manifest into `out` (the staged export directory);
-    `with_attention` adds attention.onnx (attention_function), which the attention explorer
-    (export.serve) reads; `onnx_optimize` False skips export.onnx_optimize's pass."""
+def run_tokenizer(run_dir: Path, what: str) -> SentencePieceTokenizer:
+    """The run's spm.model, loaded; FileNotFoundError or ValueError saying what is wrong with
+    it (`what` names the run's task in the message)."""
     tokenizer_path = run_dir / TOKENIZER
     if not tokenizer_path.is_file():
         raise FileNotFoundError(f"{tokenizer_path} is missing: is {run_dir} a finished "
-                                f"classification run?")
+                                f"{what} run?")
     try:
-        tokenizer = SentencePieceTokenizer(tokenizer_path)
+        return SentencePieceTokenizer(tokenizer_path)
     except Exception as err:  # sentencepiece raises RuntimeError/OSError on a bad file
         raise ValueError(f"{tokenizer_path} is not a valid SentencePiece model: "
                          f"{' '.join(str(err).split())[:200]}") from err
-    model = load_float32_classifier(run_dir, trained)
-    labels = run_labels(run_dir, model.num_classes)
-    c = model.config
-    shutil.copyfile(tokenizer_path, out / TOKENIZER)
-    module = ClassifierModule(model)
+
+
+def export_formats(out: Path, module: tf.Module, formats, quantize: str, onnx_optimize: bool,
+                   signature: str = SIGNATURE, role: str = "classifier") -> dict:
+    """The manifest's "formats" of an encoder-only model's one function, `signature` of
+    `module` (role: its ONNX file's name), written into `out` in every format of `formats`."""
     manifest_formats: dict = {}
     if "savedmodel" in formats:
         log.info("exporting SavedModel")
-        _export_savedmodel(module, out)
-        manifest_formats["savedmodel"] = {"signatures": [SIGNATURE],
+        _export_savedmodel(module, out, signature)
+        manifest_formats["savedmodel"] = {"signatures": [signature],
                                           "variants": {"float32": {"model": "savedmodel"}}}
     if "onnx" in formats:
         log.info("exporting ONNX (opset %d)", ONNX_OPSET)
         manifest_formats["onnx"] = {"opset": ONNX_OPSET, "optimized": onnx_optimize,
                                     "variants": _export_onnx(module, out,
                                                              int8=quantize in ("int8", "all"),
-                                                             lean=onnx_optimize)}
+                                                             lean=onnx_optimize,
+                                                             signature=signature, role=role)}
     if "tflite" in formats:
         log.info("exporting TFLite")
         variants = {"none": ("float32",), "fp16": ("float32", "fp16"),
                     "int8": ("float32", "int8"), "all": ("float32", "fp16", "int8")}[quantize]
-        manifest_formats["tflite"] = {"signatures": [SIGNATURE],
-                                      "variants": _export_tflite(module, out, variants)}
-    attention = None
-    if with_attention:
-        log.info("exporting the attention weights (ONNX)")
-        attention = export_attention(attention_function(model), out,
-                                     CLASSIFIER_ATTENTION_INTERFACE, onnx_optimize)
-    files = {TOKENIZER: file_entry(out, out / TOKENIZER)}
-    if attention is not None:
-        files[attention["file"]] = file_entry(out, out / attention["file"])
+        manifest_formats["tflite"] = {"signatures": [signature],
+                                      "variants": _export_tflite(module, out, variants,
+                                                                 signature)}
+    return manifest_formats
+
+
+def listed_files(out: Path, manifest_formats: dict, names=()) -> dict:
+    """The manifest's "files": every format's files and the other `names`, with their
+    sizes and digests, sorted."""
+    files = {name: file_entry(out, out / name) for name in names}
     for fmt_name, fmt in manifest_formats.items():
         for variant in fmt["variants"].values():
             for name in variant.values():
@@ -192,12 +194,35 @@ def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, forma
                     files.update(directory_entries(out, name))
                 else:
                     files[name] = file_entry(out, out / name)
+    return dict(sorted(files.items()))
+
+
+def export_classifier_into(out: Path, run_dir: Path, trained: keras.Model, formats,
+                           quantize: str, versions: dict, with_attention: bool = False,
+                           onnx_optimize: bool = True) -> dict:
+    """Every format of `formats` and the manifest into `out` (the staged export directory);
+    `with_attention` adds attention.onnx (attention_function), which the attention explorer
+    (export.serve) reads; `onnx_optimize` False skips export.onnx_optimize's pass."""
+    tokenizer = run_tokenizer(run_dir, "classification")
+    model = load_float32_classifier(run_dir, trained)
+    labels = run_labels(run_dir, model.num_classes)
+    c = model.config
+    shutil.copyfile(run_dir / TOKENIZER, out / TOKENIZER)
+    manifest_formats = export_formats(out, ClassifierModule(model), formats, quantize,
+                                      onnx_optimize)
+    attention = None
+    if with_attention:
+        log.info("exporting the attention weights (ONNX)")
+        attention = export_attention(attention_function(model), out,
+                                     CLASSIFIER_ATTENTION_INTERFACE, onnx_optimize)
+    files = listed_files(out, manifest_formats,
+                         [TOKENIZER] + ([attention["file"]] if attention else []))
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "kind": "classifier",
         "run": str(run_dir.resolve()),
         "formats": manifest_formats,
-        "files": dict(sorted(files.items())),
+        "files": files,
         "tokenizer": {"source": TOKENIZER},
         "vocab": {"source_size": c.source_vocab_size},
         "special_ids": {"pad": c.pad_id, "unk": tokenizer.unk_id, "eos": c.eos_id},

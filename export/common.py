@@ -39,13 +39,14 @@ FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "i
                    "savedmodel": ("float32",)}
 # What an export holds (manifest "kind"): an encoder-decoder ("translator": encode and
 # decode_step, for translation and summarization), an encoder-only classifier ("classifier":
-# classify, text to class probabilities), or a decoder-only TransformerLM ("lm": decode_step
-# alone). A manifest without "kind" is a translator's.
-KINDS = ("translator", "classifier", "lm")
+# classify, text to class probabilities), a decoder-only TransformerLM ("lm": decode_step
+# alone), or an encoder-only extractive summarizer ("extractor": extract, an article's
+# sentences to their probabilities). A manifest without "kind" is a translator's.
+KINDS = ("translator", "classifier", "lm", "extractor")
 KIND_NAMES = {"translator": "translator (encoder-decoder)", "classifier": "classifier",
-              "lm": "language model"}
+              "lm": "language model", "extractor": "extractive summarizer"}
 KIND_TOOLS = {"translator": "export.translate", "classifier": "export.classify",
-              "lm": "export.generate"}
+              "lm": "export.generate", "extractor": "export.summarize"}
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
 # The run's search settings a manifest may carry (its `decoding`): the defaults of
@@ -136,6 +137,8 @@ def validate(data) -> None:
         raise ExportError(f"key 'kind' is {kind!r}, not one of {', '.join(KINDS)}")
     if kind == "classifier":
         _validate_classifier(data)
+    elif kind == "extractor":
+        _validate_extractor(data)
     else:
         _validate_translator(data)
     if "run" in data:
@@ -186,7 +189,9 @@ def _validate_translator(data: dict) -> None:
                           f"'model.num_heads' ({model['num_heads']})")
 
 
-def _validate_classifier(data: dict) -> None:
+def _validate_encoder_only(data: dict) -> None:
+    """The keys of a classifier's or an extractor's manifest: one tokenizer, the source
+    vocabulary, pad/unk/eos and max_source_length."""
     _check(_check(data, "tokenizer", dict, ""), "source", str, "tokenizer")
     vocab = _check(_check(data, "vocab", dict, ""), "source_size", int, "vocab", minimum=1)
     special_ids = _check(data, "special_ids", dict, "")
@@ -196,6 +201,10 @@ def _validate_classifier(data: dict) -> None:
             raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
                               f"vocab.source_size {vocab}")
     _check(data, "max_source_length", int, "", minimum=2)
+
+
+def _validate_classifier(data: dict) -> None:
+    _validate_encoder_only(data)
     labels = _check(data, "labels", list, "")
     if len(labels) < 2 or not all(isinstance(v, str) and v for v in labels):
         raise ExportError("key 'labels' must list at least two class names (strings)")
@@ -203,6 +212,19 @@ def _validate_classifier(data: dict) -> None:
     if _check(model, "num_classes", int, "model", minimum=2) != len(labels):
         raise ExportError(f"key 'model.num_classes' is {model['num_classes']} but 'labels' "
                           f"names {len(labels)} classes")
+
+
+def _validate_extractor(data: dict) -> None:
+    from keras_transformer.text.extractive import Selection
+
+    _validate_encoder_only(data)
+    sentences = _check(data, "max_sentences", int, "", minimum=1, maximum=_LIMIT)
+    if data.get("word_joints", "keep") not in ("keep", "split"):
+        raise ExportError(f"key 'word_joints' is {data['word_joints']!r}, not keep or split")
+    try:
+        Selection.from_dict(_check(data, "selection", dict, "")).check(sentences)
+    except ValueError as err:
+        raise ExportError(f"key 'selection': {err}") from None
 
 
 def variant_bytes(data: dict, files: dict[str, str]) -> int:

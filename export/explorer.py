@@ -1,7 +1,9 @@
 """One sentence in, its translation (or summary, or class) and every attention weight out,
 over the ONNX runtime of an export made with --with-attention. What `python -m export.serve`
 answers: `Explorer` for a translator's export (translation, summarization),
-`ClassifierExplorer` for a classifier's; `open_explorer` picks by the manifest's kind.
+`ClassifierExplorer` for a classifier's, `ExtractorExplorer` for an extractive summarizer's
+(an article in, each sentence's probability and the chosen ones out, no attention);
+`open_explorer` picks by the manifest's kind.
 
 NumPy, sentencepiece and onnxruntime only (no TensorFlow, no web packages).
 """
@@ -14,9 +16,10 @@ import numpy as np
 
 from keras_transformer.text.sources import default_max_length
 
-from .common import Manifest
+from .common import KIND_NAMES, Manifest
 from .runtime import Translator, load_backend
 from .runtime.classifier import Classifier, attention_runtime, onnx_runtime
+from .runtime.extractor import Summarizer
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 CLASSIFIER_KINDS = ("encoder_self",)
@@ -42,15 +45,19 @@ def check_text(text) -> str:
 
 
 def open_explorer(export_dir: str | Path, beam_size: int | None = None,
-                  alpha: float | None = None) -> Explorer | ClassifierExplorer:
-    """The explorer of an export's kind: a ClassifierExplorer for a classifier, else an
-    Explorer (which refuses a language model's export, naming the tool for it). The search
-    settings are a translator's; given for a classifier they are a ValueError."""
+                  alpha: float | None = None
+                  ) -> Explorer | ClassifierExplorer | ExtractorExplorer:
+    """The explorer of an export's kind: a ClassifierExplorer for a classifier, an
+    ExtractorExplorer for an extractive summarizer, else an Explorer (which refuses a
+    language model's export, naming the tool for it). The search settings are a
+    translator's; given for another kind they are a ValueError."""
     manifest = Manifest(export_dir)
-    if manifest.kind == "classifier":
+    if manifest.kind in ("classifier", "extractor"):
         if beam_size is not None or alpha is not None:
-            raise ValueError(f"{export_dir} holds a classifier, which has no search: drop "
-                             f"--beam and --alpha")
+            raise ValueError(f"{export_dir} holds a {KIND_NAMES[manifest.kind]}, which has no "
+                             f"search: drop --beam and --alpha")
+        if manifest.kind == "extractor":
+            return ExtractorExplorer(export_dir, manifest)
         return ClassifierExplorer(export_dir, manifest)
     return Explorer(export_dir, beam_size, alpha, manifest)
 
@@ -195,4 +202,59 @@ class ClassifierExplorer:
             "tokens": [classifier.sp.id_to_piece(int(i)) for i in ids],
             "truncated": bool(truncated),
             "attention": {"encoder_self": weights.tolist()},
+        }
+
+
+class ExtractorExplorer:
+    """Summarize one article as `python -m export.summarize` does (the same Summarizer over
+    the onnx runtime's float32 extractor.onnx and the run's selection) and return every
+    sentence it read with its probability, the chosen ones marked. An extractor has no
+    attention export; the page shows the sentences shaded by their probability instead.
+
+    Thread-safe: the onnxruntime session is made once, before serving; the Summarizer's
+    counts of cut articles are the only state a call changes, and none is read from it."""
+
+    kind = "extractor"
+
+    def __init__(self, export_dir: str | Path, manifest: Manifest | None = None):
+        self.manifest = manifest or Manifest(export_dir)
+        self.manifest.require_kind("extractor", "the extractive summarizer's explorer")
+        self.summarizer = Summarizer(self.manifest, onnx_runtime(self.manifest))
+        self.task = self.manifest.task
+        model = self.manifest.model
+        self.num_layers = model.get("num_encoder_layers")
+        self.sentence_layers = model.get("sentence_layers")
+        self.num_heads = model.get("num_heads")
+
+    def info(self) -> dict:
+        return {"kind": self.kind, "task": self.task, "encoder_layers": self.num_layers,
+                "sentence_layers": self.sentence_layers, "heads": self.num_heads,
+                "max_source_length": self.manifest["max_source_length"],
+                "max_sentences": self.summarizer.max_sentences,
+                "selection": self.summarizer.selection.describe()}
+
+    def explain(self, text: str) -> dict:
+        """article -> {"summary", "sentences", "scores", "chosen", "truncated",
+        "sentences_not_read"}: the sentences the model read (its first max_sentences), the
+        probability of each that the summary takes it, the chosen ones (0-based, in article
+        order), whether a sentence was cut to max_source_length pieces, and how many
+        sentences past max_sentences were not read."""
+        from keras_transformer.text.sentences import split_sentences
+
+        text = check_text(text)
+        summarizer = self.summarizer
+        [article] = summarizer.prepare([text])
+        sentences = split_sentences(article)
+        encoded = summarizer.scorer.encode(sentences[: summarizer.max_sentences])
+        if not any(encoded):
+            raise InputError('"text" gives no tokens for this model; type an article')
+        [extraction] = summarizer.extract([text])
+        length = self.manifest["max_source_length"]
+        return {
+            "summary": extraction.summary,
+            "sentences": extraction.sentences,
+            "scores": [float(p) for p in extraction.scores],
+            "chosen": extraction.chosen,
+            "truncated": any(len(ids) + 1 > length for ids in encoded),
+            "sentences_not_read": max(0, len(sentences) - summarizer.max_sentences),
         }

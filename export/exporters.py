@@ -15,11 +15,11 @@ from importlib import metadata
 from pathlib import Path
 
 import tensorflow as tf
-import yaml
 
-from keras_transformer.command_line import command, one_line
+from keras_transformer.command_line import command
 from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.models.classifier import TransformerClassifier
+from keras_transformer.models.extractor import TransformerExtractor
 from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
 from .choice import RECORD
@@ -39,6 +39,7 @@ from .module import (
     float32_transformer,
     load_trained,
     model_kind,
+    run_config,
 )
 from .onnx_convert import convert_function, export_attention
 from .onnx_graph import ONNX_OPSET
@@ -258,6 +259,18 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
                                               _versions(), with_attention, onnx_optimize)
             Manifest(stage)
         return manifest
+    if isinstance(trained, TransformerExtractor):
+        from .extractor import export_extractor_into
+
+        if with_attention:
+            raise ValueError("--with-attention is for translation, summarization and "
+                             "classification runs; an extractive summarizer's export shows its "
+                             "sentence scores instead: export it without --with-attention")
+        with staged_directory(out) as stage:
+            manifest = export_extractor_into(stage, run_dir, trained, formats, quantize,
+                                             _versions(), onnx_optimize)
+            Manifest(stage)
+        return manifest
     model = float32_transformer(run_dir, trained)
     if with_attention and model_kind(model) == "lm":
         raise ValueError("--with-attention exports the weights the attention explorer shows, "
@@ -276,17 +289,7 @@ def run_settings(run_dir: Path) -> dict:
     """The run's task and the search settings of its config.yaml `eval:` section (the
     manifest's `task` and `decoding`); only what the config holds (an older run may hold
     fewer keys)."""
-    path = run_dir / "config.yaml"
-    if not path.exists():
-        return {}
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        # Exported with the defaults instead, it would decode unlike the run, silently.
-        raise ValueError(f"{path} is unreadable ({one_line(err)[:200]}); it "
-                         f"holds the run's task and search settings") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} must hold a YAML mapping (the run's config)")
+    config = run_config(run_dir)
     evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
     decoding = {k: evaluation[k] for k in DECODING_DEFAULTS if k in evaluation}
     settings = {"decoding": decoding} if decoding else {}

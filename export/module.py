@@ -12,8 +12,10 @@ from pathlib import Path
 
 import keras
 import tensorflow as tf
+import yaml
 
 from keras_transformer.cache.layout import COPY_SOURCE, cache_names, memory_names
+from keras_transformer.command_line import one_line
 from keras_transformer.config import TransformerConfig
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
@@ -70,6 +72,23 @@ def run_model_config(run_dir: Path, trained: keras.Model) -> TransformerConfig:
         return TransformerConfig.from_dict(json.loads(config_path.read_text()))
     except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON errors: ValueError
         raise ValueError(f"{config_path} is not a valid model config: {err}") from err
+
+
+def run_config(run_dir: Path) -> dict:
+    """The run's config.yaml as a mapping ({} when the run has none); ValueError when it is
+    unreadable."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return {}
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        # Exported with the defaults instead, it would run unlike the run, silently.
+        raise ValueError(f"{path} is unreadable ({one_line(err)[:200]}); it "
+                         f"holds the run's task and settings") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a YAML mapping (the run's config)")
+    return config
 
 
 class DecodingModule(tf.Module):

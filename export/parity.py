@@ -1,8 +1,9 @@
 """Cross-runtime parity of an export: tensors, greedy/beam tokens, search.onnx against the
 NumPy search, BLEU of the variants, and the attention weights of attention.onnx when the
 export holds it; for a classifier export,
-class probabilities and their argmax (export/classifier_parity.py); for a language model's
-export, tensors and greedy and sampled tokens of random prompts.
+class probabilities and their argmax (export/classifier_parity.py); for an extractive
+summarizer's, sentence probabilities and the sentences chosen (export/extractor_parity.py);
+for a language model's export, tensors and greedy and sampled tokens of random prompts.
 
     python -m export.parity --export exports/demo [--run runs/demo] [--src FILE --ref FILE]
 
@@ -229,6 +230,10 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         from . import classifier_parity
 
         return classifier_parity.run(manifest, run_dir, sentences, out)
+    if manifest.kind == "extractor":
+        from . import extractor_parity
+
+        return extractor_parity.run(manifest, run_dir, sentences, out, sources, references)
     if sources is None and manifest.kind == "translator":
         if manifest.task != "translation":
             raise ExportError(f"{export_dir} holds a {manifest.task} model; give --src with "

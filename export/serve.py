@@ -8,7 +8,10 @@ two tokens and weight). Over a translator's export (translation, summarization),
 /translate takes {"text": "..."} and answers {"output", "source_tokens", "output_tokens",
 "decoder_input_tokens", "truncated", "attention"}; over a classifier's, POST /classify takes
 the same and answers {"label", "probability", "probabilities", "tokens", "truncated",
-"attention": {"encoder_self"}} (export.explorer). The other route answers 404 naming the right one.
+"attention": {"encoder_self"}}; over an extractive summarizer's (no attention needed), POST
+/summarize takes an article and answers {"summary", "sentences", "scores", "chosen",
+"truncated", "sentences_not_read"}, and the page shades each sentence by its probability
+and marks the chosen ones (export.explorer). The other routes answer 404 naming the right one.
 GET /health answers {"status": "ok", "kind", ...the model's geometry}. A bad request gets an
 HTTP 4xx answer {"error": "<what to fix>"}. A request is refused before it is read past its
 limits: a body over MAX_BODY bytes (by its Content-Length, else as it arrives: 413), one
@@ -46,7 +49,7 @@ from keras_transformer.command_line import (
     int_in,
 )
 
-from .explorer import ClassifierExplorer, Explorer, InputError, open_explorer
+from .explorer import ClassifierExplorer, Explorer, ExtractorExplorer, InputError, open_explorer
 
 PAGE = Path(__file__).with_name("explorer.html")
 # A sentence is a few hundred bytes; this bounds the work a single request can ask for.
@@ -166,12 +169,13 @@ CLOSE = {"Connection": "close"}
 
 
 # The route that explains a sentence, per kind of export (Explorer.kind).
-ROUTES = {"translator": "/translate", "classifier": "/classify"}
+ROUTES = {"translator": "/translate", "classifier": "/classify", "extractor": "/summarize"}
 
 
-def create_app(explorer: Explorer | ClassifierExplorer, plotly_path: Path | None = None):
-    """The Starlette application: the page, plotly.js, /health, and /translate or /classify
-    as the export's kind asks (the other answers 404 naming the right route)."""
+def create_app(explorer: Explorer | ClassifierExplorer | ExtractorExplorer,
+               plotly_path: Path | None = None):
+    """The Starlette application: the page, plotly.js, /health, and /translate, /classify or
+    /summarize as the export's kind asks (the others answer 404 naming the right route)."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import ClientDisconnect, Request

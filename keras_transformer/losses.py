@@ -1,4 +1,5 @@
-"""Label-smoothed cross-entropy over the non-padding target tokens (section 5.4)."""
+"""Label-smoothed cross-entropy over the non-padding target tokens (section 5.4), and binary
+cross-entropy over an article's real sentences (the extractive summarizer)."""
 
 import keras
 from keras import ops
@@ -56,3 +57,39 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
         config = super().get_config()
         config.update(label_smoothing=self.label_smoothing, pad_id=self.pad_id)
         return config
+
+
+def sentence_bce(labels, logits):
+    """labels (B,K) float, 1 or 0 at real sentences and -1 at padding rows, logits (B,K) ->
+    (per-sentence binary cross-entropy (B,K), sentence mask (B,K) float).
+
+    max(x, 0) - x y + log(1 + exp(-|x|)): -y log sigmoid(x) - (1 - y) log(1 - sigmoid(x)),
+    without overflow for a logit of any size."""
+    logits = ops.cast(logits, "float32")
+    labels = ops.cast(labels, "float32")
+    mask = ops.cast(ops.greater_equal(labels, 0.0), "float32")
+    targets = labels * mask
+    loss = (ops.maximum(logits, 0.0) - logits * targets
+            + ops.log1p(ops.exp(-ops.abs(logits))))
+    return loss * mask, mask
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedSentenceCrossEntropy(keras.losses.Loss):
+    """(labels (B,K) float, logits (B,K)) -> scalar: the mean binary cross-entropy over the
+    real sentences (labels 1 or 0); padding rows (label -1) are left out of loss and count.
+    The loss of TransformerExtractor, whose labels say which sentences a summary takes.
+
+    Example:
+
+    ```python
+    model.compile(optimizer="adam", loss=MaskedSentenceCrossEntropy())
+    ```
+    """
+
+    def __init__(self, name="sentence_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        loss, mask = sentence_bce(y_true, y_pred)
+        return ops.sum(loss) / ops.maximum(ops.sum(mask), 1.0)

@@ -1,9 +1,10 @@
-"""Lead-1 and Lead-3 ROUGE of a summarization split, without training.
+"""Lead-1, Lead-2, Lead-3 and greedy-oracle ROUGE of a summarization split, without training.
 
     python -m train.baselines --data ../shared/data/vietnews --split dev --split test
 
 reads <data>/<split>.tsv.gz (or <split>.tsv) with train.data.load_summaries and scores the
-articles' first 1 and 3 sentences against the summaries with train.scoring.rouge.
+articles' first 1, 2 and 3 sentences, and the greedy oracle's sentences (train.scoring.oracle),
+against the summaries with keras_transformer.text.rouge.
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@ class DataConfig:
     # task classification: the class names in id order (class i is labels[i]); label files
     # may then hold the names or the ids. Empty: integer ids, named by their digits.
     labels: list[str] = field(default_factory=list)
+    # task extractive_summarization: the article's first K sentences are read (each its first
+    # max_source_length - 1 pieces + EOS); a summary is picked among them.
+    article_sentences: int = 16
 
 
 @dataclass
@@ -59,6 +62,7 @@ class ModelConfig:
     overrides: dict[str, Any] = field(default_factory=dict)
     num_classes: int = 0  # task classification: 0 = one more than the largest training label
     pooling: str = "mean"  # task classification: mean | first
+    sentence_layers: int = 2  # task extractive_summarization: inter-sentence encoder layers
 
 
 @dataclass
@@ -98,6 +102,13 @@ class EvalConfig:
     # Search constraints (keras_transformer.decoding); 0: off. Used by task summarization.
     no_repeat_ngram_size: int = 0
     min_length: int = 0
+    # task extractive_summarization: the summary is the k best sentences (summary_sentences)
+    # or the best up to a length budget (summary_syllables); both 0: the one of
+    # keras_transformer.text.extractive.candidate_selections that scores best on dev, with
+    # trigram blocking on or off as trigram_blocking says (auto: also chosen on dev).
+    summary_sentences: int = 0
+    summary_syllables: int = 0
+    trigram_blocking: bool | str = "auto"
 
 
 @dataclass
@@ -222,6 +233,15 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
         raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
                           f"spaces, got {labels!r}")
+    e = config.eval
+    if e.summary_sentences and e.summary_syllables:
+        raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) and "
+                          f"eval.summary_syllables ({e.summary_syllables}) both pick the "
+                          f"summary; set one (or neither, to choose on dev)")
+    if e.summary_sentences > config.data.article_sentences:
+        raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) is more than the "
+                          f"sentences the model reads (data.article_sentences "
+                          f"{config.data.article_sentences})")
     if config.data.word_joints not in WORD_JOINTS:
         raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got "
                           f"{config.data.word_joints!r}")
@@ -251,6 +271,8 @@ _RANGES = [
     ("eval.samples", 0, None, False), ("eval.dev_bleu_sentences", 0, None, False),
     ("eval.dev_bleu_beam", 1, 64, False), ("eval.no_repeat_ngram_size", 0, 16, False),
     ("eval.min_length", 0, 4096, False), ("model.num_classes", 0, 100_000, False),
+    ("data.article_sentences", 1, 512, False), ("model.sentence_layers", 1, 64, False),
+    ("eval.summary_sentences", 0, 512, False), ("eval.summary_syllables", 0, None, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2"}

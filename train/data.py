@@ -15,6 +15,7 @@ from pathlib import Path
 from keras_transformer.file_safety import check_input_file
 from keras_transformer.text.demo_corpus import demo_splits
 from keras_transformer.text.lines import decode_lines, read_lines
+from keras_transformer.text.sentences import split_sentences  # noqa: F401  (read from here)
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
 
 from .config import WORD_JOINTS, ConfigError, DataConfig
@@ -354,23 +355,3 @@ def word_joints(text: str, mode: str) -> str:
     if mode == "split":
         return text.replace("_", " ")
     raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got {mode!r}")
-
-
-# A sentence of VNDS ends with a token of sentence-final punctuation, split off by spaces:
-# ".", "!", "?" or a run of them ("...", "?!").
-_SENTENCE_END = frozenset(".!?")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Space-tokenized text -> its sentences, each ending after a token made only of ".", "!"
-    and "?" (a trailing part without one is a sentence too); tokens are re-joined by one
-    space."""
-    sentences, current = [], []
-    for token in text.split():
-        current.append(token)
-        if set(token) <= _SENTENCE_END:
-            sentences.append(" ".join(current))
-            current = []
-    if current:
-        sentences.append(" ".join(current))
-    return sentences

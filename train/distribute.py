@@ -232,6 +232,32 @@ def choose_precision(flags: dict[str, bool], gpu_compute_capability: tuple | Non
     return [("float32", jit)], "a CPU without bfloat16 dot products"
 
 
+def gpu_compute_capability() -> tuple[int, int] | None:
+    """The first GPU's CUDA compute capability as the Keras backend sees it, None without."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            return None
+        return tuple(tf.config.experimental.get_device_details(gpus[0]).get(
+            "compute_capability", (0, 0)))
+    if backend == "jax":
+        import jax
+
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+        if not gpus:
+            return None
+        major, _, minor = str(getattr(gpus[0], "compute_capability", "0.0")).partition(".")
+        return int(major), int(minor or 0)
+    if backend == "torch":
+        import torch
+
+        return tuple(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None
+    return None
+
+
 def resolve_precision(precision: str, jit: bool) -> list[tuple[str, bool]]:
     """training.precision and the resolved jit_compile -> the candidate (precision, jit)
     settings: the configured one, or for auto those choose_precision gives for this machine,
@@ -242,12 +268,7 @@ def resolve_precision(precision: str, jit: bool) -> list[tuple[str, bool]]:
     from keras_transformer.cpu import cpu_flags, cpu_model
 
     flags = cpu_flags()
-    capability = None
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        details = tf.config.experimental.get_device_details(gpus[0])
-        capability = details.get("compute_capability", (0, 0))
-    candidates, why = choose_precision(flags, capability, jit)
+    candidates, why = choose_precision(flags, gpu_compute_capability(), jit)
     log.info("precision auto: %s for %s; CPU %s, flags %s",
              " or ".join(f"{p} (jit_compile {j})" for p, j in candidates), why, cpu_model(),
              " ".join(name for name, present in flags.items() if present) or "-")

@@ -84,11 +84,18 @@ class ReplicaTokenMeanLoss(MaskedLabelSmoothedCrossEntropy):
         import tensorflow as tf  # tf.distribute's replicas: TensorFlow only
 
         loss, mask = label_smoothed_nll(y_true, y_pred, self.label_smoothing, self.pad_id)
-        tokens = tf.reduce_sum(mask)
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
-        return tf.reduce_sum(loss) / tf.maximum(tokens, 1.0)
+        return replica_mean(tf.reduce_sum(loss), tf.reduce_sum(mask))
+
+
+def replica_mean(total, count):
+    """A replica's summed loss over the count (tokens, sentences) of the global batch: the
+    replicas' sum of these is the single-device mean."""
+    import tensorflow as tf  # tf.distribute's replicas: TensorFlow only
+
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return total / tf.maximum(count, 1.0)
 
 
 def token_loss(label_smoothing: float, pad_id: int, replicas: int):

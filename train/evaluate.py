@@ -1,6 +1,6 @@
 """python -m train.evaluate: run a trained model over a file and score it with its task's
 metric: a translation run by sacreBLEU (BLEU and chrF, with signatures), a summarization run
-by ROUGE-1/2/L beside the Lead-1 and Lead-3 baselines, a classification run by accuracy,
+by ROUGE-1/2/L beside the Lead-1/2/3 baselines and the greedy oracle, a classification run by accuracy,
 macro-F1 and per-class F1 against a label file, a language-model run by its perplexity per
 token and per syllable and bits per character on the text itself; and draw the
 cross-attention heatmaps of a seq2seq model.
@@ -176,7 +176,7 @@ def main(argv) -> int:
     parser = argparse.ArgumentParser(
         prog=command("train.evaluate"),
         description="Run a trained model over a file and score it by its task: BLEU and "
-                    "chrF (translation), ROUGE with Lead-1/Lead-3 (summarization), accuracy "
+                    "chrF (translation), ROUGE with Lead-1/2/3 and the oracle (summarization), accuracy "
                     "and macro-F1 (classification), perplexity (language model). Exit codes: "
                     "0 done, 2 bad usage or input, 1 a failure while working, 130 "
                     "interrupted.")

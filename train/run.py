@@ -15,7 +15,8 @@ from .engine import train
 TASKS = {"translation": ("translation", "TranslationTask"),
          "classification": ("classification", "ClassificationTask"),
          "summarization": ("summarization", "SummarizationTask"),
-         "language_model": ("language_model", "LanguageModelTask")}
+         "language_model": ("language_model", "LanguageModelTask"),
+         "extractive_summarization": ("extractive", "ExtractiveSummarizationTask")}
 # The tasks with a NumPy input path, which train under every Keras backend.
 ANY_BACKEND_TASKS = ("translation", "summarization")
 

@@ -1,8 +1,9 @@
 """Sentences in, class probabilities out, over a classifier export (manifest kind
-"classifier") in any runtime.
+"classifier") in any runtime; the same runtimes serve an extractive summarizer's export
+(kind "extractor", export/runtime/extractor.py), whose one graph is `extract`.
 
 A runtime is a callable `ids (B,S) int32 -> probabilities (B,C) float32` over the export's
-`classify` graph. `onnx` and `tflite` need only NumPy, sentencepiece and their own runtime
+`classify` graph (an extractor's: ids (B,K,S) -> probabilities (B,K)). `onnx` and `tflite` need only NumPy, sentencepiece and their own runtime
 package; `savedmodel` and `keras` import TensorFlow when chosen. `attention_runtime` runs the
 attention.onnx of an export made with --with-attention (the attention explorer's weights).
 """
@@ -25,6 +26,9 @@ RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
 Runtime = Callable[[np.ndarray], np.ndarray]
+# Per kind of encoder-only export: its graph's signature and its ONNX file's role.
+SIGNATURES = {"classifier": "classify", "extractor": "extract"}
+ROLES = {"classifier": "classifier", "extractor": "extractor"}
 
 
 def _onnx_session(path: Path, threads: int = 0):
@@ -44,8 +48,8 @@ def _onnx_session(path: Path, threads: int = 0):
 
 
 def onnx_runtime(manifest: Manifest, variant: str = "float32", threads: int = 0) -> Runtime:
-    session = _onnx_session(manifest.file(manifest.format_files("onnx", variant)["classifier"]),
-                            threads)
+    session = _onnx_session(
+        manifest.file(manifest.format_files("onnx", variant)[ROLES[manifest.kind]]), threads)
 
     def run(ids):
         return session.run(["probabilities"], {"ids": ids})[0]
@@ -87,7 +91,7 @@ def tflite_runtime(manifest: Manifest, variant: str = "float32") -> Runtime:
     path = manifest.file(manifest.format_files("tflite", variant)["model"])
     try:
         interpreter = Interpreter(model_path=str(path), num_threads=os.cpu_count())
-        runner = interpreter.get_signature_runner("classify")
+        runner = interpreter.get_signature_runner(SIGNATURES[manifest.kind])
     except (ValueError, RuntimeError) as err:
         raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
 
@@ -101,10 +105,11 @@ def savedmodel_runtime(manifest: Manifest) -> Runtime:
     import tensorflow as tf
 
     path = manifest.directory(manifest.format_files("savedmodel")["model"])
+    signature = SIGNATURES[manifest.kind]
     try:
-        classify = tf.saved_model.load(str(path)).signatures["classify"]
+        classify = tf.saved_model.load(str(path)).signatures[signature]
     except Exception as err:  # TF raises many types for a damaged SavedModel
-        raise ExportError(f"{path} could not be loaded as a SavedModel with a classify "
+        raise ExportError(f"{path} could not be loaded as a SavedModel with a {signature} "
                           f"signature: {err}") from err
 
     def run(ids):
@@ -114,12 +119,31 @@ def savedmodel_runtime(manifest: Manifest) -> Runtime:
 
 
 def keras_model(manifest: Manifest, run_dir: str | Path | None = None):
-    """The float32 rebuild of the run's model.keras (a TransformerClassifier). The run is the
-    directory given, else the export directory's parent when the export sits inside its run;
-    the run path the manifest records is never followed."""
-    from ..classifier import load_float32_classifier
+    """The float32 rebuild of the run's model.keras (a TransformerClassifier, or an
+    extractor's TransformerExtractor); the run as export_run finds it."""
     from ..module import load_trained
 
+    run_dir = export_run(manifest, run_dir)
+    if manifest.kind == "extractor":
+        from ..extractor import load_float32_extractor
+
+        model = load_float32_extractor(run_dir, load_trained(run_dir))
+        differ = model.max_sentences != manifest["max_sentences"] and "max_sentences"
+    else:
+        from ..classifier import load_float32_classifier
+
+        model = load_float32_classifier(run_dir, load_trained(run_dir))
+        differ = model.num_classes != manifest.model["num_classes"] and "num_classes"
+    if differ:
+        raise ExportError(f"{run_dir} does not hold the model of {manifest.root} ({differ} "
+                          f"differ); pass the run it was exported from with --run")
+    return model
+
+
+def export_run(manifest: Manifest, run_dir: str | Path | None = None) -> Path:
+    """The training run of an export, for the keras runtime: the directory given, else the
+    export directory's parent when the export sits inside its run (the run path the manifest
+    records is never followed); ExportError when it holds no model.keras."""
     if run_dir is None:
         run_dir = manifest.root.resolve().parent
         if not (run_dir / "model.keras").is_file():
@@ -130,19 +154,19 @@ def keras_model(manifest: Manifest, run_dir: str | Path | None = None):
     if not (run_dir / "model.keras").is_file():
         raise ExportError(f"the keras runtime needs the training run; {run_dir / 'model.keras'} "
                           f"is missing (pass the run directory with --run)")
-    model = load_float32_classifier(run_dir, load_trained(run_dir))
-    if model.num_classes != manifest.model["num_classes"]:
-        raise ExportError(f"{run_dir} does not hold the model of {manifest.root} (num_classes "
-                          f"differ); pass the run it was exported from with --run")
-    return model
+    return run_dir
 
 
 def keras_runtime(manifest: Manifest, run_dir: str | Path | None = None) -> Runtime:
-    """keras_model's probabilities: the model with the softmax the export adds."""
+    """keras_model's probabilities: the model with the softmax the export adds (an
+    extractor's: the sigmoid)."""
     import tensorflow as tf
 
     model = keras_model(manifest, run_dir)
-    classify = tf.function(lambda ids: tf.nn.softmax(model(ids, training=False), axis=-1))
+    if manifest.kind == "extractor":
+        classify = tf.function(lambda ids: tf.sigmoid(model(ids, training=False)))
+    else:
+        classify = tf.function(lambda ids: tf.nn.softmax(model(ids, training=False), axis=-1))
 
     def run(ids):
         return classify(tf.constant(ids, tf.int32)).numpy()
@@ -152,8 +176,10 @@ def keras_runtime(manifest: Manifest, run_dir: str | Path | None = None) -> Runt
 
 def load_runtime(manifest: Manifest, runtime: str, variant: str = "float32",
                  run_dir: str | Path | None = None) -> Runtime:
-    """The `classify` callable of one runtime over a classifier export."""
-    manifest.require_kind("classifier", "the classifier runtimes")
+    """The `classify` callable of one runtime over a classifier export (an extractor's
+    `extract`)."""
+    if manifest.kind != "extractor":
+        manifest.require_kind("classifier", "the classifier runtimes")
     if runtime in ("savedmodel", "keras") and variant != "float32":
         raise ValueError(f"the {runtime} runtime runs float32 weights only, not {variant}; "
                          f"the onnx runtime has int8, tflite fp16 and int8")

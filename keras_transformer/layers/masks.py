@@ -1,4 +1,5 @@
-"""Attention masks made from token ids (padding) and from positions (causality).
+"""Attention masks made from token ids (padding) and from positions (causality), and the
+mean of states over a padding mask.
 
 Every mask here is boolean with True meaning "may attend", shaped to broadcast against
 attention logits of shape (batch, heads, query_len, key_len).
@@ -30,3 +31,12 @@ def expand_key_mask(mask):
     """(B, S) bool -> (B, 1, 1, S), broadcast over heads and queries; None stays None."""
     # expand_dims, not [:, None, None, :]: TFLite has no bool StridedSlice.
     return None if mask is None else ops.expand_dims(ops.expand_dims(mask, 1), 1)
+
+
+def masked_mean(states, mask):
+    """states (B,S,d), mask (B,S) bool -> (B,d): the mean over the positions where mask is
+    True (zeros for a row with none)."""
+    # expand_dims, not [:, :, None]: a new-axis StridedSlice is not a builtin TFLite op.
+    weights = ops.expand_dims(ops.cast(mask, states.dtype), -1)
+    total = ops.sum(states * weights, axis=1)
+    return total / ops.maximum(ops.sum(weights, axis=1), ops.cast(1.0, states.dtype))

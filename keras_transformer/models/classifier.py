@@ -9,7 +9,7 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
-from keras_transformer.layers.masks import padding_mask
+from keras_transformer.layers.masks import masked_mean, padding_mask
 from keras_transformer.models.transformer import as_config, check_ids
 
 POOLINGS = ("mean", "first")
@@ -68,10 +68,7 @@ class TransformerClassifier(keras.Model):
         """states (B,S,d_model), mask (B,S) -> (B,d_model): mean over real tokens, or position 0."""
         if self.pooling == "first":
             return states[:, 0, :]
-        # expand_dims, not [:, :, None]: a new-axis StridedSlice is not a builtin TFLite op.
-        weights = ops.expand_dims(ops.cast(mask, states.dtype), -1)
-        total = ops.sum(states * weights, axis=1)
-        return total / ops.maximum(ops.sum(weights, axis=1), ops.cast(1.0, states.dtype))
+        return masked_mean(states, mask)
 
     def encode(self, ids, training=None, return_attention_scores=False):
         """ids (B,S) -> encoder states (B,S,d_model) and their padding mask (B,S) bool; with

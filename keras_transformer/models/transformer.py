@@ -29,13 +29,14 @@ def as_config(config: TransformerConfig | dict | None) -> TransformerConfig:
     raise TypeError(f"config must be a TransformerConfig or a dict, got {type(config).__name__}")
 
 
-def check_ids(ids, name: str):
-    """Fail early, with the fix, on ids that are not a (batch, length) integer tensor."""
-    if len(ids.shape) != 2:
-        raise ValueError(f"{name} must have shape (batch, length), got shape {tuple(ids.shape)}")
+def check_ids(ids, name: str, axes: tuple[str, ...] = ("batch", "length")):
+    """Fail early, with the fix, on ids that are not an integer tensor of the named `axes`."""
+    if len(ids.shape) != len(axes):
+        raise ValueError(f"{name} must have shape ({', '.join(axes)}), got shape "
+                         f"{tuple(ids.shape)}")
     if "int" not in str(ids.dtype):
         raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-    if ids.shape[1] == 0:
+    if ids.shape[-1] == 0:
         raise ValueError(f"{name} is empty (length 0); every sequence needs at least EOS")
 
 

@@ -3,27 +3,14 @@ tokenizer keeps only [a-z0-9]). TF-free: train.scoring and export.parity both sc
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from importlib.metadata import version
 
 import numpy as np
 from rouge_score import rouge_scorer
 
+from keras_transformer.text.sentences import VietnameseRougeTokenizer
+
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
-
-
-class VietnameseRougeTokenizer:
-    """Text -> ROUGE tokens (rouge-score's tokenizer interface): NFC, lower-cased, "_" word
-    joints split, every maximal run of Unicode letters and digits one token, punctuation and
-    other symbols dropped. rouge-score's default tokenizer keeps only [a-z0-9], so every
-    Vietnamese letter with a diacritic would vanish ("Hà_Nội" -> "h", "n", "i")."""
-
-    _token = re.compile(r"[^\W_]+")
-
-    def tokenize(self, text: str) -> list[str]:
-        return self._token.findall(unicodedata.normalize("NFC", text).lower())
-
 
 ROUGE_SIGNATURE = (f"rouge-score:{version('rouge-score')}|f1:mean-over-docs|"
                    f"tok:unicode-letters-digits|nfc|lc:yes|underscore:split|punct:dropped|"

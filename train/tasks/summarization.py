@@ -1,5 +1,5 @@
 """Summarization: articles and their summaries (VNDS), an encoder-decoder Transformer, ROUGE
-beside the Lead-1 and Lead-3 baselines."""
+beside the Lead-1/2/3 baselines and the greedy oracle."""
 
 from __future__ import annotations
 

@@ -1,0 +1,129 @@
+"""Summarize articles with an extractive summarizer's export, one article per line.
+
+    python -m export.summarize --export exports/vietnews_ext --runtime onnx [FILE] [-o OUT]
+
+Reads FILE (or stdin), one article a line as the VNDS TSV's article column holds it
+(space-tokenized, sentences ending in a ".", "!" or "?" token), and writes one summary a line:
+the sentences the model picks, in article order. By default it picks as the run chose on dev
+(the manifest's selection); --sentences K takes the K best, --syllables N the best until N
+syllables, --trigram-blocking / --no-trigram-blocking turn blocking on or off. --scores adds a
+tab and every sentence's probability (in article order) to each line. An article with more
+sentences than the model reads is summarized from its first max_sentences, a sentence longer
+than max_source_length pieces by its first ones, with a warning (--no-truncate makes either
+an error naming the line); text without sentence-ending punctuation is one sentence. An empty
+or whitespace-only line is an error naming it. Invalid UTF-8 bytes become U+FFFD with a
+warning. The onnx and tflite runtimes need no TensorFlow.
+
+Exit codes: 0 summarized; 2 bad usage or input (an option out of range, a blank line, a
+missing or damaged export, an export of another kind, an -o that cannot be written, a runtime
+whose package is not installed); 1 a runtime failed on sound input; 130 interrupted. Nothing
+is written until every line is summarized; -o is written under a temporary name renamed into
+place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from keras_transformer.command_line import add_debug_flag, entry_point, int_in
+
+from .text_io import (
+    add_text_io_arguments,
+    check_output,
+    check_run_option,
+    read_input,
+    write_output,
+)
+
+PRECISION = 4  # decimals of the printed probabilities
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m export.summarize",
+                                     description=__doc__.split("\n\n")[0])
+    add_text_io_arguments(parser, export_help="export directory of an extractive summarizer",
+                          verb="summarizing")
+    picks = parser.add_mutually_exclusive_group()
+    picks.add_argument("--sentences", type=int_in(1, 4096), default=None, metavar="K",
+                       help="take the K best sentences, 1 to the model's max_sentences "
+                            "(default: the selection the run chose on dev)")
+    picks.add_argument("--syllables", type=int_in(1, 1 << 20), default=None, metavar="N",
+                       help="take the best sentences until they hold N syllables, at least 1")
+    parser.add_argument("--trigram-blocking", action=argparse.BooleanOptionalAction,
+                        default=None, help="skip a sentence that repeats a word trigram of one "
+                                           "already chosen (default: as the run chose)")
+    parser.add_argument("--scores", action="store_true",
+                        help="add a tab and every sentence's probability to each line")
+    parser.add_argument("--batch-size", type=int_in(1, 4096), default=32,
+                        help="articles per batch, 1 to 4096 (default 32)")
+    add_debug_flag(parser)
+    return parser.parse_args(argv)
+
+
+def selection_of(args, default):
+    """The selection the options ask for, the run's `default` where they say nothing."""
+    from keras_transformer.text.extractive import Selection
+
+    blocking = default.trigram_blocking if args.trigram_blocking is None else args.trigram_blocking
+    if args.sentences is None and args.syllables is None:
+        return Selection(default.sentences, default.syllables, blocking)
+    return Selection(args.sentences or 0, args.syllables or 0, blocking)
+
+
+def check_lengths(summarizer, lines: list[str]) -> None:
+    """With --no-truncate: a ValueError naming the first line with more sentences, or a
+    longer sentence, than the model reads."""
+    from keras_transformer.text.sentences import split_sentences
+
+    k, length = summarizer.max_sentences, summarizer.manifest["max_source_length"]
+    for number, article in enumerate(summarizer.prepare(lines), start=1):
+        sentences = split_sentences(article)
+        if len(sentences) > k:
+            raise ValueError(f"line {number} has {len(sentences)} sentences but the model "
+                             f"reads {k}; drop --no-truncate to summarize from its first {k}")
+        pieces = [len(ids) + 1 for ids in summarizer.scorer.encode(sentences)]
+        if pieces and max(pieces) > length:
+            raise ValueError(f"line {number} has a sentence of {max(pieces)} pieces (with "
+                             f"EOS) but the model reads {length}; drop --no-truncate to cut it")
+
+
+@entry_point
+def main(argv) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    out = check_output(args, "summaries")
+    from .common import Manifest
+    from .runtime.classifier import load_runtime
+    from .runtime.extractor import TOOL, Summarizer
+
+    manifest = Manifest(args.export)
+    manifest.require_kind("extractor", TOOL)
+    check_run_option(args.run, args.runtime)
+    summarizer = Summarizer(manifest, load_runtime(manifest, args.runtime, args.variant,
+                                                   args.run))
+    selection = selection_of(args, summarizer.selection).check(summarizer.max_sentences)
+    lines = read_input(args)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise ValueError(f"line {number} is empty or only whitespace; give every line an "
+                             f"article to summarize")
+    if args.no_truncate:
+        check_lengths(summarizer, lines)
+    extractions = summarizer.extract(lines, selection, args.batch_size)
+    scorer = summarizer.scorer
+    if scorer.cut_articles or scorer.cut_sentences:
+        print(f"warning: {scorer.cut_articles} articles have more than "
+              f"{summarizer.max_sentences} sentences (summarized from their first "
+              f"{summarizer.max_sentences}), {scorer.cut_sentences} sentences are cut to "
+              f"{manifest['max_source_length'] - 1} pieces", file=sys.stderr)
+    write_output(out, (e.summary + ("\t" + " ".join(f"{p:.{PRECISION}f}" for p in e.scores)
+                                    if args.scores else "") for e in extractions))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
