@@ -110,7 +110,10 @@ def make_optimizer(config: RunConfig, d_model: int):
     schedule = TransformerSchedule(d_model, t.warmup_steps, t.lr_scale)
     optimizer = keras.optimizers.Adam(schedule, beta_1=t.beta_1, beta_2=t.beta_2,
                                       epsilon=t.epsilon)
-    if keras.mixed_precision.global_policy().name == "mixed_float16":
+    # precision: auto was resolved into the global policy before the model was built.
+    precision = (keras.mixed_precision.global_policy().name if t.precision == "auto"
+                 else t.precision)
+    if precision == "mixed_float16":
         # float16 gradients underflow without it; bfloat16 has float32's range and needs none.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
