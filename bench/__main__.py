@@ -2,11 +2,10 @@
 
     python -m bench [--configs small base] [--only STEP ...] [--quick] [--no-peers]
 
-Steps: roofline, train_step, dropout (the mask's cost with and without XLA), train_real (the
-spa_eng_small recipe on real data against keras-hub's example: throughput and dev BLEU against
-training minutes; its keras-hub side follows --no-peers), export_models,
-decode-<runtime> for each runtime (keras, keras-xla, savedmodel, onnx, onnx-search, tflite;
-`decode` selects all six), breakdown (where an ONNX and a TFLite call's time goes), peers (bash
+Steps: roofline, train_step, train_real (the spa_eng_small recipe on real data against
+keras-hub's example: throughput and dev BLEU against training minutes; its keras-hub side
+follows --no-peers), export_models, decode-<runtime> for each runtime (keras, keras-xla,
+savedmodel, onnx, onnx-search, tflite; `decode` selects all six), peers (bash
 ../shared/peers/run_all.sh, results in bench/results/peers), duel (search.onnx against
 CTranslate2 call by call, float32 and int8; skipped with the peers), report. A failed step is reported
 and the others still run. --quick is a smoke test (demo config, 4 new tokens, one timed call,
@@ -26,8 +25,8 @@ from bench.decode import RUNTIMES
 from keras_transformer.command_line import add_debug_flag, entry_point
 
 DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
-STEPS = ("roofline", "train_step", "dropout", "train_real", "export_models", *DECODE_STEPS,
-         "breakdown", "peers", "duel", "report")
+STEPS = ("roofline", "train_step", "train_real", "export_models", *DECODE_STEPS, "peers", "duel",
+         "report")
 PEER_CONFIGS = ("small", "base")
 
 
@@ -41,8 +40,6 @@ def commands(step: str, args) -> list[list[str]]:
         return [py + ["bench.roofline", *common, *results]]
     if step == "train_step":
         return [py + ["bench.train_step", *common, *results, *configs]]
-    if step == "dropout":
-        return [py + ["bench.dropout", *common, *results]]
     if step == "train_real":
         no_peer = ["--no-peer"] if args.quick or getattr(args, "no_peers", False) else []
         return [py + ["bench.train_real", *common, *results, *no_peer]]
@@ -59,8 +56,6 @@ def commands(step: str, args) -> list[list[str]]:
         return [py + ["bench.decode", "--runtime", runtime, "--configs", name, *common,
                       *results, *extra, *(["--merge"] if i else [])]
                 for i, name in enumerate(names)]
-    if step == "breakdown":
-        return [py + ["bench.breakdown", *common, *configs, *results]]
     if step == "peers":
         return [["bash", str(PEERS_DIR / "run_all.sh")]]
     if step == "duel":

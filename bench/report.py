@@ -2,7 +2,7 @@
 
     python -m bench.report [--results bench/results] [--peers bench/results/peers] [--quick]
 
-Reads roofline.json, train_step.json, decode_<runtime>.json and breakdown.json from --results
+Reads roofline.json, train_step.json, decode_<runtime>.json and duel.json from --results
 and the peer harness's JSONs (../shared/peers/common.py write_result) from --peers. Whatever
 is missing shows as n/a. Peer rates are their 'best' (median of quiet runs when there were >= 3).
 """
@@ -13,7 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.breakdown import table_of
 from bench.common import (
     CONFIGS,
     NEW_TOKENS,
@@ -59,7 +58,6 @@ def load(results: Path, peers: Path) -> dict:
     """Every JSON the report reads; a missing or unreadable file is an empty entry."""
     ours = {"roofline": read_json(results / "roofline.json"),
             "train": read_json(results / "train_step.json"),
-            "breakdown": read_json(results / "breakdown.json"),
             "duel": read_json(results / "duel.json")}
     for runtime in RUNTIMES:
         ours[runtime] = read_json(results / f"decode_{runtime}.json")
@@ -271,14 +269,6 @@ def rss_section(data: dict) -> list[str]:
             *table(["runtime", *CONFIGS], rows), ""]
 
 
-def breakdown_section(data: dict) -> list[str]:
-    rows = ok_rows(data["ours"]["breakdown"])
-    if not rows:
-        return []
-    return ["## Where a decoding call's time goes (ms per call, bench.breakdown)", "",
-            *table(*table_of(rows)), ""]
-
-
 def duel_section(data: dict) -> list[str]:
     rows = ok_rows(data["ours"]["duel"])
     if not rows:
@@ -321,7 +311,7 @@ def build(results: Path, peers: Path, short: int = NEW_TOKENS, long: int = LONG_
     lines = ["# Benchmark summary", "", *safe(machine_lines, data),
              f"Roofline peak: {f'{peak:.1f} GFLOP/s, {source}' if peak else NA}.", "",
              *safe(decoding_section, data, short), *safe(cache_section, data, short, long),
-             *safe(breakdown_section, data), *safe(duel_section, data),
+             *safe(duel_section, data),
              *safe(training_section, data, peak, any_train_shape), *safe(rss_section, data),
              *safe(failures_section, data)]
     return "\n".join(lines) + "\n"

@@ -68,27 +68,6 @@ def test_interleaved_timing_spreads_every_cell_over_every_round():
     assert all(len(t["warmup_s"]) == 1 and t["samples_s"] for t in timings)
 
 
-def test_breakdown_times_each_backend_piece_and_passes_the_rest_through():
-    from collections import Counter
-
-    from bench.breakdown import TimedBackend
-
-    class Fake:
-        name = "fake"
-
-        def write(self, cache, rows, index):
-            time.sleep(0.01)
-            return cache + [index]
-
-        def repeat(self, x, times):
-            return x * times
-
-    spent = Counter()
-    timed = TimedBackend(Fake(), spent)
-    assert timed.write([], None, 3) == [3] and timed.repeat([1], 2) == [1, 1]
-    assert timed.name == "fake" and set(spent) == {"write"} and spent["write"] >= 0.01
-
-
 def test_write_json_merge_keeps_unmeasured_rows(tmp_path):
     path = tmp_path / "x.json"
     common.write_json(path, {"results": [{"config": "a", "v": 1}, {"config": "b", "v": 1}]})
@@ -120,14 +99,8 @@ def test_results_naming_a_file_is_refused_in_one_line(tmp_path, script):
 
 
 @pytest.mark.parametrize("script, argv, message", [
-    ("bench.graph_nodes", ["--seconds", "-1"],
-     "argument --seconds: -1 is out of range: give a number in (0, 3600]"),
-    ("bench.graph_nodes", ["--threads", "-1"],
-     "argument --threads: -1 is out of range: give an integer at least 0"),
     ("bench.decode", ["--new-tokens", "0"],
      "argument --new-tokens: 0 is out of range: give an integer at least 1"),
-    ("bench.breakdown", ["--calls", "0"],
-     "argument --calls: 0 is out of range: give an integer at least 1"),
     ("bench.precision", ["--repeats", "0"],
      "argument --repeats: 0 is out of range: give an integer at least 1"),
     ("bench.precision", ["--min-seconds", "nan"],
@@ -140,12 +113,8 @@ def test_results_naming_a_file_is_refused_in_one_line(tmp_path, script):
     ("bench.train_real", ["--budget-minutes", "0"],
      "argument --budget-minutes: 0 is out of range: give a number in (0, 10000]"),
     ("bench.roofline", ["--n", "0"], "argument --n: 0 is out of range: give an integer at least 1"),
-    ("bench.lm_prefill", ["--batch", "0"],
-     "argument --batch: 0 is out of range: give an integer at least 1"),
     ("bench.report", ["--short", "0"],
      "argument --short: 0 is out of range: give an integer at least 1"),
-    ("bench.repeats", ["no/such/run"], "no such results directory: no/such/run (each run "
-                                       "is a directory that a bench script wrote with --results)"),
 ])
 def test_bench_options_are_checked_before_anything_runs(script, argv, message, capsys):
     """A count of 0, a negative or NaN number of seconds, a word for a number, a results
@@ -302,34 +271,6 @@ def test_main_runs_decode_per_config_with_merge():
     assert "--no-cache" not in xla
 
 
-def test_repeats_take_each_ratio_within_its_run(tmp_path):
-    """Run 1: ours 200 vs CT2 400; run 2: 300 vs 300; run 3: 100 vs 400. The ratios are taken
-    per run (0.50, 1.00, 0.25): median 0.50x, range 0.25x-1.00x."""
-    from bench import repeats
-
-    runs = []
-    for i, (ours_rate, peer_rate) in enumerate(((200.0, 400.0), (300.0, 300.0),
-                                                (100.0, 400.0))):
-        run = tmp_path / f"run{i}"
-        common.write_json(run / "decode_onnx.json", {"results": [
-            _decode_row("onnx", 1, 1, 32, True, ours_rate)]})
-        common.write_json(run / "peers" / "ctranslate2_infer.json", {
-            "peer": "ctranslate2", "kind": "inference", "results": [
-                {"config": "small", "batch": 1, "beam": 1, "compute_type": "float32",
-                 "tokens_per_s": {"best": peer_rate}}]})
-        runs.append(run)
-    row = next(line for line in repeats.build(runs).splitlines()
-               if line.startswith("| small | 1 | 1 |"))
-    assert row == "| small | 1 | 1 | 3 | 200 [100-300] | 0.50x [0.25x-1.00x] |"
-    single = repeats.build(runs[1:2])
-    assert "| small | 1 | 1 | 1 | 300 | 1.00x |" in single
-    # "best": per run, the faster of our runtimes (TFLite at 600 in run 1 only).
-    common.write_json(runs[1] / "decode_tflite.json", {"results": [
-        _decode_row("tflite", 1, 1, 32, True, 600.0)]})
-    best = repeats.build(runs, "best")
-    assert "| small | 1 | 1 | 3 | 200 [100-600] | 0.50x [0.25x-2.00x] |" in best
-
-
 def test_machine_names_the_matrix_unit_flags_lscpu_lists():
     import subprocess
 
@@ -396,56 +337,3 @@ def test_quantized_bench_exports_live_apart_and_leave_the_plain_meta_as_it_was(t
     assert "quantize" not in plain and plain["formats"] == list(em.FORMATS)
     assert quantized == {**plain, "formats": ["onnx", "tflite"], "quantize": "all"}
     assert not em.is_current(tmp_path, "small", 1, "all")
-
-
-def _fake_run(directory, config: dict, minutes, curve, **final):
-    import yaml
-
-    directory.mkdir()
-    (directory / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    metrics = {"train_seconds": minutes[-1] * 60, "steps": 100 * len(minutes),
-               "epochs": len(minutes), "epoch_minutes": minutes,
-               "epoch_dev": {"bleu": curve, "loss": [1.0] * len(curve)}, **final}
-    (directory / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
-    return directory
-
-
-def test_recipe_report_reads_curves_differences_and_final_scores(tmp_path, capsys):
-    from bench import recipe
-
-    base = {"model": {"preset": "small", "overrides": {"dropout": 0.1}},
-            "training": {"warmup_steps": 1000, "max_minutes": 40}}
-    new = {"model": {"preset": "small", "overrides": {"dropout": 0.0, "pre_norm": True}},
-           "training": {"warmup_steps": 400, "max_minutes": 40}}
-    old_dir = _fake_run(tmp_path / "old", base, [3.9, 7.6, 11.3], [0.5, 9.6, 20.8],
-                        dev_bleu=21.0, bleu=22.0)
-    new_dir = _fake_run(tmp_path / "new", new, [2.9, 5.8, 8.7, 11.6], [12.0, 24.3, 30.9, 33.3],
-                        dev_bleu=34.0, bleu=35.0)
-    out = tmp_path / "results"
-    recipe.main(["--run", f"old={old_dir}", "--run", f"new={new_dir}", "--results", str(out),
-                 "--every", "4"])
-    data = json.loads((out / "recipe.json").read_text())
-    # Only the keys that differ; a key one run lacks counts as different.
-    assert data["differing_config"] == ["model.overrides.dropout", "model.overrides.pre_norm",
-                                        "training.warmup_steps"]
-    old, new_run = data["runs"]
-    assert old["final"] == {"dev_bleu": 21.0, "test_bleu": 22.0}
-    assert new_run["curve"][1] == {"minutes": 5.8, "dev_bleu": 24.3}
-    # The curve table: the last epoch ended by each mark (none before the first).
-    headers, rows = recipe.tables(data, 4.0)[1]
-    assert headers == ["minutes", "old", "new"]
-    assert rows == [[4.0, 0.5, 12.0], [8.0, 9.6, 24.3], [12.0, 20.8, 33.3]]
-    assert recipe.at_minute(old["curve"], 3.0, 4.0) is None
-    assert recipe.at_minute(old["curve"], 15.0, 4.0) == 20.8  # the mark after its end
-    assert recipe.at_minute(old["curve"], 16.0, 4.0) is None  # ended by the mark before
-    assert "| 8.0 | 9.6 | 24.3 |" in (out / "recipe.md").read_text()
-
-    recipe.main(["--run", f"old={old_dir}", "--results", str(out), "--name", "trials",
-                 "--dev-only"])
-    assert json.loads((out / "trials.json").read_text())["runs"][0]["final"] == {"dev_bleu": 21.0}
-    with pytest.raises(SystemExit, match="must be a finished `python -m train` run directory"):
-        recipe.main(["--run", f"x={tmp_path}", "--results", str(out)])
-    (old_dir / "metrics.json").write_text("{", encoding="utf-8")
-    with pytest.raises(SystemExit, match="unreadable metrics.json or config.yaml"):
-        recipe.main(["--run", f"old={old_dir}", "--results", str(out)])
-    capsys.readouterr()

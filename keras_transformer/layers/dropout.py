@@ -2,7 +2,7 @@
 hash of (seed, position).
 
 `keras.layers.Dropout` draws its mask with the backend's stateless RNG, which XLA on CPU runs
-as a loop of its own rather than fusing it (`python -m bench.dropout` times both). The hash is
+as a loop of its own rather than fusing it (docs/design.md, Decisions). The hash is
 a handful of element-wise integer ops that XLA fuses into the multiply that applies the mask.
 Any counter-based generator serves dropout: it needs a keep rate of 1 - rate, masks that do
 not repeat between calls, and independent positions (tests/test_dropout.py).

@@ -1,0 +1,311 @@
+"""docs/results.md from the committed result files: every figure that README.md and docs/
+quote, each with the file it comes from, the CPU it ran on and its date.
+
+    python -m bench.results_page [--check]
+
+Reads the bench scripts' JSON under bench/results/ (recipe.json holds the spa_eng_small runs'
+metrics.json) and bench/results/hand_kept.json: the figures of trained runs whose
+metrics.json is not in the repository, each with its run, CPU and date, marked as kept by
+hand. --check writes nothing and exits 1 when docs/results.md is not what this would write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from bench.common import ROOT
+from keras_transformer.command_line import add_debug_flag, entry_point
+
+RESULTS = Path("bench/results")
+PAGE = Path("docs/results.md")
+HAND_KEPT = RESULTS / "hand_kept.json"
+DUEL_RUNS = [RESULTS / "zen5" / "duel" / f"run{i}" / "duel.json" for i in range(1, 10)]
+CELLS = [(c, b, k) for c in ("small", "base") for b in (1, 16) for k in (1, 4)]
+HAND_KEPT_FIELDS = ("run", "what", "result", "cpu", "date", "reproduce")
+
+
+def read(root: Path, path: Path) -> dict:
+    return json.loads((root / path).read_text(encoding="utf-8"))
+
+
+def when(data: dict) -> str:
+    start = data["started_utc"].replace("T", " ")[:16]
+    end = data.get("finished_utc")
+    if end and end[:10] == data["started_utc"][:10]:
+        return f"{start}–{end[11:16]} UTC"
+    return f"{start} UTC" + (f" – {end.replace('T', ' ')[:16]} UTC" if end else "")
+
+
+def source(root: Path, path: Path) -> str:
+    """`file`: CPU, cores, date: the line under every generated table."""
+    data = read(root, path)
+    machine = data["machine"]
+    return f"`{path}`: {machine['cpu_model']}, {machine['cores']} cores, {when(data)}"
+
+
+def table(headers: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]
+
+
+def cell_name(config: str, batch: int, beam: int) -> str:
+    return f"{config} b{batch} {'greedy' if beam == 1 else f'beam {beam}'}"
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return (f"{fmt.format(statistics.median(values))} "
+            f"[{fmt.format(min(values))}–{fmt.format(max(values))}]")
+
+
+def hand_kept(root: Path) -> list[str]:
+    rows = []
+    for entry in read(root, HAND_KEPT)["runs"]:
+        missing = [k for k in HAND_KEPT_FIELDS if not entry.get(k)]
+        if missing:
+            raise ValueError(f"{HAND_KEPT}: run {entry.get('run')!r} lacks {', '.join(missing)}")
+        rows.append([f"`{entry['run']}`", entry["what"], entry["result"], entry["cpu"],
+                     entry["date"], f"`{entry['reproduce']}`"])
+    return ["## Trained runs", "",
+            "Kept by hand: these runs' `metrics.json` is not in the repository "
+            f"(`{HAND_KEPT}`); the date is the day the figure was first reported.", "",
+            *table(["run", "what", "result", "CPU", "date", "reproduce"], rows)]
+
+
+def recipe(root: Path) -> list[str]:
+    path = RESULTS / "recipe.json"
+    data = read(root, path)
+    rows = [[r["name"], f"{r['steps']:,}", f"{r['target_tokens_per_second']:,.0f}",
+             r["final"]["dev_bleu"], r["final"]["test_bleu"], r["final"]["test_chrf"]]
+            for r in data["runs"]]
+    trials_path = RESULTS / "recipe_trials.json"
+    trials = read(root, trials_path)
+    trial_rows = [[t["name"], f"{t['train_minutes']:.0f}", f"{t['steps']:,}",
+                   t["final"]["best_dev_bleu_greedy"], t["final"]["dev_bleu"]]
+                  for t in trials["runs"]]
+    return ["## spa_eng_small: old recipe against new, 40 training minutes each", "",
+            "Copies of the two runs' `metrics.json`; they differ in "
+            + ", ".join(f"`{k}`" for k in data["differing_config"])
+            + ". Beam 4, the first 1,000 sentences of each split.", "",
+            *table(["recipe", "steps", "target tokens/s", "dev BLEU", "test BLEU",
+                    "test chrF"], rows), source(root, path), "",
+            "The short trials the new recipe was chosen from (dev only):", "",
+            *table(["trial", "minutes", "steps", "best greedy dev BLEU (300)",
+                    "dev BLEU, beam 4"], trial_rows), source(root, trials_path), ""]
+
+
+def duel(root: Path) -> list[str]:
+    runs = [(path, read(root, path)) for path in DUEL_RUNS]
+    rows = []
+    for cell in CELLS:
+        by_pair: dict[str, list[dict]] = {"float32": [], "int8": []}
+        for _, data in runs:
+            for r in data["results"]:
+                if (r["config"], r["batch"], r["beam"]) == cell and "error" not in r:
+                    by_pair[r["ct2"]].append(r)
+        f32, i8 = by_pair["float32"], by_pair["int8"]
+        rows.append([cell_name(*cell), spread([r["ratio"] for r in f32]),
+                     f"{min(r['rounds_won'] for r in f32)}–{max(r['rounds_won'] for r in f32)}"
+                     f" of {f32[0]['rounds']}",
+                     spread([r["ours_ms"]["median"] for r in f32], "{:.1f}"),
+                     spread([r["ct2_ms"]["median"] for r in f32], "{:.1f}"),
+                     spread([r["ratio"] for r in i8], "{:.1f}"),
+                     f"{min(r['rounds_won'] for r in i8)}–{max(r['rounds_won'] for r in i8)}"])
+    return ["## Decoding against CTranslate2, call by call (`python -m bench.duel`)", "",
+            f"{len(runs)} sittings. ratio = CTranslate2's median call / ours (> 1: ours is "
+            "faster), median [min–max] over the sittings; `search.onnx` against CTranslate2 "
+            "float32, `search.int8.onnx` against CTranslate2 int8. Random-weight models, 32 "
+            "source ids, exactly 32 new tokens.", "",
+            *table(["cell", "float32 ratio", "rounds won", "ours ms", "CTranslate2 ms",
+                    "int8 ratio", "int8 rounds won"], rows),
+            *(f"- sitting {i}: {source(root, path)}" for i, (path, _) in enumerate(runs, 1)),
+            ""]
+
+
+def quiet_sitting(root: Path) -> list[str]:
+    path = RESULTS / "zen5" / "precision_search" / "precision.json"
+    data = read(root, path)
+    best: dict = {}
+    for r in data["results"]:
+        if r.get("median_s") and "config" in r and r["runtime"] in ("onnx-search", "ctranslate2"):
+            key = (r["runtime"], r["precision"], r["config"], r["batch"], r["beam"])
+            best[key] = min(best.get(key, float("inf")), r["median_s"] * 1e3)
+    rows = []
+    for cell in CELLS:
+        ms = {(rt, p): best.get((rt, p, *cell)) for rt in ("onnx-search", "ctranslate2")
+              for p in ("float32", "int8")}
+        rows.append([cell_name(*cell), *(f"{ms[k]:.1f}" for k in (
+            ("onnx-search", "float32"), ("ctranslate2", "float32"), ("onnx-search", "int8"),
+            ("ctranslate2", "int8")))])
+    train_path = RESULTS / "zen5" / "train_step.json"
+    train = read(root, train_path)
+    ours = {(r["config"], r["jit_compile"], r["precision"]): r["median_s"]
+            for r in train["results"] if "error" not in r}
+    hub = {(r["config"], r["jit_compile"], r["precision"]): r["median_s"]
+           for r in train["keras_hub"] if r.get("median_s")}
+    train_rows = [[c, "on" if jit else "off",
+                   *(f"{side[(c, jit, p)] * 1e3:,.0f}" if (c, jit, p) in side else "n/a"
+                     for side in (ours, hub) for p in ("float32", "mixed_bfloat16"))]
+                  for c in ("small", "base") for jit in (False, True)]
+    best_rows = [[c, f"{r['ratio']:.2f}x", r["ours"], r["keras_hub"]]
+                 for c, r in train["ratios"].items()]
+    return ["## One quiet sitting: decoding, one variant after another (`python -m "
+            "bench.precision`)", "",
+            "Milliseconds per call; CTranslate2 the faster of `CT2_USE_MKL=0` and `1`.", "",
+            *table(["cell", "search.onnx", "CTranslate2 float32", "search.int8.onnx",
+                    "CTranslate2 int8"], rows), source(root, path), "",
+            "## Training step against keras-hub (`python -m bench.train_step --keras-hub`)", "",
+            "Milliseconds per step of 32 × 32 × 32 tokens (forward, backward, Adam).", "",
+            *table(["config", "XLA", "ours float32", "ours mixed_bfloat16",
+                    "keras-hub float32", "keras-hub mixed_bfloat16"], train_rows),
+            "Each side's best setting against the other's:", "",
+            *table(["config", "ours / keras-hub", "ours", "keras-hub"], best_rows),
+            source(root, train_path), ""]
+
+
+def train_real(root: Path) -> list[str]:
+    rows = []
+    for path in (RESULTS / "train_real.json", RESULTS / "repeats" / "train_real2" /
+                 "train_real.json"):
+        data = read(root, path)
+        ratios = data["ratios"]
+        rows.append([f"`{path}`", f"{ratios['best']['target_tokens']:.2f}x",
+                     f"{ratios['best']['sentences']:.2f}x",
+                     f"{ratios['jit_off']['target_tokens']:.2f}x",
+                     f"{ratios['jit_on']['target_tokens']:.2f}x", when(data)])
+    cpu = read(root, RESULTS / "train_real.json")["machine"]["cpu_model"]
+    curve_rows = []
+    for label, path, side in (
+            ("ours, `small` size", RESULTS / "train_real_40" / "train_real.json", "ours"),
+            ("keras-hub's recipe at our `small` size", RESULTS / "train_real_40" /
+             "train_real.json", "keras-hub"),
+            ("ours, again", RESULTS / "train_real_40_ours" / "train_real.json", "ours"),
+            ("keras-hub's example at its own size", RESULTS / "train_real_40_example" /
+             "train_real.json", "keras-hub")):
+        data = read(root, path)
+        curve = next(c for c in data["curves"] if c["side"] == side)["checkpoints"]
+        last = curve[-1]
+        curve_rows.append([label, f"{last['minutes']:.0f}", f"{last['steps']:,}", last["bleu"],
+                           last["plain_bleu"], f"`{path}`", data["machine"]["cpu_model"],
+                           when(data)])
+    return ["## Training on real data (`python -m bench.train_real`)", "",
+            "`train/configs/spa_eng_small.yaml` against the Keras example \"English-to-Spanish "
+            "translation with KerasHub\" on the same pairs. Throughput: non-padding target "
+            f"tokens/s and sentence pairs/s, ours / keras-hub ({cpu}, 2 cores):", "",
+            *table(["run", "best against best, tokens", "best against best, sentences",
+                    "XLA off", "XLA on", "date"], rows),
+            "Dev BLEU (greedy, 300 sentences) after 40 training minutes; \"plain\" without "
+            "case and punctuation:", "",
+            *table(["side", "minutes", "steps", "BLEU", "plain BLEU", "file", "CPU", "date"],
+                   curve_rows)]
+
+
+def precision(root: Path) -> list[str]:
+    paths = [RESULTS / "precision.json", RESULTS / "repeats" / "precision2" / "precision.json"]
+    speedups: dict = {}
+    for path in paths:
+        for r in read(root, path)["results"]:
+            # CTranslate2's own compute types are in the duel and the quiet sitting.
+            if (r.get("speedup_vs_float32") and r["precision"] != "float32"
+                    and r["runtime"] != "ctranslate2"):
+                speedups.setdefault((r["runtime"], r["precision"]), []).append(
+                    r["speedup_vs_float32"])
+    rows = [[runtime, p, f"{min(v):.2f}–{max(v):.2f}x", len(v)]
+            for (runtime, p), v in sorted(speedups.items())]
+    quality_path = paths[0]
+    quality = [[q["runtime"], q["precision"], f"{q['bleu']:.2f}",
+                q["sentences_differing_from_float32"]]
+               for q in read(root, quality_path)["quality"]]
+    return ["## Precision (`python -m bench.precision`)", "",
+            "Speed-up over the same runtime's float32, range over the cells of both runs "
+            "(decoding: `small` and `base`, batch 1 and 16, greedy and beam 4; `keras-train`: "
+            "a `small` training step, XLA off and on; `tf-matmul`: one matmul at 16, 512 "
+            "and 2,048 rows):", "",
+            *table(["runtime", "precision", "speed-up", "cells"], rows),
+            *(f"- {source(root, path)}" for path in paths), "",
+            "Greedy BLEU of each variant on the 1,000 demo test sentences "
+            f"(`{read(root, quality_path)['quality_export']}`):", "",
+            *table(["runtime", "precision", "BLEU", "translations unlike float32"], quality),
+            source(root, quality_path), ""]
+
+
+def memory(root: Path) -> list[str]:
+    rows = []
+    for config in ("small", "base"):
+        mib = {}
+        for mode in ("eager", "lazy"):
+            path = RESULTS / "zen5" / "memory" / f"decode_onnx-search_{config}_{mode}.json"
+            mib[mode] = max(r["process_peak_rss_mb"] for r in read(root, path)["results"])
+        rows.append([config, f"{mib['eager']:,.0f}", f"{mib['lazy']:,.0f}"])
+    return ["## Memory of a `search.onnx` process (`python -m bench.decode --runtime "
+            "onnx-search`)", "",
+            "Peak RSS (MiB) of the process, with `encoder.onnx` and `decoder_step.onnx` "
+            "loaded beside `search.onnx` (before) and made only when something steps (now):",
+            "", *table(["config", "before", "now"], rows),
+            source(root, RESULTS / "zen5" / "memory" / "decode_onnx-search_small_lazy.json"),
+            ""]
+
+
+def demo_shapes(root: Path) -> list[str]:
+    path = RESULTS / "train_step_budget.json"
+    steps: dict = {}
+    for r in read(root, path)["results"]:
+        steps.setdefault((r["batch"], r["length"]), {})[r["jit_compile"]] = r
+    rows = [[f"{b} × {n}", f"{s[False]['median_s'] * 1e3:,.0f}",
+             f"{s[True]['median_s'] * 1e3:,.0f}",
+             f"{s[False]['median_s'] / s[True]['median_s']:.2f}x",
+             f"{s[True]['first_call_s'] - s[False]['first_call_s']:.1f}"]
+            for (b, n), s in sorted(steps.items())]
+    return ["## XLA on the demo's bucket shapes (`python -m bench.train_step --configs demo "
+            "--token-budget 6144`)", "",
+            *table(["batch × length", "ms XLA off", "ms XLA on", "XLA speed-up",
+                    "extra first-call seconds"], rows), source(root, path), ""]
+
+
+def roofline(root: Path) -> list[str]:
+    path = RESULTS / "roofline.json"
+    data = read(root, path)
+    rows = [[r["op"], r["n"], f"{r['gflops']:.0f}"] for r in data["results"] if "error" not in r]
+    return ["## Roofline (`python -m bench.roofline`)", "",
+            "float32 matmul GFLOP/s, all cores:", "", *table(["op", "n", "GFLOP/s"], rows),
+            source(root, path), ""]
+
+
+def build(root: Path | None = None) -> str:
+    root = ROOT if root is None else root
+    lines = ["# Results", "",
+             f"Written by `python -m bench.results_page` from `{RESULTS}/`; do not edit by "
+             "hand. How each figure is measured and reproduced: "
+             "[performance.md](performance.md) and [training.md](training.md#results).", "",
+             *hand_kept(root), *recipe(root), *duel(root), *quiet_sitting(root),
+             *train_real(root), *precision(root), *memory(root), *demo_shapes(root),
+             *roofline(root)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+@entry_point
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit 1 if {PAGE} is not what this would write")
+    add_debug_flag(parser)
+    args = parser.parse_args(argv)
+    text, page = build(), ROOT / PAGE
+    if args.check:
+        if not page.is_file() or page.read_text(encoding="utf-8") != text:
+            print(f"{PAGE} is stale: run python -m bench.results_page", file=sys.stderr)
+            return 1
+        print(f"{PAGE} is current")
+        return 0
+    page.write_text(text, encoding="utf-8")
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
