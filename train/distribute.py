@@ -12,6 +12,10 @@ import os
 
 import keras
 
+from keras_transformer.lazy_import import LazyModule
+
+tf = LazyModule("tensorflow")  # imported by the TensorFlow paths only
+
 log = logging.getLogger("train")
 
 STRATEGIES = ("auto", "default", "mirrored", "multiworker")
@@ -41,8 +45,6 @@ def make_strategy(name: str):
                              f"needs KERAS_BACKEND=tensorflow; under KERAS_BACKEND={backend} "
                              f"set training.strategy=auto (one device)")
         return OneDevice()
-    import tensorflow as tf
-
     if name == "auto":
         name = "mirrored" if len(tf.config.list_logical_devices("GPU")) > 1 else "default"
     if name == "default":
@@ -64,7 +66,6 @@ def _patch_multiworker_log_reduction() -> None:
     """Keras 3.15 averages each step's logs across workers with reduce(MEAN, axis=0), which
     fails on the scalar loss and metrics ("Invalid reduction dimension 0"); average scalars
     with axis=None. Only the multi-worker branch changes; every other case is Keras' own."""
-    import tensorflow as tf
     from keras.src.backend.tensorflow import trainer as keras_tf_trainer
     from keras.src.tree import map_structure
 
@@ -86,13 +87,11 @@ def _patch_multiworker_log_reduction() -> None:
     keras_tf_trainer.reduce_per_replica = reduce_per_replica
 
 
-def strategy_name(strategy) -> str:
+def strategy_name(strategy: tf.distribute.Strategy) -> str:
     # The public names: tf.distribute.MultiWorkerMirroredStrategy's class is named
     # CollectiveAllReduceStrategy.
     if isinstance(strategy, OneDevice):
         return "default"
-    import tensorflow as tf
-
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return "MultiWorkerMirroredStrategy"
     if isinstance(strategy, tf.distribute.MirroredStrategy):
@@ -106,12 +105,10 @@ def worker_task() -> tuple[str, int]:
     return task.get("type", "chief"), int(task.get("index", 0))
 
 
-def is_chief(strategy) -> bool:
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """The one process that writes the run directory: the chief, or worker 0 without one."""
     if isinstance(strategy, OneDevice):
         return True
-    import tensorflow as tf
-
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
     kind, index = worker_task()
@@ -121,7 +118,7 @@ def is_chief(strategy) -> bool:
     return kind == "worker" and index == 0
 
 
-def distribute(strategy, make_dataset):
+def distribute(strategy: tf.distribute.Strategy, make_dataset):
     """Give replica r of R rows [B*r/R, B*(r+1)/R) of every global batch the dataset makes.
 
     `make_dataset()` builds the dataset; each input pipeline calls it, so that each gets its
@@ -137,7 +134,6 @@ def distribute(strategy, make_dataset):
     replicas = strategy.num_replicas_in_sync
     if replicas == 1:
         return make_dataset()
-    import tensorflow as tf
 
     def per_pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = replicas // context.num_input_pipelines
@@ -171,8 +167,6 @@ def resolve_jit(value: bool | str) -> bool:
         return True
     if backend == "torch":
         return value is True
-    import tensorflow as tf
-
     if value == "auto":
         accelerated = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")
         return bool(accelerated)
@@ -181,7 +175,7 @@ def resolve_jit(value: bool | str) -> bool:
     raise ValueError(f"training.jit_compile must be true, false or auto, got {value!r}")
 
 
-def check_jit_devices(strategy, jit: bool) -> None:
+def check_jit_devices(strategy: tf.distribute.Strategy, jit: bool) -> None:
     """Fail early where TensorFlow cannot run an XLA step: several replicas on CPUs.
     MirroredStrategy over logical CPUs: XLA compiles every replica's step for the first CPU,
     which may not read the other replicas' variables ("Trying to access resource ... located
@@ -189,8 +183,6 @@ def check_jit_devices(strategy, jit: bool) -> None:
     implemented for CPU devices when compiling with XLA". GPUs and TPUs have neither limit."""
     if not jit or strategy.num_replicas_in_sync < 2:
         return
-    import tensorflow as tf
-
     devices = strategy.extended.worker_devices
     if all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices):
         raise ValueError(

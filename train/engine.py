@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from keras_transformer.file_safety import atomic_write_text, written_in_place_of
+from keras_transformer.lazy_import import LazyModule
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
 from keras_transformer.schedules import TransformerSchedule
 
@@ -47,13 +48,14 @@ from .run_directory import fingerprint, prepare_run_directory
 from .tasks.base import Task
 
 log = logging.getLogger("train")
+tf = LazyModule("tensorflow")  # tf.data and tf.distribute: imported by those paths only
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; TerminateOnNaN stopped the run."""
 
 
-def replayable(build, repeat: bool):
+def replayable(build, repeat: bool) -> tf.data.Dataset:
     """A repeated stream that every new iterator replays from its first batch.
 
     A seeded shuffle with reshuffle_each_iteration continues its sequence of orders on each
@@ -65,8 +67,6 @@ def replayable(build, repeat: bool):
     """
     if not repeat:
         return build()
-    import tensorflow as tf
-
     return tf.data.Dataset.range(1).flat_map(lambda _: build())
 
 
@@ -81,8 +81,6 @@ class ReplicaTokenMeanLoss(MaskedLabelSmoothedCrossEntropy):
     """
 
     def call(self, y_true, y_pred):
-        import tensorflow as tf  # tf.distribute's replicas: TensorFlow only
-
         loss, mask = label_smoothed_nll(y_true, y_pred, self.label_smoothing, self.pad_id)
         return replica_mean(tf.reduce_sum(loss), tf.reduce_sum(mask))
 
@@ -144,8 +142,6 @@ class BatchTap:
             self.shapes.add(labels.shape)
             self.target_tokens += int(np.count_nonzero(labels))
             return inputs, labels
-        import tensorflow as tf
-
         tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
         done = tf.py_function(self._add, [tf.shape(labels), tokens], tf.int32)
         with tf.control_dependencies([done]):
