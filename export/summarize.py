@@ -28,7 +28,7 @@ import logging
 import os
 import sys
 
-from keras_transformer.command_line import add_debug_flag, entry_point, int_in
+from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
 from .text_io import (
     add_text_io_arguments,
@@ -42,7 +42,7 @@ PRECISION = 4  # decimals of the printed probabilities
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m export.summarize",
+    parser = argparse.ArgumentParser(prog=command("export.summarize"),
                                      description=__doc__.split("\n\n")[0])
     add_text_io_arguments(parser, export_help="export directory of an extractive summarizer",
                           verb="summarizing")

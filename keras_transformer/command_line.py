@@ -32,7 +32,8 @@ SCRIPTS = {
     "train": "kt-train", "train.evaluate": "kt-evaluate", "train.average": "kt-average",
     "train.visualize": "kt-visualize", "export": "kt-export", "export.parity": "kt-parity",
     "export.translate": "kt-translate", "export.classify": "kt-classify",
-    "export.generate": "kt-generate", "export.serve": "kt-serve",
+    "export.summarize": "kt-summarize", "export.generate": "kt-generate",
+    "export.serve": "kt-serve",
 }
 
 
