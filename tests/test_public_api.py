@@ -161,7 +161,8 @@ print(sorted(modules) == sorted(keras_transformer.SERIALIZABLE_MODULES), len(nam
     "import keras_transformer, keras",
     pytest.param("import keras, keras_transformer", marks=pytest.mark.slow),
     # TensorFlow imports Keras while it loads itself.
-    pytest.param("import keras_transformer, tensorflow, keras", marks=pytest.mark.slow),
+    pytest.param("import keras_transformer, tensorflow, keras",
+                     marks=[pytest.mark.slow, pytest.mark.tf_only]),
 ])
 def test_saved_models_load_after_importing_the_package(saved_models, imports):
     """The loaded models, loss, metric and schedule give the original's outputs and scores."""
