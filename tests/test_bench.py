@@ -115,6 +115,10 @@ def test_results_naming_a_file_is_refused_in_one_line(tmp_path, script):
     ("bench.roofline", ["--n", "0"], "argument --n: 0 is out of range: give an integer at least 1"),
     ("bench.report", ["--short", "0"],
      "argument --short: 0 is out of range: give an integer at least 1"),
+    ("bench.extractive_reach", ["--run", "runs/x", "--k", "0"],
+     "argument --k: 0 is out of range: give an integer at least 1"),
+    ("bench.extractive_reach", ["--run", "no/such/run"],
+     "--run no/such/run: not a run directory (no config.yaml)"),
 ])
 def test_bench_options_are_checked_before_anything_runs(script, argv, message, capsys):
     """A count of 0, a negative or NaN number of seconds, a word for a number, a results
@@ -337,3 +341,18 @@ def test_quantized_bench_exports_live_apart_and_leave_the_plain_meta_as_it_was(t
     assert "quantize" not in plain and plain["formats"] == list(em.FORMATS)
     assert quantized == {**plain, "formats": ["onnx", "tflite"], "quantize": "all"}
     assert not em.is_current(tmp_path, "small", 1, "all")
+
+
+def test_extractive_reach_is_the_oracle_among_the_first_k_sentences():
+    """Hand-made: the reference is the second sentence, so an oracle over the first sentence
+    finds nothing (ROUGE 0, none of the whole oracle's one sentence inside) and over the first
+    two copies it (ROUGE 100, all of it inside)."""
+    from bench.extractive_reach import reach
+
+    articles = ["Mưa lớn ở Huế . Cầu Trường Tiền đóng cửa . Trường học nghỉ ."]
+    references = ["Cầu Trường Tiền đóng cửa"]
+    assert reach(articles, references, 1) == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0,
+                                              "oracle_sentences_inside_pct": 0.0}
+    assert reach(articles, references, 2) == {"rouge1": 100.0, "rouge2": 100.0,
+                                              "rougeL": 100.0,
+                                              "oracle_sentences_inside_pct": 100.0}
