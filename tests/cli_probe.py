@@ -20,15 +20,48 @@ class Result:
     stderr: str
 
 
+# The packages a TensorFlow-free path must neither need nor load.
+TENSORFLOW_PACKAGES = ("tensorflow", "keras", "tensorflow_text", "tf_keras")
+
+# `main(argv)` of the module named by the first argument, in a process where the packages
+# above cannot be imported (as where they are not installed); it fails if one was loaded.
+_MAIN_WITHOUT_TENSORFLOW = f"""
+import importlib, sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {TENSORFLOW_PACKAGES!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Block())
+module = sys.argv.pop(1)
+code = importlib.import_module(module).main(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {TENSORFLOW_PACKAGES!r})
+assert not heavy, heavy
+sys.exit(code)
+"""
+
+
+def command(module: str, *args, without_tensorflow: bool = False) -> list[str]:
+    """The command line of `python -m module args...`; with `without_tensorflow`, of the
+    module's `main(args)` with TensorFlow, Keras and tensorflow-text unimportable."""
+    if without_tensorflow:
+        return [sys.executable, "-c", _MAIN_WITHOUT_TENSORFLOW, module, *map(str, args)]
+    return [sys.executable, "-m", module, *map(str, args)]
+
+
 def run_cli(module: str, *args, cwd: Path | None = None, stdin: bytes | None = None,
-            env: dict | None = None, timeout: float = 600) -> Result:
-    """`python -m module args...` with the repository importable; never raises on failure."""
+            env: dict | None = None, timeout: float = 600,
+            without_tensorflow: bool = False) -> Result:
+    """`python -m module args...` with the repository importable (see `command` for
+    `without_tensorflow`); never raises on failure."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
                    **(env or {})}
     environment.pop("KT_DEBUG", None)
-    done = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd or ROOT,
-                          input=stdin if stdin is not None else b"", capture_output=True,
-                          env=environment, timeout=timeout)
+    done = subprocess.run(command(module, *args, without_tensorflow=without_tensorflow),
+                          cwd=cwd or ROOT, input=stdin if stdin is not None else b"",
+                          capture_output=True, env=environment, timeout=timeout)
     return Result(done.returncode, done.stdout.decode("utf-8", "replace"),
                   done.stderr.decode("utf-8", "replace"))
 

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli_probe import ROOT, assert_clean_failure, run_cli
+from tests.browser import chrome, needs_chromium
+from tests.cli_probe import ROOT, assert_clean_failure, command, run_cli
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
 
@@ -248,30 +248,13 @@ def test_serve_refuses_what_it_cannot_serve_in_one_line(world, tmp_path):
 
 
 
-# `python -m export.serve` with TensorFlow and Keras unimportable: a request that needed them
-# would fail.
-SERVE_WITHOUT_TF = """
-import sys
-
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf_keras"):
-            raise ImportError("blocked: " + name)
-        return None
-
-sys.meta_path.insert(0, Block())
-from export.serve import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 @contextlib.contextmanager
 def serving(export: Path, log: Path):
     """The base URL of `python -m export.serve --export export` (TensorFlow blocked) on a free
     port, its output in `log`; stopped on leaving."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", SERVE_WITHOUT_TF, "--export", str(export), "--port", "0"],
+            command("export.serve", "--export", export, "--port", 0, without_tensorflow=True),
             cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
         url = None
@@ -373,26 +356,6 @@ def test_fifty_concurrent_requests_each_get_their_own_answer(server, explorer):
 
 
 # --- the page in a real browser -------------------------------------------------------------
-
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="chromium and chromium-driver are not installed (.ci/run installs them: apt-get "
-           "install chromium chromium-driver)")
-
-
-def chrome():
-    """Headless Chromium driven by Selenium (the caller quits it)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1500,900"):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-
 
 @needs_chromium
 def test_page_in_headless_chromium_shows_the_translation_and_the_apis_weights(

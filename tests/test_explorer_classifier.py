@@ -4,7 +4,7 @@ attention section, `python -m export.serve`'s POST /classify against `python -m
 export.classify` under bad and concurrent requests, and the page in headless Chromium.
 
 The classification run is the one tests/test_export_classifier.py trains (its fixtures), and
-the server and browser helpers are tests/test_explorer.py's.
+the server helpers are tests/test_explorer.py's, the browser tests/browser.py's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.browser import chrome, needs_chromium
 from tests.cli_probe import assert_clean_failure, run_cli
-from tests.test_explorer import BAD_REQUESTS, chrome, needs_chromium, post, serving
+from tests.test_explorer import BAD_REQUESTS, post, serving
 from tests.test_export_classifier import (  # noqa: F401 - data_dir, run_dir: fixtures
     NAMES,
     data_dir,

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from export import choice, parity
 from export.common import ExportError, Manifest
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
+from tests.cli_probe import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -186,31 +186,13 @@ def test_parity_report_passes_and_fails(exported, backends, monkeypatch, capsys,
     assert "holds no exported format to check against keras" in capsys.readouterr().err
 
 
-BLOCK_TF = textwrap.dedent("""
-    import sys
-
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf_keras"):
-                raise ImportError("blocked: " + name)
-            return None
-
-    sys.meta_path.insert(0, Block())
-    from export.translate import main
-    code = main(sys.argv[1:])
-    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
-    assert not heavy, heavy
-    sys.exit(code)
-""")
-
-
 @pytest.mark.parametrize("runtime", ["onnx", "tflite"])
 def test_translate_without_tensorflow(exported, manifest, backends, sources, runtime, tmp_path):
     source_file = tmp_path / "in.txt"
     source_file.write_text("\n".join(sources[:10]) + "\n", encoding="utf-8")
-    result = _run(["-c", BLOCK_TF, "--export", str(exported[1]), "--runtime", runtime,
-                   "--beam", "4", str(source_file)])
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_cli("export.translate", "--export", exported[1], "--runtime", runtime,
+                     "--beam", "4", source_file, without_tensorflow=True)
+    assert result.code == 0, result.stderr[-3000:]
     expected = Translator(manifest, backends["keras"]).translate(sources[:10], beam_size=4)
     assert result.stdout.splitlines() == expected
 
@@ -301,8 +283,8 @@ def test_parity_records_variants_and_translate_runs_the_fastest_accurate(
     for runtime, expected_choice in ((None, ("tflite", "fp16")), ("onnx", ("onnx", "int8"))):
         args = ["--export", str(export_dir), "--variant", "fastest", "--beam", "4",
                 str(source_file)] + (["--runtime", runtime] if runtime else [])
-        result = _run(["-c", BLOCK_TF, *args])  # no TensorFlow on this path
-        assert result.returncode == 0, result.stderr[-3000:]
+        result = run_cli("export.translate", *args, without_tensorflow=True)
+        assert result.code == 0, result.stderr[-3000:]
         assert f"--variant fastest: {' '.join(expected_choice)}" in result.stderr
         expected = Translator(manifest, load_backend(manifest, *expected_choice)).translate(
             sources[:10], beam_size=4)

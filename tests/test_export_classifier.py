@@ -9,11 +9,7 @@ and exported with every format and variant, once for this module.
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +19,6 @@ from tests.cli_probe import assert_clean_failure, call_main, run_cli, tree_diges
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["negative", "neutral", "positive"]
 # A class word in a sentence of filler words decides its class.
 CLASS_WORDS = {0: "tệ", 1: "bình_thường", 2: "tốt"}
@@ -277,35 +272,15 @@ def test_parity_passes_and_reports_quantized_agreement(export_dir, run_dir):
     assert report.rstrip().endswith("PASS")
 
 
-BLOCK_TF = textwrap.dedent("""
-    import sys
-
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf_keras"):
-                raise ImportError("blocked: " + name)
-            return None
-
-    sys.meta_path.insert(0, Block())
-    from export.classify import main
-    code = main(sys.argv[1:])
-    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
-    assert not heavy, heavy
-    sys.exit(code)
-""")
-
-
 @pytest.mark.parametrize("runtime", ["onnx", "tflite"])
 def test_classify_without_tensorflow(manifest, export_dir, run_dir, data_dir, runtime):
     from export.runtime.classifier import Classifier, load_runtime
 
     texts = (data_dir / "dev" / "sents.txt").read_text("utf-8").splitlines()[:20]
-    done = subprocess.run(
-        [sys.executable, "-c", BLOCK_TF, "--export", str(export_dir), "--runtime", runtime,
-         "--top-k", "3"], input="\n".join(texts) + "\n", capture_output=True, text=True,
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"},
-        timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_cli("export.classify", "--export", export_dir, "--runtime", runtime,
+                   "--top-k", "3", stdin=("\n".join(texts) + "\n").encode(),
+                   without_tensorflow=True)
+    assert done.code == 0, done.stderr[-3000:]
     keras_classifier = Classifier(manifest, load_runtime(manifest, "keras", run_dir=run_dir))
     expected = keras_classifier.probabilities(texts)
     rows = [line.split("\t") for line in done.stdout.splitlines()]

@@ -360,29 +360,11 @@ def test_translate_output_is_checked_before_and_written_after(world, tmp_path):
           "--run is read by --runtime keras only", "runs tflite")
 
 
-BLOCK_TF = """
-import sys
-
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorflow", "keras", "tensorflow_text", "tf_keras"):
-            raise ModuleNotFoundError("No module named " + repr(name), name=name)
-        return None
-
-sys.meta_path.insert(0, Block())
-from export.translate import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 @pytest.mark.parametrize("runtime", ["savedmodel", "keras"])
 def test_tf_runtime_without_tensorflow_says_what_to_install(world, runtime):
     def run():
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-        done = subprocess.run([sys.executable, "-c", BLOCK_TF, "--export", str(world["good"]),
-                               "--runtime", runtime], input=b"one cat\n", capture_output=True,
-                              env=env, timeout=300)
-        return Result(done.returncode, done.stdout.decode(), done.stderr.decode())
+        return run_cli("export.translate", "--export", world["good"], "--runtime", runtime,
+                       stdin=b"one cat\n", timeout=300, without_tensorflow=True)
 
     _case(world, "export.translate", run, 2, "needs TensorFlow", "pip install tensorflow")
 

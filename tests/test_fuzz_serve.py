@@ -8,8 +8,8 @@ Each case asserts what the server promises (docs/safety.md): an HTTP 4xx answer 
 names what to fix (or, for what is not HTTP, a 400 or a closed connection), a connection
 closed after a refusal of what was not read, the server still answering a good request
 as before, and a log without a traceback; Ctrl-C stops it within two seconds, exit 0. The
-server runs as a user starts it, in a fresh process (TensorFlow blocked, as in
-tests/test_explorer.py), over the ONNX export of a tiny random model.
+server runs as a user starts it, in a fresh process (TensorFlow blocked, as
+tests/cli_probe.py runs it), over the ONNX export of a tiny random model.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli_probe import ROOT
-from tests.test_explorer import SERVE_WITHOUT_TF, _env, _tiny_run, post, serving
+from tests.cli_probe import ROOT, command
+from tests.test_explorer import _env, _tiny_run, post, serving
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
 
@@ -257,7 +256,7 @@ def test_random_bodies_and_random_requests(server, world):
 def _start(export: Path, log: Path) -> tuple[subprocess.Popen, tuple[str, int]]:
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", SERVE_WITHOUT_TF, "--export", str(export), "--port", "0"],
+            command("export.serve", "--export", export, "--port", 0, without_tensorflow=True),
             cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:

@@ -1,8 +1,12 @@
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.encoder import Encoder
 from keras_transformer.models.transformer import Transformer
 from tests.conftest import random_ids
 
@@ -89,6 +93,41 @@ def test_config_round_trip_and_keras_file(tiny_config, tmp_path):
     loaded = keras.models.load_model(path)
     assert isinstance(loaded, Transformer)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded((src, tgt))), out)
+
+
+def test_keras_files_saved_before_the_shared_stack_base_still_load():
+    """tests/data holds a pre-LN Transformer (two encoder and two decoder layers, so final
+    LayerNorms too) and a post-LN TransformerLM, saved when Encoder and Decoder were written
+    out each in full, with their outputs on fixed ids: the weights' paths in the files and
+    the configs' keys are the stacks' saved interface."""
+    data = Path(__file__).parent / "data"
+    io = np.load(data / "tiny_models_io.npz")
+    model = keras.models.load_model(data / "tiny_transformer.keras")
+    assert isinstance(model, Transformer) and model.encoder.final_norm is not None
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model((io["source"], io["target"]), training=False)),
+        io["transformer"], rtol=1e-5, atol=1e-6)
+    lm = keras.models.load_model(data / "tiny_lm.keras")
+    assert not lm.decoder.cross_attention and lm.decoder.final_norm is None
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(lm(io["target"], training=False)),
+                               io["lm"], rtol=1e-5, atol=1e-6)
+
+
+def test_stack_configs_keep_their_keys_and_round_trip():
+    arguments = dict(num_layers=2, d_model=8, num_heads=2, d_ff=16, dropout=0.1,
+                     attention_dropout=0.05, pre_norm=True, epsilon=1e-5)
+    for stack, extra in ((Encoder, {}), (Decoder, {"cross_attention": False})):
+        layer = stack(**arguments, **extra, name="stack")
+        config = layer.get_config()
+        assert list(config)[-len(arguments) - len(extra):] == [*arguments, *extra]
+        assert {k: config[k] for k in [*arguments, *extra]} == {**arguments, **extra}
+        clone = stack.from_config(config)
+        assert clone.get_config() == config
+        layers = clone.encoder_layers if stack is Encoder else clone.decoder_layers
+        assert [sub.name for sub in layers] == ["layer_0", "layer_1"]
+        assert all(sub.get_config()["epsilon"] == 1e-5 for sub in layers)
+        if stack is Decoder:
+            assert not any(sub.cross_attention for sub in layers)
 
 
 def test_tied_and_shared_weights(tiny_config):

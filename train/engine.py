@@ -189,7 +189,11 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         # Under a strategy, Keras builds the compiled loss and metrics from a batch it pulls
         # and averages across replicas: the ids become float32, and replicas holding different
         # row counts (odd batches) cannot be averaged across workers at all. Build from one
-        # plain batch here, and turn that step off.
+        # plain batch here, and turn that step off. Keras has no public switch for it: its
+        # TensorFlow trainer pulls and averages that batch whenever the model was made under a
+        # strategy, before it looks whether anything is left to build, so building everything
+        # with public calls first (model, compute_loss, compute_metrics, optimizer.build)
+        # still fails on an odd batch.
         model._symbolic_build(data_batch=next(iter(make_dev())))
         model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
         state = backup.restore(model)

@@ -11,6 +11,7 @@ from keras_transformer.layers.add_norm import AddNorm
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import causal_mask, expand_key_mask
+from keras_transformer.layers.stack import LayerStack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -142,7 +143,7 @@ class DecoderLayer(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(LayerStack):
     """Embedded target (B,T,d_model), memory (B,S,d_model), memory_mask (B,S) -> (B,T,d_model).
 
     A stack of `num_layers` `DecoderLayer`s; with `pre_norm` a final LayerNorm follows it.
@@ -168,39 +169,16 @@ class Decoder(keras.layers.Layer):
     ```
     """
 
+    layer_class = DecoderLayer
+    layers_attribute = "decoder_layers"
+
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, attention_dropout: float = 0.0, pre_norm: bool = False,
                  epsilon: float = 1e-6, cross_attention: bool = True, **kwargs):
-        super().__init__(**kwargs)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.pre_norm = pre_norm
-        self.epsilon = epsilon
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, attention_dropout,
+                         pre_norm, epsilon, layer_options={"cross_attention": cross_attention},
+                         **kwargs)
         self.cross_attention = cross_attention
-        self.decoder_layers = [
-            DecoderLayer(d_model, num_heads, d_ff, dropout, attention_dropout, pre_norm, epsilon,
-                         cross_attention, dtype=self.dtype_policy, name=f"layer_{i}")
-            for i in range(num_layers)
-        ]
-        self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=epsilon, dtype=self.dtype_policy,
-                                            name="final_norm")
-            if pre_norm else None
-        )
-
-    def build(self, x_shape=None, memory_shape=None):
-        for layer in self.decoder_layers:
-            layer.build((None, None, self.d_model))
-        if self.final_norm is not None:
-            self.final_norm.build((None, None, self.d_model))
-        self.built = True
-
-    def _close(self, x):
-        return x if self.final_norm is None else self.final_norm(x)
 
     def call(self, x, memory=None, memory_mask=None, training=None,
              return_attention_scores=False):
@@ -257,13 +235,5 @@ class Decoder(keras.layers.Layer):
         x, step_key_values = self.step_key_values(x, cache, index, cross_key_values, memory_mask)
         return x, update_cache(cache, index, step_key_values)
 
-    def compute_output_shape(self, x_shape, memory_shape=None):
-        return x_shape
-
     def get_config(self):
-        config = super().get_config()
-        config.update(num_layers=self.num_layers, d_model=self.d_model, num_heads=self.num_heads,
-                      d_ff=self.d_ff, dropout=self.dropout,
-                      attention_dropout=self.attention_dropout, pre_norm=self.pre_norm,
-                      epsilon=self.epsilon, cross_attention=self.cross_attention)
-        return config
+        return {**super().get_config(), "cross_attention": self.cross_attention}

@@ -6,6 +6,7 @@ from keras_transformer.layers.add_norm import AddNorm
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import expand_key_mask
+from keras_transformer.layers.stack import LayerStack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -85,7 +86,7 @@ class EncoderLayer(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(keras.layers.Layer):
+class Encoder(LayerStack):
     """Embedded source (B,S,d_model), padding_mask (B,S) bool -> memory (B,S,d_model).
 
     A stack of `num_layers` `EncoderLayer`s; with `pre_norm` a final LayerNorm follows it.
@@ -116,53 +117,13 @@ class Encoder(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
-                 dropout: float = 0.1, attention_dropout: float = 0.0, pre_norm: bool = False,
-                 epsilon: float = 1e-6, **kwargs):
-        super().__init__(**kwargs)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.pre_norm = pre_norm
-        self.epsilon = epsilon
-        self.encoder_layers = [
-            EncoderLayer(d_model, num_heads, d_ff, dropout, attention_dropout, pre_norm, epsilon,
-                         dtype=self.dtype_policy, name=f"layer_{i}")
-            for i in range(num_layers)
-        ]
-        # Pre-LN leaves the residual stream unnormalised; one last LayerNorm closes the stack.
-        self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=epsilon, dtype=self.dtype_policy,
-                                            name="final_norm")
-            if pre_norm else None
-        )
-
-    def build(self, x_shape=None):
-        for layer in self.encoder_layers:
-            layer.build((None, None, self.d_model))
-        if self.final_norm is not None:
-            self.final_norm.build((None, None, self.d_model))
-        self.built = True
+    layer_class = EncoderLayer
+    layers_attribute = "encoder_layers"
 
     def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
         all_weights = []
         for layer in self.encoder_layers:
             x, weights = layer(x, padding_mask, training=training, return_attention_scores=True)
             all_weights.append(weights)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+        x = self._close(x)
         return (x, all_weights) if return_attention_scores else x
-
-    def compute_output_shape(self, x_shape):
-        return x_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_layers=self.num_layers, d_model=self.d_model, num_heads=self.num_heads,
-                      d_ff=self.d_ff, dropout=self.dropout,
-                      attention_dropout=self.attention_dropout, pre_norm=self.pre_norm,
-                      epsilon=self.epsilon)
-        return config
