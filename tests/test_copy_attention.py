@@ -1,3 +1,5 @@
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -259,6 +261,7 @@ def test_copy_summarizer_exports_to_every_format_with_parity(copy_run, tmp_path)
         "\n".join(printed)
     assert any("copy_source_ids" in line for line in printed), "\n".join(printed)
     _explorer_shows_the_keras_copy_distribution(out, run, sources[0])
+    _page_draws_the_copy_map_and_gates(out, sources[0], tmp_path)
 
 
 def _explorer_shows_the_keras_copy_distribution(export_dir, run, article):
@@ -282,6 +285,45 @@ def _explorer_shows_the_keras_copy_distribution(export_dir, run, article):
     np.testing.assert_allclose(copy[0, 0], np.asarray(weights["copy"])[0], atol=1e-4)
     np.testing.assert_allclose(answer["copy_gate"], np.asarray(weights["copy_gate"])[0],
                                atol=1e-4)
+
+
+def _page_draws_the_copy_map_and_gates(export_dir, article, tmp_path):
+    """In headless Chromium, the page's kind "copy" draws the server's copy map, its rows
+    labelled with each output token's gate, and shades the output tokens by their gates."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from tests.browser import CHROMEDRIVER, CHROMIUM, chrome
+    from tests.test_explorer import post, serving
+
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        return  # the API's copy map is checked above; .ci/run installs the browser
+    with serving(export_dir, tmp_path / "serve.log") as url:
+        api = post(url, json.dumps({"text": article}).encode(), route="/translate").json()
+        driver = chrome()
+        try:
+            wait = WebDriverWait(driver, 120)
+            driver.get(url + "/")
+            status = driver.find_element(By.ID, "status")
+            wait.until(lambda d: status.get_attribute("data-state") == "ready")
+            driver.find_element(By.ID, "text").send_keys(article)
+            driver.find_element(By.ID, "go").click()
+            wait.until(lambda d: status.get_attribute("data-state") in ("done", "error"))
+            assert driver.find_element(By.ID, "error").text == ""
+            Select(driver.find_element(By.ID, "kind")).select_by_value("copy")
+            trace = driver.execute_script(
+                "const t = document.getElementById('heatmap').data[0];"
+                "return {z: t.z, rows: t.customdata.map(row => row[0][0])};")
+            shades = driver.execute_script(
+                "return [...document.querySelectorAll('#output-tokens span')]"
+                ".map(s => s.title);")
+        finally:
+            driver.quit()
+    assert trace["z"] == api["attention"]["copy"][0][0]
+    gates = api["copy_gate"]
+    assert [label.rsplit(" (g ", 1)[1] for label in trace["rows"]] == \
+        [f"{g:.2f})" for g in gates]
+    assert shades == [f"copy gate g = {g:.3f}" for g in gates]
 
 
 def test_attention_maps_give_the_copy_distribution_and_gates_and_draw_them(tiny_config,
