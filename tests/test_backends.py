@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import search
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
@@ -172,6 +173,57 @@ def test_tensorflow_only_training_options_are_refused_elsewhere():
     # JAX compiles whatever the config says; PyTorch compiles only when asked.
     assert resolve_jit(False) is (backend == "jax")
     assert resolve_jit(True) is True
+
+
+STEPS = """
+import numpy as np, keras, keras_transformer
+from keras_transformer.config import TransformerConfig
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.schedules import TransformerSchedule
+keras.utils.set_random_seed(2)  # the dropout layers' seeds; the weights are the file's
+c = TransformerConfig.preset("tiny", source_vocab_size=40, target_vocab_size=40, d_model=32,
+                             num_heads=4, d_ff=64, max_source_length=12, max_target_length=12,
+                             dropout=0.1)
+m = Transformer(c)
+m.build()
+weights = np.load("{dir}/start.npz")
+m.set_weights([weights[f"arr_{{i}}"] for i in range(len(weights.files))])
+m.compile(optimizer=keras.optimizers.Adam(TransformerSchedule(32, 4, 2.0), beta_2=0.98,
+                                          epsilon=1e-9),
+          loss=MaskedLabelSmoothedCrossEntropy(0.1))
+rng = np.random.default_rng(0)
+batches = []
+for rows, length in ((5, 8), (3, 11)):
+    src, tgt = rng.integers(4, 40, (2, rows, length)).astype("int32")
+    tgt[:, -2:] = 0
+    batches.append(((src, tgt), np.roll(tgt, -1, axis=1)))
+losses = [float(m.train_on_batch(*batches[i % 2])) for i in range(4)]
+np.save("{dir}/{name}_losses.npy", np.array(losses))
+"""
+
+
+@pytest.mark.slow
+def test_training_steps_with_dropout_are_the_same_under_another_backend(tmp_path):
+    """The training step (loss, optimizer, schedule, the dropout masks from the layers'
+    seeds) from the same weights on the same batches is the same computation on every
+    backend: a run's outcome differs between backends only by the initial weights (each
+    backend's random initializers) and the order of its batches."""
+    other = _other_backend()
+    if other is None:
+        pytest.skip("no second Keras backend installed beside this one")
+    here = keras.backend.backend()
+    keras.utils.set_random_seed(2)
+    model = Transformer(TransformerConfig.preset(
+        "tiny", source_vocab_size=40, target_vocab_size=40, d_model=32, num_heads=4, d_ff=64,
+        max_source_length=12, max_target_length=12, dropout=0.1))
+    model.build()
+    np.savez(tmp_path / "start.npz", *model.get_weights())
+    for name in (here, other):
+        _run(STEPS.format(dir=tmp_path, name=name), name)
+    ours, theirs = (np.load(tmp_path / f"{n}_losses.npy") for n in (here, other))
+    assert ours[2] < ours[0] and ours[3] < ours[1]  # it learns the two batches
+    np.testing.assert_allclose(theirs, ours, rtol=1e-4)
 
 
 DATA_PARALLEL = """
