@@ -4,6 +4,7 @@ model.fit, and .keras files that load under another backend with the same output
 
 import dataclasses
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import search
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
@@ -155,11 +157,15 @@ def test_tensorflow_only_training_options_are_refused_elsewhere():
     backend = keras.backend.backend()
     if backend == "tensorflow":
         pytest.skip("the refusals apply under JAX and PyTorch")
-    for strategy in ("mirrored", "multiworker"):
+    # JAX runs mirrored as keras.distribution.DataParallel (one device here: no replicas).
+    refused = ("multiworker",) if backend == "jax" else ("mirrored", "multiworker")
+    for strategy in refused:
         with pytest.raises(ValueError, match=f"training.strategy={strategy} is a tf.distribute "
                                              f"strategy, which needs KERAS_BACKEND=tensorflow"):
             make_strategy(strategy)
     assert isinstance(make_strategy("auto"), OneDevice)
+    if backend == "jax":
+        assert isinstance(make_strategy("mirrored"), OneDevice)
     for task in ("classification", "language_model"):
         with pytest.raises(ValueError, match=f"task {task} reads its data with tf.data"):
             check_task_backend(task)
@@ -167,6 +173,147 @@ def test_tensorflow_only_training_options_are_refused_elsewhere():
     # JAX compiles whatever the config says; PyTorch compiles only when asked.
     assert resolve_jit(False) is (backend == "jax")
     assert resolve_jit(True) is True
+
+
+STEPS = """
+import numpy as np, keras, keras_transformer
+from keras_transformer.config import TransformerConfig
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.schedules import TransformerSchedule
+keras.utils.set_random_seed(2)  # the dropout layers' seeds; the weights are the file's
+c = TransformerConfig.preset("tiny", source_vocab_size=40, target_vocab_size=40, d_model=32,
+                             num_heads=4, d_ff=64, max_source_length=12, max_target_length=12,
+                             dropout=0.1)
+m = Transformer(c)
+m.build()
+weights = np.load("{dir}/start.npz")
+m.set_weights([weights[f"arr_{{i}}"] for i in range(len(weights.files))])
+m.compile(optimizer=keras.optimizers.Adam(TransformerSchedule(32, 4, 2.0), beta_2=0.98,
+                                          epsilon=1e-9),
+          loss=MaskedLabelSmoothedCrossEntropy(0.1))
+rng = np.random.default_rng(0)
+batches = []
+for rows, length in ((5, 8), (3, 11)):
+    src, tgt = rng.integers(4, 40, (2, rows, length)).astype("int32")
+    tgt[:, -2:] = 0
+    batches.append(((src, tgt), np.roll(tgt, -1, axis=1)))
+losses = [float(m.train_on_batch(*batches[i % 2])) for i in range(4)]
+np.save("{dir}/{name}_losses.npy", np.array(losses))
+"""
+
+
+@pytest.mark.slow
+def test_training_steps_with_dropout_are_the_same_under_another_backend(tmp_path):
+    """The training step (loss, optimizer, schedule, the dropout masks from the layers'
+    seeds) from the same weights on the same batches is the same computation on every
+    backend: a run's outcome differs between backends only by the initial weights (each
+    backend's random initializers) and the order of its batches."""
+    other = _other_backend()
+    if other is None:
+        pytest.skip("no second Keras backend installed beside this one")
+    here = keras.backend.backend()
+    keras.utils.set_random_seed(2)
+    model = Transformer(TransformerConfig.preset(
+        "tiny", source_vocab_size=40, target_vocab_size=40, d_model=32, num_heads=4, d_ff=64,
+        max_source_length=12, max_target_length=12, dropout=0.1))
+    model.build()
+    np.savez(tmp_path / "start.npz", *model.get_weights())
+    for name in (here, other):
+        _run(STEPS.format(dir=tmp_path, name=name), name)
+    ours, theirs = (np.load(tmp_path / f"{n}_losses.npy") for n in (here, other))
+    assert ours[2] < ours[0] and ours[3] < ours[1]  # it learns the two batches
+    np.testing.assert_allclose(theirs, ours, rtol=1e-4)
+
+
+DATA_PARALLEL = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import dataclasses, json
+import jax, keras, numpy as np
+from keras_transformer.config import TransformerConfig
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.models.transformer import Transformer
+from train.distribute import JaxDataParallel, distribute, make_strategy, strategy_name
+from train.engine import token_loss
+
+config = TransformerConfig.preset("tiny", source_vocab_size=40, target_vocab_size=40,
+                                  d_model=32, num_heads=4, d_ff=64, max_source_length=12,
+                                  max_target_length=12, dropout=0.1)
+rng = np.random.default_rng(0)
+
+
+def batch(rows, length):
+    ids = lambda: rng.integers(4, 40, (rows, length)).astype("int32")
+    labels = ids()
+    labels[:, length - 2:] = 0  # padding, left out of the loss
+    return (ids(), ids()), labels
+
+
+class Batches(keras.utils.PyDataset):
+    # Odd row counts: a batch whose rows the devices cannot share evenly as it is.
+    def __init__(self):
+        super().__init__()
+        self.pad_id = 0
+        self.batches = [batch(5, 8), batch(4, 6), batch(3, 8), batch(6, 10)]
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return self.batches[index]
+
+
+data = Batches()
+
+
+def trained(strategy, initial=None):
+    keras.utils.set_random_seed(3)  # the dropout layers' seeds
+    with strategy.scope():
+        model = Transformer(config)
+        model.build()
+        if initial is not None:
+            model.set_weights(initial)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                      loss=token_loss(0.1, 0, strategy.num_replicas_in_sync),
+                      metrics=[MaskedAccuracy()])
+    start = model.get_weights()
+    history = model.fit(distribute(strategy, lambda: data), epochs=2, shuffle=False, verbose=0)
+    devices = len(model.trainable_weights[0].value.sharding.device_set)
+    return start, model.get_weights(), history.history["loss"], devices
+
+
+assert len(jax.devices()) == 2
+start, single, single_loss, _ = trained(make_strategy("default"))
+strategy = make_strategy("auto")
+_, parallel, parallel_loss, devices = trained(strategy, start)
+print(json.dumps(dict(
+    kind=type(strategy).__name__, name=strategy_name(strategy),
+    replicas=strategy.num_replicas_in_sync, devices=devices, loss=type(token_loss(0.1, 0, 2)).__name__,
+    single_loss=single_loss, parallel_loss=parallel_loss,
+    diff=max(float(np.max(np.abs(a - b))) for a, b in zip(single, parallel, strict=True)),
+    moved=max(float(np.max(np.abs(a - b))) for a, b in zip(single, start, strict=True)))))
+"""
+
+
+@pytest.mark.slow
+def test_a_jax_data_parallel_fit_takes_the_single_device_steps(tmp_path):
+    if keras.backend.backend() != "jax":
+        pytest.skip("keras.distribution.DataParallel runs under KERAS_BACKEND=jax")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", DATA_PARALLEL], env=env, cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["kind"], result["name"], result["replicas"], result["devices"]) == (
+        "JaxDataParallel", "DataParallel", 2, 2)
+    # One program over the global batch: the plain token mean is the global mean.
+    assert result["loss"] == "MaskedLabelSmoothedCrossEntropy"
+    # Two epochs of four odd-sized batches, dropout on: the same steps on two devices.
+    assert result["moved"] > 1e-3
+    assert result["diff"] < 1e-5, result
+    # The logged epoch loss weighs each batch's loss by its rows, the added ones included.
+    np.testing.assert_allclose(result["parallel_loss"], result["single_loss"], rtol=1e-3)
 
 
 # The modules that are TensorFlow by nature (tf.Variable caches, tf.data); every other module

@@ -1,7 +1,9 @@
-"""tf.distribute strategy, XLA and precision choices for a run.
+"""The distribution strategy, XLA and precision choices for a run.
 
-Under JAX and PyTorch a run trains on one device (`OneDevice`, the default strategy's
-stand-in); TensorFlow is imported only under TensorFlow."""
+Under TensorFlow the strategies are tf.distribute's; under JAX several devices train as one
+`keras.distribution.DataParallel` (`JaxDataParallel`), one device as `OneDevice`; PyTorch
+trains on one device (Keras has no distribution for it). TensorFlow is imported only under
+TensorFlow."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import logging
 import os
 
 import keras
+import numpy as np
 
 from keras_transformer.lazy_import import LazyModule
 
@@ -32,18 +35,47 @@ class OneDevice:
         return contextlib.nullcontext()
 
 
+class JaxDataParallel:
+    """What the engine asks of a strategy, for `keras.distribution.DataParallel` over
+    `devices` under JAX: variables replicated on every device, each batch split along its
+    rows, one program compiled for the global batch (so the plain token-mean loss is already
+    the mean over the global batch). The distribution is set for the whole process: the JAX
+    trainer reads it in model.fit, to shard the batches, as well as where variables are
+    made."""
+
+    def __init__(self, devices: list[str]):
+        self.devices = devices
+        self.num_replicas_in_sync = len(devices)
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
 def make_strategy(name: str):
     """auto: Mirrored over the GPUs when more than one is visible, else the default strategy.
-    Under JAX and PyTorch: one device (`OneDevice`); the tf.distribute strategies are
-    refused."""
+    Under JAX, auto and mirrored are `JaxDataParallel` over every device when there are
+    several (the accelerators, else the CPU devices XLA was told to make), else `OneDevice`;
+    under PyTorch one device. The strategies a backend cannot run are refused."""
     if name not in STRATEGIES:
         raise ValueError(f"training.strategy must be one of {STRATEGIES}, got {name!r}")
     backend = keras.backend.backend()
+    if backend == "jax":
+        if name == "multiworker":
+            raise ValueError("training.strategy=multiworker is a tf.distribute strategy, which "
+                             "needs KERAS_BACKEND=tensorflow; under KERAS_BACKEND=jax set "
+                             "training.strategy=auto or mirrored (data parallel over this "
+                             "machine's devices)")
+        devices = keras.distribution.list_devices()
+        if name in ("auto", "mirrored") and len(devices) > 1:
+            return JaxDataParallel(devices)
+        return OneDevice()
     if backend != "tensorflow":
         if name in ("mirrored", "multiworker"):
             raise ValueError(f"training.strategy={name} is a tf.distribute strategy, which "
-                             f"needs KERAS_BACKEND=tensorflow; under KERAS_BACKEND={backend} "
-                             f"set training.strategy=auto (one device)")
+                             f"needs KERAS_BACKEND=tensorflow (mirrored: or jax); Keras has no "
+                             f"data parallelism under KERAS_BACKEND={backend}, set "
+                             f"training.strategy=auto (one device)")
         return OneDevice()
     if name == "auto":
         name = "mirrored" if len(tf.config.list_logical_devices("GPU")) > 1 else "default"
@@ -92,6 +124,8 @@ def strategy_name(strategy: tf.distribute.Strategy) -> str:
     # CollectiveAllReduceStrategy.
     if isinstance(strategy, OneDevice):
         return "default"
+    if isinstance(strategy, JaxDataParallel):
+        return "DataParallel"
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return "MultiWorkerMirroredStrategy"
     if isinstance(strategy, tf.distribute.MirroredStrategy):
@@ -107,7 +141,7 @@ def worker_task() -> tuple[str, int]:
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """The one process that writes the run directory: the chief, or worker 0 without one."""
-    if isinstance(strategy, OneDevice):
+    if isinstance(strategy, (OneDevice, JaxDataParallel)):
         return True
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
@@ -130,10 +164,16 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset):
     batch size), which reorders and regroups sentences, and sharding by DATA or FILE hands
     each worker different batches. Batches vary in size (a token budget per length bucket),
     so a fixed per-replica batch size would not do either.
+
+    Under JAX (`JaxDataParallel`) the NumPy input path's global batches go whole to model.fit,
+    which splits each across the devices; `RowsPadded` makes their row counts divide.
     """
     replicas = strategy.num_replicas_in_sync
     if replicas == 1:
         return make_dataset()
+    if isinstance(strategy, JaxDataParallel):
+        data = make_dataset()
+        return RowsPadded(data, replicas, data.pad_id)
 
     def per_pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = replicas // context.num_input_pipelines
@@ -153,6 +193,43 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset):
         return make_dataset().flat_map(pieces).prefetch(local)
 
     return strategy.distribute_datasets_from_function(per_pipeline)
+
+
+class RowsPadded(keras.utils.PyDataset):
+    """The batches of a NumPy input path (`text.numpy_pipeline`) with rows added to make
+    each batch's row count a multiple of `replicas`: JAX splits a batch evenly across the
+    devices or not at all, and a bucket's batch size, or its last partial batch, need not
+    divide. An added row repeats the batch's first inputs and has only `pad_id` labels, so
+    the token-masked loss, its gradient and the metrics are the unpadded batch's."""
+
+    def __init__(self, data, replicas: int, pad_id: int):
+        super().__init__()
+        self.data, self.replicas, self.pad_id = data, replicas, pad_id
+
+    def _pad(self, batch):
+        inputs, labels = batch
+        extra = -labels.shape[0] % self.replicas
+        if not extra:
+            return inputs, labels
+        inputs = tuple(np.concatenate([x, np.repeat(x[:1], extra, axis=0)]) for x in inputs)
+        padding = np.full((extra, *labels.shape[1:]), self.pad_id, labels.dtype)
+        return inputs, np.concatenate([labels, padding])
+
+    @property
+    def num_batches(self):
+        return self.data.num_batches
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        return self._pad(self.data[index])
+
+    def __iter__(self):
+        return (self._pad(batch) for batch in self.data)
+
+    def on_epoch_end(self):
+        self.data.on_epoch_end()
 
 
 def resolve_jit(value: bool | str) -> bool:
@@ -181,8 +258,8 @@ def check_jit_devices(strategy: tf.distribute.Strategy, jit: bool) -> None:
     which may not read the other replicas' variables ("Trying to access resource ... located
     in device CPU:1 from device CPU:0"). MultiWorkerMirroredStrategy: "Collectives are not yet
     implemented for CPU devices when compiling with XLA". GPUs and TPUs have neither limit."""
-    if not jit or strategy.num_replicas_in_sync < 2:
-        return
+    if not jit or strategy.num_replicas_in_sync < 2 or isinstance(strategy, JaxDataParallel):
+        return  # JAX compiles collectives on CPUs too
     devices = strategy.extended.worker_devices
     if all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices):
         raise ValueError(

@@ -98,8 +98,11 @@ def replica_mean(total, count):
 
 def token_loss(label_smoothing: float, pad_id: int, replicas: int):
     """The label-smoothed token loss, padding masked, for a strategy of `replicas` replicas.
-    The plain loss on one device keeps saved models free of a train/ class."""
-    kind = ReplicaTokenMeanLoss if replicas > 1 else MaskedLabelSmoothedCrossEntropy
+    The plain loss on one device keeps saved models free of a train/ class. Under JAX the
+    replicas run one program over the global batch (`distribute.JaxDataParallel`), whose
+    plain mean is already the global one."""
+    replicated = replicas > 1 and keras.backend.backend() == "tensorflow"
+    kind = ReplicaTokenMeanLoss if replicated else MaskedLabelSmoothedCrossEntropy
     return kind(label_smoothing, pad_id)
 
 
