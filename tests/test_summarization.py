@@ -408,7 +408,7 @@ def test_baselines_command_prints_the_lead_scores(tmp_path, capsys):
 def test_the_vietnews_recipe_loads():
     config = load_config(ROOT / "train" / "configs" / "vietnews_summarization.yaml")
     assert config.task == "summarization" and config.data.word_joints == "keep"
-    assert (config.data.max_source_length, config.data.max_target_length) == (400, 80)
+    assert (config.data.max_source_length, config.data.max_target_length) == (200, 80)
     assert config.eval.no_repeat_ngram_size == 3 and config.training.max_minutes == 90
 
 
