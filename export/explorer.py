@@ -82,9 +82,7 @@ class Explorer:
         self.backend = load_backend(self.manifest, "onnx")
         self.translator = Translator(self.manifest, self.backend)
         # The run's search (manifest.search), as export.translate defaults to it.
-        given = {"beam_size": beam_size, "alpha": alpha}
-        self.search = self.manifest.search.replace(
-            **{k: v for k, v in given.items() if v is not None})
+        self.search = self.manifest.search.given(beam_size=beam_size, alpha=alpha)
         self.task = self.manifest.task
         # As export.translate: over-long summaries keep the start of their article; a
         # translation of part of a sentence would be wrong, so the request is refused instead.

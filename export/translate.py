@@ -81,9 +81,9 @@ def rows_message(batch_size: int, beam: int) -> str:
 
 def search_settings(args, manifest) -> SearchSettings:
     """The search: each option given, else the run's (manifest.search)."""
-    given = {"beam_size": args.beam, "alpha": args.alpha,
-             "no_repeat_ngram_size": args.no_repeat_ngram_size, "min_length": args.min_length}
-    settings = manifest.search.replace(**{k: v for k, v in given.items() if v is not None})
+    settings = manifest.search.given(beam_size=args.beam, alpha=args.alpha,
+                                     no_repeat_ngram_size=args.no_repeat_ngram_size,
+                                     min_length=args.min_length)
     if args.batch_size * settings.beam_size > MAX_ROWS:
         raise ValueError(rows_message(args.batch_size, settings.beam_size))
     return settings

@@ -1078,6 +1078,9 @@ def test_search_settings_from_mapping_and_config():
     with pytest.raises(ValueError, match=r"^eval: beam_size must be"):
         SearchSettings.from_config({"beam_size": 0})
     assert from_config.replace(seed=None).seed is None
+    assert from_config.given(beam_size=None, alpha=0.1) == from_config.replace(alpha=0.1)
+    with pytest.raises(ValueError, match="alpha must be a number"):
+        from_config.given(alpha=11)
     with pytest.raises(ValueError, match="top_k"):
         from_config.replace(top_k=-2)
     with pytest.raises(AttributeError):

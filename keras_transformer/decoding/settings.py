@@ -84,12 +84,17 @@ class SearchSettings:
         get = section.get if isinstance(section, Mapping) else \
             (lambda key, default: getattr(section, key, default))
         values = {key: get(key, None) for key in SEQ2SEQ_KEYS}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.from_mapping({k: v for k, v in values.items() if v is not None}, "eval")
+        return cls.from_mapping({k: v for k, v in values.items() if v is not None},
+                                "eval").given(**overrides)
 
     def replace(self, **changes) -> SearchSettings:
         """A copy with `changes` (validated like the constructor's arguments)."""
         return dataclasses.replace(self, **changes)
+
+    def given(self, **options) -> SearchSettings:
+        """A copy with the `options` that are not None (a command's options given, over the
+        run's settings)."""
+        return self.replace(**{k: v for k, v in options.items() if v is not None})
 
     def to_dict(self, keys=None) -> dict[str, Any]:
         """{option: value} of `keys` (every option when None)."""
