@@ -52,7 +52,7 @@ from bench.flops import generate_flops  # noqa: E402
 from bench.nocache import NoCacheStepper  # noqa: E402
 from bench.nocache import load_runtime as load_nocache_runtime  # noqa: E402
 from keras_transformer.command_line import add_debug_flag, entry_point, int_in  # noqa: E402
-from keras_transformer.decoding import search  # noqa: E402
+from keras_transformer.decoding import SearchSettings, search  # noqa: E402
 
 RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "onnx-search", "tflite")
 NO_CACHE_RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "tflite")
@@ -70,9 +70,9 @@ class WholeSearch:
         self.backend, self.source, self.beam, self.new_tokens = backend, source, beam, new_tokens
 
     def tokens(self) -> np.ndarray:
-        result = self.backend.search_in_runtime(
-            self.source, beam_size=self.beam, alpha=0.6, max_length=self.new_tokens,
-            no_repeat_ngram_size=0, min_length=self.new_tokens)
+        result = self.backend.search_in_runtime(self.source, SearchSettings(
+            beam_size=self.beam, alpha=0.6, max_length=self.new_tokens,
+            min_length=self.new_tokens))
         return result.tokens
 
 
@@ -153,8 +153,8 @@ def decode_once(factory, config, source: np.ndarray, beam: int, new_tokens: int,
         return logits if normalizer is None else (logits, normalizer)
 
     result = search(SimpleNamespace(step=step, reorder=stepper.reorder), len(source),
-                    beam_size=beam, bos_id=config.bos_id, eos_id=config.eos_id,
-                    max_length=new_tokens)
+                    SearchSettings(beam_size=beam, max_length=new_tokens),
+                    bos_id=config.bos_id, eos_id=config.eos_id)
     return result.tokens
 
 

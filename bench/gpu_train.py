@@ -130,7 +130,7 @@ def main(argv) -> int:
                            f"check the driver and that the backend's GPU build is installed")
     precision = args.precision or ("mixed_bfloat16" if on_gpu else None)
     overrides = [f"training.steps_per_epoch={args.steps}", "training.epochs=1",
-                 "eval.dev_bleu_sentences=0", *args.set]
+                 "eval.dev_score_sentences=0", *args.set]
     if precision:
         overrides.append(f"training.precision={precision}")
     config = load_config(args.config, overrides)

@@ -39,6 +39,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from keras_transformer.decoding import SearchSettings
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.common import (  # noqa: E402
@@ -270,7 +272,7 @@ def quality_rows(export_dir: Path, sentences: int) -> list[dict]:
         backends[key] = load_backend(manifest, *key)
     rows, reference = [], None
     for (runtime, precision), backend in backends.items():
-        hyps = Translator(manifest, backend).translate(sources, beam_size=1)
+        hyps = Translator(manifest, backend).translate(sources, SearchSettings(beam_size=1))
         reference = reference or hyps
         score = bleu(hyps, references)
         rows.append({"runtime": runtime, "precision": precision, "bleu": score,

@@ -38,6 +38,8 @@ import time
 import unicodedata
 from pathlib import Path
 
+from keras_transformer.decoding import SearchSettings
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.common import (  # noqa: E402
@@ -186,7 +188,8 @@ def our_curve(config, task, jit: bool, sources, budget_s: float, every_s: float)
 
     def evaluate(model):
         return {"hypotheses": translate(model, task.source_tok, task.target_tok, sources,
-                                        beam_size=1, batch_size=config.eval.batch_size)}
+                                        SearchSettings(beam_size=1),
+                                        batch_size=config.eval.batch_size)}
 
     budget = TrainingBudget(budget_s, every_s, evaluate, log=log)
     model.fit(make_train(), epochs=1, steps_per_epoch=10**9, callbacks=[budget], verbose=0,

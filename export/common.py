@@ -10,13 +10,14 @@ import json
 from pathlib import Path
 
 from keras_transformer.command_line import command
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import UnsafePath, resolve_inside
 
 MANIFEST = "manifest.json"
 # Version 3 lists every file of the SavedModel directory on its own (version 2 summed the
-# directory into one entry). Version 4 may add "task", "decoding" (the run's search
-# settings) and "attention"; it is version 3 plus optional keys, so version 3 manifests are
-# read as they are.
+# directory into one entry). Version 4 may add "task", "search" (the run's search settings;
+# older exports name it "decoding") and "attention"; it is version 3 plus optional keys, so
+# version 3 manifests are read as they are.
 MANIFEST_VERSION = 4
 READABLE_VERSIONS = (3, 4)
 # The attention-weights graph of `python -m export --with-attention` (export.serve shows it),
@@ -49,11 +50,9 @@ KIND_TOOLS = {"translator": "export.translate", "classifier": "export.classify",
               "lm": "export.generate", "extractor": "export.summarize"}
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
-# The run's search settings a manifest may carry (its `decoding`): the defaults of
-# export.translate, with the bounds its options allow.
-DECODING_BOUNDS = {"beam_size": (1, 64), "alpha": (0, 10), "no_repeat_ngram_size": (0, 16),
-                   "min_length": (0, 4096)}
-DECODING_DEFAULTS = {"beam_size": 4, "alpha": 0.6, "no_repeat_ngram_size": 0, "min_length": 0}
+# The block of the run's search settings (keras_transformer.decoding.SearchSettings), and the
+# name older exports gave it.
+SEARCH_BLOCK, OLD_SEARCH_BLOCK = "search", "decoding"
 # Bounds on the numbers a manifest gives the runtimes (array sizes and loop lengths).
 _LIMIT = 1 << 20
 
@@ -145,23 +144,21 @@ def validate(data) -> None:
         _check(data, "run", str, "")
     if "task" in data:
         _check(data, "task", str, "")
-    if "decoding" in data:
-        decoding = _check(data, "decoding", dict, "")
-        for key, (low, high) in DECODING_BOUNDS.items():
-            if key in decoding:
-                value = decoding[key]
-                if key == "alpha":
-                    if isinstance(value, bool) or not isinstance(value, int | float) \
-                            or not low <= value <= high:
-                        raise ExportError(f"key 'decoding.alpha' must be a number in "
-                                          f"[{low}, {high}]")
-                else:
-                    _check(decoding, key, int, "decoding", minimum=low, maximum=high)
+    for block in (SEARCH_BLOCK, OLD_SEARCH_BLOCK):
+        if block in data:
+            _search_settings(_check(data, block, dict, ""), block)
     if "attention" in data:
         attention = _check(data, "attention", dict, "")
         name = _check(attention, "file", str, "attention")
         if name not in files:
             raise ExportError(f"key 'attention.file' names {name!r}, which 'files' does not list")
+
+
+def _search_settings(block: dict, name: str) -> SearchSettings:
+    try:
+        return SearchSettings.from_mapping(block, f"key {name!r}")
+    except ValueError as err:
+        raise ExportError(str(err)) from None
 
 
 def _validate_translator(data: dict) -> None:
@@ -296,10 +293,11 @@ class Manifest:
                              else "translation")
 
     @property
-    def decoding(self) -> dict:
-        """The run's search settings (beam_size, alpha, no_repeat_ngram_size, min_length),
-        the defaults where the manifest records none."""
-        return {**DECODING_DEFAULTS, **self.data.get("decoding", {})}
+    def search(self) -> SearchSettings:
+        """The run's search settings (beam_size, alpha, no_repeat_ngram_size, min_length), the
+        defaults where the manifest records none."""
+        block = SEARCH_BLOCK if SEARCH_BLOCK in self.data else OLD_SEARCH_BLOCK
+        return _search_settings(self.data.get(block, {}), block)
 
     @property
     def special_ids(self) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.text.sources import default_max_length
 
 from .common import KIND_NAMES, Manifest
@@ -80,11 +81,8 @@ class Explorer:
         self.manifest.attention_file()  # the export's fault, reported before serving
         self.backend = load_backend(self.manifest, "onnx")
         self.translator = Translator(self.manifest, self.backend)
-        # The run's search settings (manifest.decoding), as export.translate defaults to them.
-        run = self.manifest.decoding
-        self.beam_size = run["beam_size"] if beam_size is None else beam_size
-        self.alpha = run["alpha"] if alpha is None else alpha
-        self.search = {k: run[k] for k in ("no_repeat_ngram_size", "min_length")}
+        # The run's search (manifest.search), as export.translate defaults to it.
+        self.search = self.manifest.search.given(beam_size=beam_size, alpha=alpha)
         self.task = self.manifest.task
         # As export.translate: over-long summaries keep the start of their article; a
         # translation of part of a sentence would be wrong, so the request is refused instead.
@@ -99,7 +97,7 @@ class Explorer:
                 "decoder_layers": self.num_decoder_layers, "heads": self.num_heads,
                 "copy_attention": self.backend.copy_attention,
                 "max_source_length": self.translator.max_source_length,
-                "beam_size": self.beam_size, "alpha": self.alpha, **self.search}
+                **self.search.to_dict(SEQ2SEQ_KEYS)}
 
     def explain(self, text: str) -> dict:
         """text -> {"output", "source_tokens", "output_tokens", "decoder_input_tokens",
@@ -119,8 +117,7 @@ class Explorer:
         if source_ids is None:  # pieces of nothing, e.g. only characters the model drops
             raise InputError('"text" gives no tokens for this model; type a sentence')
         truncated = len(translator.source_sp.encode(text)) + 1 > len(source_ids)
-        (ids,) = translator.translate_ids([text], beam_size=self.beam_size, alpha=self.alpha,
-                                          truncate=self.truncate, **self.search)
+        (ids,) = translator.translate_ids([text], self.search, truncate=self.truncate)
         (output,) = translator.decode_ids([ids])
         # The search stops at EOS or at its length limit; only in the first case did a last
         # step produce EOS, and that step's weights are shown as a row of their own.

@@ -17,6 +17,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_transformer.command_line import command
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.file_safety import atomic_write_text, staged_directory
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.models.extractor import TransformerExtractor
@@ -25,10 +26,10 @@ from keras_transformer.text.tokenizer import SentencePieceTokenizer
 from .choice import RECORD
 from .common import (
     ATTENTION_INTERFACE,
-    DECODING_DEFAULTS,
     DIRECTORY_FORMATS,
     MANIFEST,
     MANIFEST_VERSION,
+    SEARCH_BLOCK,
     Manifest,
     directory_entries,
     file_entry,
@@ -287,12 +288,12 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
 
 def run_settings(run_dir: Path) -> dict:
     """The run's task and the search settings of its config.yaml `eval:` section (the
-    manifest's `task` and `decoding`); only what the config holds (an older run may hold
+    manifest's `task` and `search`); only what the config holds (an older run may hold
     fewer keys)."""
     config = run_config(run_dir)
     evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
-    decoding = {k: evaluation[k] for k in DECODING_DEFAULTS if k in evaluation}
-    settings = {"decoding": decoding} if decoding else {}
+    search = {k: evaluation[k] for k in SEQ2SEQ_KEYS if k in evaluation}
+    settings = {SEARCH_BLOCK: search} if search else {}
     if isinstance(config.get("task"), str):
         settings["task"] = config["task"]
     return settings

@@ -23,6 +23,7 @@ import os
 import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, float_in, int_in
+from keras_transformer.decoding import SearchSettings
 
 from .text_io import RUNTIMES, check_run_option
 
@@ -62,14 +63,15 @@ def sampling(args: argparse.Namespace) -> bool:
     return any(getattr(args, name) is not None for name in SAMPLING)
 
 
-def sampling_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments of Generator.generate_ids: greedy (temperature 0) unless a
-    sampling option is given."""
+def search_settings(args: argparse.Namespace) -> SearchSettings:
+    """The search of Generator.generate: greedy (temperature 0) unless a sampling option is
+    given."""
     if not sampling(args):
-        return {"temperature": 0.0, "seed": args.seed}
-    return {"temperature": 1.0 if args.temperature is None else args.temperature,
-            "top_k": args.top_k or 0, "top_p": 1.0 if args.top_p is None else args.top_p,
-            "seed": args.seed}
+        return SearchSettings(temperature=0.0, seed=args.seed, num_samples=args.num_samples)
+    return SearchSettings(temperature=1.0 if args.temperature is None else args.temperature,
+                          top_k=args.top_k or 0,
+                          top_p=1.0 if args.top_p is None else args.top_p, seed=args.seed,
+                          num_samples=args.num_samples)
 
 
 @entry_point
@@ -87,8 +89,7 @@ def main(argv) -> int:
     from .runtime import load_generator
 
     generator = load_generator(args.export, args.runtime, args.variant, args.run)
-    texts = generator.generate(args.prompt, args.max_new_tokens, args.num_samples,
-                               **sampling_options(args))
+    texts = generator.generate(args.prompt, args.max_new_tokens, search_settings(args))
     sys.stdout.write("".join(text + "\n" for text in texts))
     return 0
 

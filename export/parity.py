@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.text.lines import read_lines
 
 from . import choice
@@ -43,7 +44,7 @@ SHAPES = ((1, 7, 12), (5, 19, 30))  # (batch, source length, cache length)
 # A language model's token checks: random prompts of 1 to LM_PROMPT pieces after BOS, each
 # continued by up to LM_NEW_TOKENS tokens; sampled at LM_SAMPLING with one seed.
 LM_PROMPT, LM_NEW_TOKENS = 8, 20
-LM_SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 0.9, "seed": 1}
+LM_SAMPLING = SearchSettings(temperature=1.0, top_k=0, top_p=0.9, seed=1)
 
 
 def random_inputs(manifest: Manifest, batch: int, source_length: int, cache_length: int,
@@ -245,7 +246,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         given = "sentences of --src"
     # The run's search constraints (summaries: no repeated n-gram, a minimum length), so the
     # searches checked are those its users get.
-    search = {k: manifest.decoding[k] for k in ("no_repeat_ngram_size", "min_length")}
+    search = SearchSettings(**manifest.search.constraints)
     runtimes = present_runtimes(manifest)
     missing = [r for r in RUNTIMES if r not in runtimes]
     ok = True
@@ -277,7 +278,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     ids = {}
     for name, translator in translators.items():
         start = time.perf_counter()
-        ids[name] = translator.translate_ids(sources[:sentences], beam_size=1, **search)
+        ids[name] = translator.translate_ids(sources[:sentences], search.replace(beam_size=1))
         out(f"   {name:<11} {time.perf_counter() - start:6.1f} s")
     for name in others:
         diff = first_difference(ids["keras"], ids[name])
@@ -290,8 +291,8 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     beam_runtime = "onnx" if "onnx" in others else others[0]
     beam_sentences = min(beam_sentences, len(sources))
     out(f"\n3. beam-4 token ids on {beam_sentences} sentences, keras vs {beam_runtime}")
-    beams = {name: translators[name].translate_ids(sources[:beam_sentences], beam_size=4,
-                                                   **search)
+    beams = {name: translators[name].translate_ids(sources[:beam_sentences],
+                                                   search.replace(beam_size=4))
              for name in ("keras", beam_runtime)}
     diff = first_difference(beams["keras"], beams[beam_runtime])
     ok &= diff is None
@@ -325,9 +326,9 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     scores, entries = {}, []
     for fmt, variant in variants:
         translator = Translator(manifest, variant_backend(fmt, variant))
-        translator.translate(sources[:8], beam_size=1, **search)  # warm-up, not timed
+        translator.translate(sources[:8], search.replace(beam_size=1))  # warm-up, not timed
         start = time.perf_counter()
-        hyps = translator.translate(sources[:bleu_sentences], beam_size=1, **search)
+        hyps = translator.translate(sources[:bleu_sentences], search.replace(beam_size=1))
         seconds = time.perf_counter() - start
         scores[(fmt, variant)] = score(hyps, references[:bleu_sentences])
         delta = scores[(fmt, variant)] - scores.get((fmt, "float32"), scores[(fmt, variant)])
@@ -383,7 +384,7 @@ def search_graph_parity(manifest: Manifest, graph: Translator, greedy_sources: l
         ids, seconds = {}, {}
         for name, translator in (("numpy", stepwise), ("graph", graph)):
             start = time.perf_counter()
-            ids[name] = translator.translate_ids(sources, beam_size=beam, **search)
+            ids[name] = translator.translate_ids(sources, search.replace(beam_size=beam))
             seconds[name] = time.perf_counter() - start
         if strict:
             diff = first_difference(ids["numpy"], ids["graph"])
@@ -417,14 +418,15 @@ def lm_token_parity(manifest: Manifest, backends: dict, prompts: int, out=print)
     new_tokens = max(1, min(LM_NEW_TOKENS, manifest["max_target_length"] - LM_PROMPT - 1))
     ok = True
     for number, (what, sampling) in enumerate(
-            (("greedy", {"temperature": 0.0}),
-             ("sampled (" + ", ".join(f"{k} {v}" for k, v in LM_SAMPLING.items()) + ")",
-              LM_SAMPLING)), start=2):
+            (("greedy", SearchSettings(temperature=0.0)),
+             ("sampled (" + ", ".join(f"{k} {v}" for k, v in LM_SAMPLING.to_dict(
+                 ("temperature", "top_k", "top_p", "seed")).items()) + ")", LM_SAMPLING)),
+            start=2):
         out(f"{number}. {what} token ids of {prompts} random prompts, {new_tokens} new tokens")
         ids = {}
         for name, backend in backends.items():
             start = time.perf_counter()
-            ids[name] = Generator(manifest, backend).generate_ids(batch, new_tokens, **sampling)
+            ids[name] = Generator(manifest, backend).generate_ids(batch, new_tokens, sampling)
             out(f"   {name:<11} {time.perf_counter() - start:6.1f} s")
         for name in list(backends)[1:]:
             diff = first_difference(ids["keras"], ids[name])
@@ -442,7 +444,7 @@ def lm_token_parity(manifest: Manifest, backends: dict, prompts: int, out=print)
     for fmt, variant in quantized:
         reference = greedy[fmt]
         got = Generator(manifest, load_backend(manifest, fmt, variant)).generate_ids(
-            batch, new_tokens, temperature=0.0)
+            batch, new_tokens, SearchSettings(temperature=0.0))
         # Tokens before each continuation's first difference: after it the contexts differ.
         same = sum(shared_prefix(x, y) for x, y in zip(reference, got, strict=True))
         total = sum(len(x) for x in reference)

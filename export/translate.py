@@ -35,6 +35,7 @@ from keras_transformer.command_line import (
     float_in,
     int_in,
 )
+from keras_transformer.decoding import SearchSettings
 
 from .text_io import (
     add_text_io_arguments,
@@ -78,15 +79,13 @@ def rows_message(batch_size: int, beam: int) -> str:
             f"search; keep it at most {MAX_ROWS}")
 
 
-def search_settings(args, manifest) -> dict:
-    """The search's keyword arguments: each option given, else the run's (manifest.decoding)."""
-    run = manifest.decoding
-    settings = {"beam_size": args.beam, "alpha": args.alpha,
-                "no_repeat_ngram_size": args.no_repeat_ngram_size,
-                "min_length": args.min_length}
-    settings = {k: run[k] if v is None else v for k, v in settings.items()}
-    if args.batch_size * settings["beam_size"] > MAX_ROWS:
-        raise ValueError(rows_message(args.batch_size, settings["beam_size"]))
+def search_settings(args, manifest) -> SearchSettings:
+    """The search: each option given, else the run's (manifest.search)."""
+    settings = manifest.search.given(beam_size=args.beam, alpha=args.alpha,
+                                     no_repeat_ngram_size=args.no_repeat_ngram_size,
+                                     min_length=args.min_length)
+    if args.batch_size * settings.beam_size > MAX_ROWS:
+        raise ValueError(rows_message(args.batch_size, settings.beam_size))
     return settings
 
 
@@ -116,7 +115,7 @@ def main(argv) -> int:
 
         progress = tqdm(total=len(lines), unit="sent", file=sys.stderr, leave=False)
     try:
-        outputs = translator.translate(lines, **settings, batch_size=args.batch_size,
+        outputs = translator.translate(lines, settings, batch_size=args.batch_size,
                                        truncate=not args.no_truncate, progress=progress)
     finally:
         if progress is not None:

@@ -50,6 +50,7 @@ _PUBLIC = {
     "TransformerSchedule": "keras_transformer.schedules",
     "SentencePieceTokenizer": "keras_transformer.text.tokenizer",
     "translate": "keras_transformer.translator",
+    "SearchSettings": "keras_transformer.decoding.settings",
 }
 
 # Every module that registers a class with keras.saving.register_keras_serializable.

@@ -1,5 +1,6 @@
 """Inference over any runtime: a Backend's encode and decode_step, one Stepper over it, the
-searches of `decoding`, and the loop that turns sentences into batches and back.
+searches of `decoding` (`search_ids`), and `Translator`, which turns sentences into batches and
+back.
 
 NumPy and the standard library only, so the TensorFlow-free runtimes (export/runtime) use it;
 the Keras model is one more Backend (keras_transformer.tf_backend).
@@ -13,8 +14,13 @@ from typing import Protocol
 import numpy as np
 
 from keras_transformer.cache import layout
-from keras_transformer.decoding import SearchResult, search
-from keras_transformer.text.sources import batches_by_length, default_max_length, pad_batch
+from keras_transformer.decoding import SearchResult, SearchSettings, search
+from keras_transformer.text.sources import (
+    batches_by_length,
+    default_max_length,
+    encode_sources,
+    pad_batch,
+)
 
 
 class Limits(Protocol):
@@ -92,13 +98,12 @@ class Backend:
     def to_numpy(self, x) -> np.ndarray:
         return np.asarray(x)
 
-    def search_in_runtime(self, source_ids: np.ndarray, *, beam_size: int, alpha: float,
-                          max_length: int, no_repeat_ngram_size: int,
-                          min_length: int) -> SearchResult | None:
+    def search_in_runtime(self, source_ids: np.ndarray,
+                          settings: SearchSettings) -> SearchResult | None:
         """The whole search of `decoding.search` for source_ids (B,S) inside the runtime, in
         one call, where this runtime can (the ONNX export's search.onnx); None when it
-        cannot, and the NumPy search then drives `decode_step`. Its tokens must be the NumPy
-        search's."""
+        cannot, and the NumPy search then drives `decode_step`. settings.max_length is set.
+        Its tokens must be the NumPy search's."""
         return None
 
 
@@ -143,12 +148,11 @@ class BackendStepper:
         self.cache = self.backend.gather(self.cache, np.asarray(indices, np.intp), self._filled)
 
 
-def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits, *,
-               beam_size: int = 4, alpha: float = 0.6, max_length: int | None = None,
-               no_repeat_ngram_size: int = 0, min_length: int = 0) -> SearchResult:
-    """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids (greedy if
-    beam 1). max_length (generated tokens, EOS included) defaults to `default_max_length`;
-    no_repeat_ngram_size and min_length are those of keras_transformer.decoding (0: off)."""
+def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits,
+               settings: SearchSettings = SearchSettings()) -> SearchResult:
+    """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids, by the
+    search `settings` describe (greedy if beam 1). settings.max_length (generated tokens, EOS
+    included) defaults to `default_max_length` of the sources' length."""
     source_ids = np.asarray(source_ids)
     if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
         raise ValueError(f"source_ids must be integer ids of shape (batch, length), got "
@@ -157,22 +161,19 @@ def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits, *,
         raise ValueError(f"source_ids hold {source_ids.shape[1]} tokens per row, more than "
                          f"this model's max_source_length={limits.max_source_length}; "
                          f"shorten them")
-    max_length = max_length or default_max_length(source_ids.shape[1],
-                                                  limits.max_target_length)
+    max_length = settings.max_length or default_max_length(source_ids.shape[1],
+                                                           limits.max_target_length)
     if max_length > limits.max_target_length:
         raise ValueError(f"max_length={max_length} is more than this model's "
                          f"max_target_length={limits.max_target_length}")
-    result = backend.search_in_runtime(source_ids, beam_size=beam_size, alpha=alpha,
-                                       max_length=max_length,
-                                       no_repeat_ngram_size=no_repeat_ngram_size,
-                                       min_length=min_length)
+    settings = settings.replace(max_length=max_length)
+    result = backend.search_in_runtime(source_ids, settings)
     if result is not None:
         return result
-    stepper = BackendStepper(backend, source_ids, beam_size=beam_size, max_length=max_length)
-    return search(stepper, source_ids.shape[0], beam_size=beam_size, bos_id=limits.bos_id,
-                  eos_id=limits.eos_id, max_length=max_length, alpha=alpha,
-                  pad_id=limits.pad_id, no_repeat_ngram_size=no_repeat_ngram_size,
-                  min_length=min_length)
+    stepper = BackendStepper(backend, source_ids, beam_size=settings.beam_size,
+                             max_length=max_length)
+    return search(stepper, source_ids.shape[0], settings, bos_id=limits.bos_id,
+                  eos_id=limits.eos_id, pad_id=limits.pad_id)
 
 
 def search_batches(encoded: Sequence[Sequence[int] | None],
@@ -197,3 +198,67 @@ def search_batches(encoded: Sequence[Sequence[int] | None],
         if progress is not None:
             progress.update(len(chunk))
     return outputs
+
+
+class Translator:
+    """Sentences in, sentences out, over any Backend: the Keras model's
+    (keras_transformer.translator.keras_translator) or an export's (export.runtime), by the
+    search a `SearchSettings` describes.
+
+    `encode_texts` maps sentences to their pieces' ids (without EOS), `decode_rows` generated
+    id rows (as `translate_ids` gives them) to text; without them the Translator searches ids
+    only (`search_ids`). `limits` gives the special ids and the
+    lengths (pad_id, bos_id, eos_id, max_source_length and max_target_length are copied onto
+    the Translator, which is itself a `Limits`).
+    """
+
+    def __init__(self, backend: Backend, limits: Limits,
+                 encode_texts: Callable[[list[str]], list[list[int]]] | None = None,
+                 decode_rows: Callable[[Sequence[Sequence[int]]], list[str]] | None = None):
+        self.backend = backend
+        self.pad_id, self.bos_id, self.eos_id = limits.pad_id, limits.bos_id, limits.eos_id
+        self.max_source_length = limits.max_source_length
+        self.max_target_length = limits.max_target_length
+        self._encode_texts = encode_texts
+        self._decode_rows = decode_rows
+
+    def search_ids(self, source_ids: np.ndarray,
+                   settings: SearchSettings = SearchSettings()) -> SearchResult:
+        """source_ids (B,S) padded ids ending in EOS -> SearchResult (`search_ids`)."""
+        return search_ids(self.backend, source_ids, self, settings)
+
+    def encode(self, sentences: Sequence[str], truncate: bool = True,
+               allow_empty: bool = True) -> list[list[int] | None]:
+        """Sentences -> id lists ending in EOS (None for blank ones with allow_empty); see
+        text.sources.encode_sources."""
+        if self._encode_texts is None:
+            raise TypeError("this Translator has no source tokenizer; give it one to translate "
+                            "text")
+        return encode_sources(sentences, self._encode_texts, self.max_source_length,
+                              self.eos_id, truncate=truncate, allow_empty=allow_empty)
+
+    def translate_ids(self, sentences: Sequence[str],
+                      settings: SearchSettings = SearchSettings(), *, batch_size: int = 64,
+                      truncate: bool = True, allow_empty: bool = True,
+                      progress=None) -> list[list[int]]:
+        """Sentences -> generated ids up to EOS (empty for blank sentences), in input order,
+        searched in batches of similar length (`search_batches`)."""
+        if isinstance(sentences, str):
+            raise TypeError("translate expects a list of sentences, not a single str")
+        encoded = self.encode(sentences, truncate, allow_empty)
+        return search_batches(encoded, lambda ids: self.search_ids(ids, settings), self,
+                              batch_size=batch_size, progress=progress)
+
+    def translate(self, sentences: Sequence[str], settings: SearchSettings = SearchSettings(),
+                  **kwargs) -> list[str]:
+        """Sentences -> translations in input order; blank sentences give "". The keyword
+        arguments are those of `translate_ids`."""
+        rows = self.translate_ids(sentences, settings, **kwargs)
+        return self.decode_ids(rows) if rows else []
+
+    def decode_ids(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        """Generated id rows -> text."""
+        if self._decode_rows is None:
+            raise TypeError("this Translator has no target tokenizer; give it one to decode "
+                            "ids")
+        return self._decode_rows(rows)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.decoding import search
+from keras_transformer.decoding import SearchSettings, search
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.translator import model_backend, search_ids
+from keras_transformer.translator import keras_translator, model_backend
 from tests.conftest import random_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +52,11 @@ def test_cached_search_equals_the_uncached_oracle(tiny_config, beam_size):
     src = random_ids(np.random.default_rng(4), 4, 7)
     src[:, -1] = tiny_config.eos_id
     src[2, 4:] = tiny_config.pad_id
-    cached = search_ids(model, src, beam_size=beam_size, alpha=0.6, max_length=9)
-    oracle = search(UncachedStepper(model, src, beam_size), len(src), beam_size=beam_size,
-                    bos_id=tiny_config.bos_id, eos_id=tiny_config.eos_id, max_length=9,
-                    alpha=0.6, pad_id=tiny_config.pad_id)
+    settings = SearchSettings(beam_size=beam_size, alpha=0.6, max_length=9)
+    cached = keras_translator(model).search_ids(src, settings)
+    oracle = search(UncachedStepper(model, src, beam_size), len(src), settings,
+                    bos_id=tiny_config.bos_id, eos_id=tiny_config.eos_id,
+                    pad_id=tiny_config.pad_id)
     np.testing.assert_array_equal(cached.tokens, oracle.tokens)
     np.testing.assert_allclose(cached.scores, oracle.scores, atol=1e-4)
 
@@ -98,7 +99,8 @@ def test_fit_with_dropout_learns_and_round_trips_through_a_keras_file(tiny_confi
     np.testing.assert_array_equal(
         keras.ops.convert_to_numpy(model((src, tgt_in))),
         keras.ops.convert_to_numpy(again((src, tgt_in))))
-    greedy = search_ids(again, src, beam_size=1, max_length=8).to_lists(3)
+    greedy = keras_translator(again).search_ids(
+        src, SearchSettings(beam_size=1, max_length=8)).to_lists(3)
     assert np.mean(np.array(greedy) == tgt_out[:, :-1]) > 0.9
 
 

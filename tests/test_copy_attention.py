@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.layers.copy_attention import (
     CopyGate,
     copy_distribution,
@@ -196,7 +197,7 @@ def test_onnx_step_gives_the_keras_mixture_with_repeated_source_ids(tmp_path, ch
 def test_search_graph_of_a_copy_model_gives_the_numpy_search_tokens(tmp_path):
     import onnxruntime as ort
 
-    from keras_transformer.translator import search_ids
+    from keras_transformer.translator import keras_translator
 
     model, rng = _export_copy_model(tmp_path)
     source = rng.integers(4, 50, (4, 10)).astype(np.int32)
@@ -209,8 +210,9 @@ def test_search_graph_of_a_copy_model_gives_the_numpy_search_tokens(tmp_path):
             "beam_size": np.asarray(beam, np.int32), "alpha": np.asarray(0.6, np.float64),
             "no_repeat_ngram_size": np.asarray(0, np.int32),
             "min_length": np.asarray(2, np.int32)})
-        want = search_ids(model, source, beam_size=beam, alpha=0.6, max_length=12,
-                          min_length=2).to_lists(model.config.eos_id)
+        settings = SearchSettings(beam_size=beam, alpha=0.6, max_length=12, min_length=2)
+        want = keras_translator(model).search_ids(source, settings).to_lists(
+            model.config.eos_id)
         got = [list(row[: list(row).index(3) + 1] if 3 in row else row) for row in tokens]
         assert got == [list(w) for w in want], beam
 

@@ -11,6 +11,7 @@ import pytest
 
 from keras_transformer.decoding import (
     SearchResult,
+    SearchSettings,
     beam_search,
     filter_top_k,
     filter_top_p,
@@ -397,7 +398,7 @@ def test_batched_equals_per_source(beam):
 def test_partitioned_top_candidates_match_full_sort(monkeypatch):
     """Large vocabularies take an np.argpartition path; it must rank exactly like the stable
     full sort, ties included (logits are rounded so that many candidates tie)."""
-    import keras_transformer.decoding as decoding
+    from keras_transformer.decoding import numerics
 
     eos = 2
     base = random_model(5, vocab=9, eos_id=eos)
@@ -406,15 +407,15 @@ def test_partitioned_top_candidates_match_full_sort(monkeypatch):
         return np.round(base(source, prefix))  # coarse values: lots of ties
 
     def run(limit):
-        monkeypatch.setattr(decoding, "_FULL_SORT_LIMIT", limit)
+        monkeypatch.setattr(numerics, "_FULL_SORT_LIMIT", limit)
         return run_beam(model, [0, 1, 2, 3], 4, max_length=6, eos_id=eos, alpha=0.6)[0]
 
     full, part = run(10**9), run(0)
     np.testing.assert_array_equal(part.tokens, full.tokens)
     np.testing.assert_array_equal(part.scores, full.scores)
     x = np.round(np.random.default_rng(0).normal(size=(5, 40)))
-    monkeypatch.setattr(decoding, "_FULL_SORT_LIMIT", 0)
-    got = decoding._top_per_row(x, 7)
+    monkeypatch.setattr(numerics, "_FULL_SORT_LIMIT", 0)
+    got = numerics._top_per_row(x, 7)
     np.testing.assert_array_equal(got, np.argsort(-x, axis=1, kind="stable")[:, :7])
 
 
@@ -591,7 +592,7 @@ def test_sample_logits_validation():
 def test_top_per_row_matches_a_stable_sort_with_ties_and_infinities():
     """The threshold selection against np.argsort: many exact ties, -inf entries, rows that are
     -inf but for a few ids, and vocabularies that the chunks do not divide."""
-    import keras_transformer.decoding as decoding
+    from keras_transformer.decoding import numerics
 
     rng = np.random.default_rng(3)
     for vocab, n in ((8000, 8), (1001, 2), (97, 5), (130, 1)):
@@ -601,7 +602,7 @@ def test_top_per_row_matches_a_stable_sort_with_ties_and_infinities():
         x[1, rng.integers(0, vocab, vocab // 2)] = -np.inf
         x[2, :] = 7.0  # every entry tied
         want = np.argsort(-x, axis=1, kind="stable")[:, :n]
-        np.testing.assert_array_equal(decoding._top_per_row(x, n), want)
+        np.testing.assert_array_equal(numerics._top_per_row(x, n), want)
 
 
 @pytest.mark.parametrize("constraints", [{}, dict(no_repeat_ngram_size=2, min_length=3)])
@@ -651,8 +652,9 @@ def test_log_normalizer_of_the_wrong_shape_is_rejected():
 def test_search_dispatches_by_beam_size(beam_size):
     model = random_model(seed=11, vocab=9, eos_id=1, eos_bias=1.0)
     sources = [0, 1, 2]
-    got = search(ToyStepper(model, sources, beam_size, 6), len(sources), beam_size=beam_size,
-                 bos_id=BOS, eos_id=1, max_length=6, alpha=0.6)
+    got = search(ToyStepper(model, sources, beam_size, 6), len(sources),
+                 SearchSettings(beam_size=beam_size, max_length=6, alpha=0.6), bos_id=BOS,
+                 eos_id=1)
     if beam_size == 1:
         want, _ = run_greedy(model, sources, 6, eos_id=1)
     else:
@@ -817,13 +819,13 @@ def repeats_an_ngram(ids, n):
 
 def test_ngram_bans_match_the_definition():
     """The vectorised bans against banned_reference, on rows of different lengths."""
-    import keras_transformer.decoding as decoding
+    from keras_transformer.decoding import constraints
 
     rng = np.random.default_rng(0)
     for n in (1, 2, 3, 4):
         history = rng.integers(0, 3, size=(40, 12)).astype(np.int32)
         lengths = rng.integers(0, 13, size=40)
-        rows, tokens = decoding._ngram_bans(history, lengths, n)
+        rows, tokens = constraints._ngram_bans(history, lengths, n)
         for r in range(40):
             got = set(tokens[rows == r].tolist())
             assert got == banned_reference(history[r, :lengths[r]], 3, -1, n, 0), (n, r)
@@ -971,10 +973,11 @@ def test_constraints_off_change_nothing():
     sources = [0, 1, 2]
     off = dict(no_repeat_ngram_size=0, min_length=0)
     for beam in (1, 3):
-        plain = search(ToyStepper(model, sources, beam, 7), 3, beam_size=beam, bos_id=BOS,
-                       eos_id=eos, max_length=7)
+        plain = search(ToyStepper(model, sources, beam, 7), 3,
+                       SearchSettings(beam_size=beam, max_length=7), bos_id=BOS, eos_id=eos)
         st = ToyStepper(model, sources, beam, 7)
-        zero = search(st, 3, beam_size=beam, bos_id=BOS, eos_id=eos, max_length=7, **off)
+        zero = search(st, 3, SearchSettings(beam_size=beam, max_length=7, **off), bos_id=BOS,
+                      eos_id=eos)
         np.testing.assert_array_equal(zero.tokens, plain.tokens)
         np.testing.assert_array_equal(zero.scores, plain.scores)
     prompts = [[BOS], [BOS, 4]]
@@ -984,12 +987,12 @@ def test_constraints_off_change_nothing():
 
 
 def test_constrained_partitioned_top_candidates_match_full_sort(monkeypatch):
-    import keras_transformer.decoding as decoding
+    from keras_transformer.decoding import numerics
 
     model = random_model(8, vocab=150, eos_id=2, eos_bias=2.0, scale=0.5)
 
     def run(limit):
-        monkeypatch.setattr(decoding, "_FULL_SORT_LIMIT", limit)
+        monkeypatch.setattr(numerics, "_FULL_SORT_LIMIT", limit)
         return run_beam(model, [0, 1, 2], 4, max_length=8, eos_id=2, alpha=0.6,
                         no_repeat_ngram_size=1, min_length=4)[0]
 
@@ -1001,8 +1004,9 @@ def test_constrained_partitioned_top_candidates_match_full_sort(monkeypatch):
 def test_search_passes_the_constraints_on():
     model = random_model(3, vocab=5, eos_id=1, eos_bias=-2.0)
     for beam in (1, 3):
-        got = search(ToyStepper(model, [0, 1], beam, 8), 2, beam_size=beam, bos_id=BOS,
-                     eos_id=1, max_length=8, no_repeat_ngram_size=1, min_length=2)
+        got = search(ToyStepper(model, [0, 1], beam, 8), 2,
+                     SearchSettings(beam_size=beam, max_length=8, no_repeat_ngram_size=1,
+                                    min_length=2), bos_id=BOS, eos_id=1)
         for row in got.tokens.tolist():
             ids = output_ids(row, 1)
             assert not repeats_an_ngram(ids, 1) and 1 not in ids[:2]
@@ -1020,3 +1024,91 @@ def test_constraint_arguments_are_validated():
             sample_search(step, [[0]], 3, eos_id=1, min_length=bad)
     with pytest.raises(ValueError, match="eos_id=-1 is outside the vocabulary"):
         sample_search(step, [[0]], 3, eos_id=-1, no_repeat_ngram_size=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# SearchSettings
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"beam_size": 0}, "beam_size must be an integer in [1, 64], got 0"),
+    ({"beam_size": 65}, "beam_size must be an integer in [1, 64], got 65"),
+    ({"beam_size": True}, "beam_size must be an integer"),
+    ({"beam_size": 2.5}, "beam_size must be an integer"),
+    ({"beam_size": "4"}, "beam_size must be an integer"),
+    ({"alpha": float("nan")}, "alpha must be a number in [0, 10], got nan"),
+    ({"alpha": -0.1}, "alpha must be a number in [0, 10]"),
+    ({"max_length": 0}, "max_length must be an integer >= 1 or None, got 0"),
+    ({"no_repeat_ngram_size": 17}, "no_repeat_ngram_size must be an integer in [0, 16]"),
+    ({"min_length": -1}, "min_length must be an integer in [0, 4096]"),
+    ({"temperature": float("inf")}, "temperature must be a number in [0, 100]"),
+    ({"top_k": -1}, "top_k must be an integer >= 0"),
+    ({"top_p": 0.0}, "top_p must be a number in (0, 1], got 0.0"),
+    ({"top_p": 1.5}, "top_p must be a number in (0, 1]"),
+    ({"num_samples": 0}, "num_samples must be an integer >= 1"),
+    ({"seed": -3}, "seed must be an integer >= 0 or None"),
+])
+def test_search_settings_refuse_a_bad_option_in_one_line_naming_it(options, words):
+    with pytest.raises(ValueError) as err:
+        SearchSettings(**options)
+    assert words in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"^manifest: " + list(options)[0]):
+        SearchSettings.from_mapping(options, "manifest")
+
+
+def test_search_settings_from_mapping_and_config():
+    s = SearchSettings.from_mapping({"beam_size": 2, "alpha": 1, "min_length": 3.0})
+    assert (s.beam_size, s.alpha, s.min_length, s.no_repeat_ngram_size) == (2, 1.0, 3, 0)
+    assert isinstance(s.alpha, float) and isinstance(s.min_length, int)
+    assert s == SearchSettings(beam_size=2, alpha=1.0, min_length=3)
+    with pytest.raises(ValueError, match=r"^search: unknown search option 'beam'; the options "
+                                         r"are alpha, beam_size"):
+        SearchSettings.from_mapping({"beam": 2})
+    with pytest.raises(ValueError, match="must be a mapping"):
+        SearchSettings.from_mapping([("beam_size", 2)])
+
+    class Eval:  # a run config's eval section: more keys than the search's
+        beam_size, alpha, no_repeat_ngram_size, min_length, batch_size = 5, 0.8, 3, 7, 64
+
+    from_config = SearchSettings.from_config(Eval(), beam_size=1, min_length=None)
+    assert from_config == SearchSettings(beam_size=1, alpha=0.8, no_repeat_ngram_size=3,
+                                         min_length=7)
+    assert SearchSettings.from_config({"alpha": 0.2}) == SearchSettings(alpha=0.2)
+    with pytest.raises(ValueError, match=r"^eval: beam_size must be"):
+        SearchSettings.from_config({"beam_size": 0})
+    assert from_config.replace(seed=None).seed is None
+    assert from_config.given(beam_size=None, alpha=0.1) == from_config.replace(alpha=0.1)
+    with pytest.raises(ValueError, match="alpha must be a number"):
+        from_config.given(alpha=11)
+    with pytest.raises(ValueError, match="top_k"):
+        from_config.replace(top_k=-2)
+    with pytest.raises(AttributeError):
+        from_config.beam_size = 3  # frozen
+    assert from_config.constraints == {"no_repeat_ngram_size": 3, "min_length": 7}
+    assert SearchSettings(temperature=0.5, top_k=4, top_p=0.9, seed=2).sampling == {
+        "temperature": 0.5, "top_k": 4, "top_p": 0.9, "seed": 2, "no_repeat_ngram_size": 0,
+        "min_length": 0}
+
+
+def test_search_needs_settings_with_a_max_length():
+    model = random_model(seed=1, vocab=7, eos_id=1)
+    stepper = ToyStepper(model, [0], 1, 4)
+    with pytest.raises(ValueError, match="settings.max_length is None"):
+        search(stepper, 1, SearchSettings(beam_size=1), bos_id=BOS, eos_id=1)
+    with pytest.raises(TypeError, match="must be a SearchSettings"):
+        search(stepper, 1, {"beam_size": 1, "max_length": 4}, bos_id=BOS, eos_id=1)
+
+
+def test_sample_search_takes_the_settings_sampling_options():
+    """SearchSettings.sampling is what sample_search takes: the same tokens as its keywords."""
+    model = random_model(seed=5, vocab=11, eos_id=1, eos_bias=-1.0)
+    prompts = [[BOS], [BOS, 4, 5]]
+    settings = SearchSettings(temperature=0.7, top_k=5, top_p=0.9, seed=3,
+                              no_repeat_ngram_size=2, min_length=2)
+    got = sample_search(ToyStepper(model, [0, 1], 1, 12).step, prompts, 8, eos_id=1,
+                        **settings.sampling)
+    want = sample_search(ToyStepper(model, [0, 1], 1, 12).step, prompts, 8, eos_id=1,
+                         temperature=0.7, top_k=5, top_p=0.9, seed=3, no_repeat_ngram_size=2,
+                         min_length=2)
+    assert got == want

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_transformer.decoding import SearchSettings
 from tests.browser import chrome, needs_chromium
 from tests.cli_probe import ROOT, assert_clean_failure, command, run_cli
 
@@ -153,8 +154,8 @@ def test_manifest_version_3_still_loads_and_the_explorer_names_the_fix(world, tm
     (old / "manifest.json").write_text(json.dumps(data))
     Manifest(old).verify()
     assert Manifest(old).task == "translation"
-    assert (load_translator(old).translate(SENTENCES, beam_size=1)
-            == load_translator(world["export"]).translate(SENTENCES, beam_size=1))
+    assert (load_translator(old).translate(SENTENCES, SearchSettings(beam_size=1))
+            == load_translator(world["export"]).translate(SENTENCES, SearchSettings(beam_size=1)))
     with pytest.raises(ExportError, match="--with-attention"):
         Explorer(old)
     data["manifest_version"] = 5

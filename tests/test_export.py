@@ -19,6 +19,7 @@ from export import choice, parity
 from export.common import ExportError, Manifest
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
+from keras_transformer.decoding import SearchSettings
 from tests.cli_probe import run_cli
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def exported(tmp_path_factory):
     run_dir, export_dir = root / "run", root / "export"
     overrides = ["data.train_size=1500", "data.dev_size=50", "data.test_size=50",
                  "training.epochs=1", "model.overrides.d_model=32", "model.overrides.d_ff=64",
-                 "eval.max_sentences=5", "eval.beam_size=1", "eval.dev_bleu_sentences=0",
+                 "eval.max_sentences=5", "eval.beam_size=1", "eval.dev_score_sentences=0",
                  "training.verbose=0"]
     train = _run(["-m", "train", "--config", "train/configs/demo.yaml", "--out", str(run_dir),
                   *[arg for o in overrides for arg in ("--set", o)]])
@@ -114,7 +115,8 @@ def test_tensor_parity_on_two_shapes(manifest, backends):
 
 
 def test_greedy_tokens_identical_across_runtimes(manifest, backends, sources):
-    ids = {name: Translator(manifest, b).translate_ids(sources, beam_size=1, batch_size=100)
+    ids = {name: Translator(manifest, b).translate_ids(sources, SearchSettings(beam_size=1),
+                                                       batch_size=100)
            for name, b in backends.items()}
     assert len(sources) >= 200
     for name in parity.RUNTIMES[1:]:
@@ -122,7 +124,8 @@ def test_greedy_tokens_identical_across_runtimes(manifest, backends, sources):
 
 
 def test_beam_tokens_identical_keras_and_onnx(manifest, backends, sources):
-    ids = {name: Translator(manifest, backends[name]).translate_ids(sources[:40], beam_size=4)
+    ids = {name: Translator(manifest, backends[name]).translate_ids(
+               sources[:40], SearchSettings(beam_size=4))
            for name in ("keras", "onnx")}
     assert parity.first_difference(ids["keras"], ids["onnx"]) is None
 
@@ -133,7 +136,7 @@ def test_quantized_variants_keep_bleu(manifest, backends):
     for fmt, variant in (("tflite", "float32"), ("tflite", "fp16"), ("tflite", "int8"),
                          ("onnx", "int8")):
         backend = backends[fmt] if variant == "float32" else load_backend(manifest, fmt, variant)
-        hyps = Translator(manifest, backend).translate(sources, beam_size=1)
+        hyps = Translator(manifest, backend).translate(sources, SearchSettings(beam_size=1))
         scores[(fmt, variant)] = parity.bleu(hyps, references)
     base = scores[("tflite", "float32")]
     for key, score in scores.items():
@@ -148,7 +151,7 @@ def test_savedmodel_translate_signature_matches_greedy_search(exported, manifest
     batch = sources[:20] + ["", "   "]
     out = loaded.signatures["translate"](sentences=tf.constant(batch))["translations"]
     got = [s.decode("utf-8") for s in out.numpy()]
-    expected = Translator(manifest, backends["keras"]).translate(batch, beam_size=1)
+    expected = Translator(manifest, backends["keras"]).translate(batch, SearchSettings(beam_size=1))
     assert got == expected
 
 
@@ -193,7 +196,8 @@ def test_translate_without_tensorflow(exported, manifest, backends, sources, run
     result = run_cli("export.translate", "--export", exported[1], "--runtime", runtime,
                      "--beam", "4", source_file, without_tensorflow=True)
     assert result.code == 0, result.stderr[-3000:]
-    expected = Translator(manifest, backends["keras"]).translate(sources[:10], beam_size=4)
+    expected = Translator(manifest, backends["keras"]).translate(sources[:10],
+                                                                 SearchSettings(beam_size=4))
     assert result.stdout.splitlines() == expected
 
 
@@ -217,13 +221,14 @@ def test_search_graph_translates_as_the_numpy_search(exported, manifest, sources
         assert "search" in graph.backend.sessions and "search" not in stepwise.backend.sessions
         for beam in (1, 4):
             for constraints in ({}, {"no_repeat_ngram_size": 2, "min_length": 4}):
-                expected = stepwise.translate_ids(sources, beam_size=beam, **constraints)
-                got = graph.translate_ids(sources, beam_size=beam, **constraints)
+                expected = stepwise.translate_ids(sources, SearchSettings(beam_size=beam,
+                                                                      **constraints))
+                got = graph.translate_ids(sources, SearchSettings(beam_size=beam, **constraints))
                 if variant == "float32":
                     assert got == expected
                     continue
-                rebatched = stepwise.translate_ids(sources, beam_size=beam, batch_size=16,
-                                                   **constraints)
+                rebatched = stepwise.translate_ids(
+                    sources, SearchSettings(beam_size=beam, **constraints), batch_size=16)
                 moved = sum(a != b for a, b in zip(got, expected, strict=True))
                 assert moved < sum(a != b for a, b in zip(rebatched, expected, strict=True))
         # A translator with the search graph never steps, so it never made the stepwise
@@ -237,9 +242,9 @@ def test_search_graph_translates_as_the_numpy_search(exported, manifest, sources
                      str(source_file)]) for flag in ([], ["--no-search-graph"])]
     assert all(r.returncode == 0 for r in outputs), outputs[0].stderr[-2000:]
     assert outputs[0].stdout == outputs[1].stdout
-    # The command's search is the run's (the manifest's decoding settings).
+    # The command's search is the run's (the manifest's search settings).
     assert outputs[0].stdout.splitlines() == stepwise.translate(sources[:20],
-                                                                **manifest.decoding)
+                                                                manifest.search)
 
 
 def test_parity_records_variants_and_translate_runs_the_fastest_accurate(
@@ -255,7 +260,7 @@ def test_parity_records_variants_and_translate_runs_the_fastest_accurate(
     # Each variant's recorded BLEU is that of its own greedy translations, scored here anew.
     for entry in record["variants"]:
         hyps = Translator(manifest, load_backend(manifest, entry["runtime"], entry["variant"])
-                          ).translate(sources, beam_size=1)
+                          ).translate(sources, SearchSettings(beam_size=1))
         assert entry["score"] == pytest.approx(parity.bleu(hyps, references)), entry
         assert entry["seconds"] > 0
     assert {(e["runtime"], e["variant"]) for e in record["variants"]} == {
@@ -287,7 +292,7 @@ def test_parity_records_variants_and_translate_runs_the_fastest_accurate(
         assert result.code == 0, result.stderr[-3000:]
         assert f"--variant fastest: {' '.join(expected_choice)}" in result.stderr
         expected = Translator(manifest, load_backend(manifest, *expected_choice)).translate(
-            sources[:10], beam_size=4)
+            sources[:10], SearchSettings(beam_size=4))
         assert result.stdout.splitlines() == expected
     choice.write_record(export_dir, passed=True, metric="BLEU", sentences=20,
                         variants=variants(49.5))  # now within 0.5: int8 runs
@@ -351,7 +356,7 @@ def test_a_variant_a_format_cannot_have_is_named_as_such(exported, manifest, tmp
 
 def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
     translator = Translator(manifest, backends["onnx"])
-    assert translator.translate(["", " \t "], beam_size=1) == ["", ""]
+    assert translator.translate(["", " \t "], SearchSettings(beam_size=1)) == ["", ""]
     encoded = translator.encode(["five cats"])
     assert encoded[0][-1] == manifest.special_ids["eos"]
     assert json.loads((manifest.root / "manifest.json").read_text())["max_source_length"] > 0
@@ -508,7 +513,7 @@ def test_onnx_step_of_an_older_export_asks_to_export_again(exported, tmp_path):
     # With it the step is loaded only when something steps (the NumPy search, the explorer):
     # the search graph still runs, and the first step fails with the same fix.
     backend = load_backend(Manifest(old), "onnx")
-    assert Translator(Manifest(old), backend).translate_ids(["a b"], beam_size=1)
+    assert Translator(Manifest(old), backend).translate_ids(["a b"], SearchSettings(beam_size=1))
     with pytest.raises(ExportError, match="export it again"):
         backend.sessions["decoder_step"]
 
@@ -530,8 +535,8 @@ def test_keras_runtime_never_follows_the_run_path_of_a_manifest(exported, tmp_pa
                                                              run_dir=run_dir))
     actual = Translator(Manifest(inside / "export"), load_backend(Manifest(inside / "export"),
                                                                   "keras"))
-    np.testing.assert_array_equal(actual.search_ids(source, beam_size=1).tokens,
-                                  expected.search_ids(source, beam_size=1).tokens)
+    np.testing.assert_array_equal(actual.search_ids(source, SearchSettings(beam_size=1)).tokens,
+                                  expected.search_ids(source, SearchSettings(beam_size=1)).tokens)
     # A run holding another model is refused, naming what differs.
     config = json.loads((inside / "model_config.json").read_text())
     (inside / "model_config.json").write_text(json.dumps({**config, "d_model": 48}))

@@ -22,6 +22,7 @@ from export.common import Manifest
 from export.exporters import LM_INTERFACE
 from export.runtime import Generator, load_backend, load_generator
 from keras_transformer.cache.layout import cache_names, per_layer_heads
+from keras_transformer.decoding import SearchSettings
 from tests.cli_probe import assert_clean_failure, call_main, run_cli, tree_digest
 
 PROMPTS = ("tôi đã mua", "họ sẽ bán hai", "cô ấy")
@@ -178,13 +179,14 @@ def test_generate_cli_greedy_text_equals_keras_without_tensorflow(lm_export, man
 def test_seeded_samples_repeat_and_agree_across_runtimes(manifest, backends, keras_lm):
     onnx = load_generator(manifest.root, "onnx")
     tflite = load_generator(manifest.root, "tflite")
-    samples = onnx.generate(PROMPTS[0], 20, num_samples=3, seed=1, **SAMPLING)
+    seeded = SearchSettings(num_samples=3, seed=1, **SAMPLING)
+    samples = onnx.generate(PROMPTS[0], 20, seeded)
     assert len(samples) == 3 and len(set(samples)) > 1
-    assert onnx.generate(PROMPTS[0], 20, num_samples=3, seed=1, **SAMPLING) == samples
-    assert tflite.generate(PROMPTS[0], 20, num_samples=3, seed=1, **SAMPLING) == samples
+    assert onnx.generate(PROMPTS[0], 20, seeded) == samples
+    assert tflite.generate(PROMPTS[0], 20, seeded) == samples
     assert _keras_text(keras_lm, onnx, PROMPTS[0], 20, num_samples=3, seed=1,
                        **SAMPLING) == samples
-    assert onnx.generate(PROMPTS[0], 20, num_samples=3, seed=2, **SAMPLING) != samples
+    assert onnx.generate(PROMPTS[0], 20, seeded.replace(seed=2)) != samples
 
 
 @pytest.mark.slow
@@ -207,9 +209,10 @@ def test_max_new_tokens_is_lowered_to_what_fits(lm_export, manifest, caplog):
     room = manifest["max_target_length"] - len(generator.encode(prompt))
     assert room > 0
     with caplog.at_level("WARNING", logger="export"):
-        (text,) = generator.generate(prompt, 500, temperature=0.0)
+        (text,) = generator.generate(prompt, 500, SearchSettings(temperature=0.0))
     assert f"generating {room} new tokens, not 500" in caplog.text
-    (exact,) = generator.generate_ids([generator.encode(prompt)], room, temperature=0.0)
+    (exact,) = generator.generate_ids([generator.encode(prompt)], room,
+                                      SearchSettings(temperature=0.0))
     assert text == generator.decode(generator.encode(prompt) + exact)
 
 
@@ -291,10 +294,10 @@ def test_the_attention_explorer_refuses_a_language_model(lm_run, lm_export, tmp_
 
 def test_generate_cli_is_greedy_without_sampling_options():
     args = generate_cli.parse_args(["--export", "x", "--prompt", "y"])
-    assert generate_cli.sampling_options(args) == {"temperature": 0.0, "seed": 0}
+    assert generate_cli.search_settings(args) == SearchSettings(temperature=0.0, seed=0)
     args = generate_cli.parse_args(["--export", "x", "--prompt", "y", "--top-k", "5"])
-    assert generate_cli.sampling_options(args) == {"temperature": 1.0, "top_k": 5, "top_p": 1.0,
-                                                   "seed": 0}
+    assert generate_cli.search_settings(args) == SearchSettings(temperature=1.0, top_k=5,
+                                                                top_p=1.0, seed=0)
 
 
 @pytest.mark.parametrize("overrides", [

@@ -259,7 +259,7 @@ def extractive_run(tmp_path_factory):
         "model": {"preset": "tiny", "sentence_layers": 1, "overrides": {"dropout": 0.0}},
         "training": {"epochs": 2, "steps_per_epoch": 50, "warmup_steps": 40,
                      "verbose": 0, "tensorboard": False},
-        "eval": {"dev_bleu_sentences": 20, "samples": 2},
+        "eval": {"dev_score_sentences": 20, "samples": 2},
     }
     (data / "tiny.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
     out = data / "run"

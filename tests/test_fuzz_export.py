@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_transformer.decoding import SearchSettings
 from tests.cli_probe import ROOT, Result, assert_clean_failure, run_cli, tree_digest
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
@@ -79,7 +80,7 @@ def world(tmp_path_factory):
 def _translate(export_dir: Path, runtime: str = "onnx") -> list[str]:
     from export.runtime import load_translator
 
-    return load_translator(export_dir, runtime).translate(SENTENCES, beam_size=1)
+    return load_translator(export_dir, runtime).translate(SENTENCES, SearchSettings(beam_size=1))
 
 
 def _case(world, command: str, run, expect: int, *words: str, target: Path | None = None,

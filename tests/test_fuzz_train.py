@@ -30,7 +30,7 @@ TINY = [
     "tokenizer.vocab_size=120", "model.overrides.d_model=16", "model.overrides.d_ff=32",
     "model.overrides.num_heads=2", "model.overrides.dropout=0.0",
     "training.steps_per_epoch=3", "training.epochs=2", "training.save_every_steps=1",
-    "training.verbose=0", "training.tensorboard=false", "eval.dev_bleu_sentences=3",
+    "training.verbose=0", "training.tensorboard=false", "eval.dev_score_sentences=3",
     "eval.beam_size=1", "eval.max_sentences=3", "eval.samples=0",
 ]
 SEED = 20240611

@@ -159,7 +159,7 @@ def tiny_config(data_dir: Path) -> dict:
         "model": {"preset": "tiny", "overrides": {"dropout": 0.0}},
         "training": {"epochs": 1, "warmup_steps": 20, "label_smoothing": 0.0, "verbose": 0,
                      "tensorboard": False},
-        "eval": {"dev_bleu_sentences": 10, "samples": 2, "max_sentences": 15},
+        "eval": {"dev_score_sentences": 10, "samples": 2, "max_sentences": 15},
     }
 
 

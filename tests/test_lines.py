@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.text.lines import decode_lines, read_lines
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
 
@@ -75,15 +76,15 @@ def test_every_reader_sees_the_same_lines(tmp_path, monkeypatch):
     from export.translate import main
 
     class Echo:
-        def translate(self, lines, **kwargs):
+        def translate(self, lines, settings, **kwargs):
             return list(lines)
 
     import export.common
 
     monkeypatch.setattr(export.runtime, "load_translator", lambda *args, **kwargs: Echo())
-    decoding = {"beam_size": 1, "alpha": 0.6, "no_repeat_ngram_size": 0, "min_length": 0}
+    search = SearchSettings(beam_size=1)
     monkeypatch.setattr(export.common, "Manifest",
-                        lambda path: types.SimpleNamespace(decoding=decoding))
+                        lambda path: types.SimpleNamespace(search=search))
     out = tmp_path / "out.txt"
     assert main(["--export", str(tmp_path / "export"), str(path), "-o", str(out)]) == 0
     assert read_lines(out) == EXPECTED

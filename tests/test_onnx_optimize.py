@@ -19,6 +19,7 @@ from export import parity
 from export.common import Manifest
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
+from keras_transformer.decoding import SearchSettings
 
 SENTENCES = 60
 
@@ -129,8 +130,9 @@ def test_an_export_without_the_search_graph_takes_the_numpy_search(exports):
     sources = parity.demo_test_split(20)[0]
     with_graph = Translator(exports["lean"], load_backend(exports["lean"], "onnx"))
     for beam in (1, 3):
-        assert (Translator(no_search, backend).translate_ids(sources, beam_size=beam)
-                == with_graph.translate_ids(sources, beam_size=beam))
+        settings = SearchSettings(beam_size=beam)
+        assert (Translator(no_search, backend).translate_ids(sources, settings)
+                == with_graph.translate_ids(sources, settings))
 
 
 def _sessions(manifest, variant="float32"):
@@ -173,8 +175,8 @@ def test_optimized_tensors_match_the_plain_export(exports, batch):
 
 def _ids(manifest, variant, sources):
     translator = Translator(manifest, load_backend(manifest, "onnx", variant))
-    return (translator.translate_ids(sources, beam_size=1, batch_size=16),
-            translator.translate_ids(sources[:20], beam_size=4))
+    return (translator.translate_ids(sources, SearchSettings(beam_size=1), batch_size=16),
+            translator.translate_ids(sources[:20], SearchSettings(beam_size=4)))
 
 
 @pytest.mark.slow

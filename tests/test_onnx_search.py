@@ -100,10 +100,10 @@ class _Graphs:
         stepper = type("Stepper", (), {})()
         stepper.step = step
         stepper.reorder = lambda indices: layout.reorder(cache, indices, None)
-        return decoding.search(stepper, len(source), beam_size=beam, bos_id=c.bos_id,
-                               eos_id=c.eos_id, max_length=max_length, alpha=alpha,
-                               pad_id=c.pad_id, no_repeat_ngram_size=ngram,
-                               min_length=min_length)
+        settings = decoding.SearchSettings(beam_size=beam, max_length=max_length, alpha=alpha,
+                                           no_repeat_ngram_size=ngram, min_length=min_length)
+        return decoding.search(stepper, len(source), settings, bos_id=c.bos_id,
+                               eos_id=c.eos_id, pad_id=c.pad_id)
 
 
 @pytest.fixture(scope="module", params=[

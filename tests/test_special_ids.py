@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.text.pipeline import make_classification_dataset, make_translation_dataset
 from keras_transformer.text.sources import encode_sources, pad_batch
-from keras_transformer.translator import search_ids, translate
+from keras_transformer.translator import keras_translator, translate
 from train.config import load_config
 from train.tasks.base import transformer_config
 from train.tokenizers import train_tokenizer
@@ -113,9 +114,10 @@ def test_a_tiny_model_decodes_from_the_tokenizer_ids(config, tokenizer):
     source = pad_batch(rows, PAD)
     assert (source[1, len(rows[1]):] == PAD).all()
     expected = reference_greedy(model, source, 6)
-    assert search_ids(model, source, beam_size=1, max_length=6).to_lists(EOS) == expected
-    assert translate(model, tokenizer, tokenizer, sentences, beam_size=1,
-                     max_length=6) == tokenizer.decode(expected)
+    greedy = SearchSettings(beam_size=1, max_length=6)
+    assert keras_translator(model).search_ids(source, greedy).to_lists(EOS) == expected
+    assert translate(model, tokenizer, tokenizer, sentences, greedy) == tokenizer.decode(
+        expected)
 
 
 def test_old_configs_with_extra_still_load():

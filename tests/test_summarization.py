@@ -19,6 +19,7 @@ import yaml
 from rouge_score import rouge_scorer
 from rouge_score import tokenize as rouge_tokenize
 
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.text.pipeline import make_translation_dataset
 from keras_transformer.text.rouge import VietnameseRougeTokenizer, rouge
 from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
@@ -226,7 +227,7 @@ def tiny_run_config(data_dir: Path) -> dict:
         "model": {"preset": "tiny", "overrides": {"dropout": 0.0, "share_embeddings": True}},
         "training": {"epochs": 4, "steps_per_epoch": 40, "warmup_steps": 60, "lr_scale": 0.3,
                      "label_smoothing": 0.0, "verbose": 0, "tensorboard": False},
-        "eval": {"beam_size": 2, "alpha": 0.6, "dev_bleu_sentences": 20,
+        "eval": {"beam_size": 2, "alpha": 0.6, "dev_score_sentences": 20,
                  "no_repeat_ngram_size": 0, "min_length": 2, "samples": 3},
     }
 
@@ -339,8 +340,9 @@ def test_summarization_export_summarizes_as_the_run_did(summary_run, tmp_path):
     export_run(run, out, formats=("onnx", "tflite"))
     manifest = Manifest(out)
     assert manifest.task == "summarization"
-    assert manifest.decoding == {"beam_size": 2, "alpha": 0.6, "no_repeat_ngram_size": 0,
-                                 "min_length": 2}
+    assert manifest.search.to_dict(SEQ2SEQ_KEYS) == {"beam_size": 2, "alpha": 0.6,
+                                                     "no_repeat_ngram_size": 0, "min_length": 2}
+    assert manifest.data["search"] == manifest.search.to_dict(SEQ2SEQ_KEYS)
     articles = (run / "test.src").read_bytes()
     result = subprocess.run([sys.executable, "-m", "export.translate", "--export", str(out)],
                             input=articles, cwd=ROOT, env=ENV, capture_output=True, timeout=300)

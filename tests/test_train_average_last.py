@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_transformer.decoding import SearchSettings
 from train.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +22,7 @@ TINY = ["data.train_size=300", "data.dev_size=20", "data.test_size=6",
         "tokenizer.vocab_size=200", "model.overrides.d_model=32", "model.overrides.d_ff=64",
         "training.steps_per_epoch=3", "training.epochs=3", "training.verbose=0",
         "training.keep_checkpoints=3", "training.average_last=2",
-        "eval.dev_bleu_sentences=4", "eval.beam_size=2", "eval.samples=0"]
+        "eval.dev_score_sentences=4", "eval.beam_size=2", "eval.samples=0"]
 
 
 def test_average_last_is_checked_against_the_checkpoints_kept():
@@ -66,5 +67,6 @@ def test_final_model_is_the_mean_of_the_last_checkpoints(tmp_path):
     # The run's test translations are the averaged model's.
     source_tok, target_tok = load_run_tokenizers(out)
     sources = (out / "test.src").read_text(encoding="utf-8").splitlines()
-    hypotheses = translate(model, source_tok, target_tok, sources, beam_size=2, alpha=0.6)
+    hypotheses = translate(model, source_tok, target_tok, sources,
+                           SearchSettings(beam_size=2, alpha=0.6))
     assert hypotheses == (out / "test.hyp").read_text(encoding="utf-8").splitlines()

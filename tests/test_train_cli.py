@@ -53,6 +53,37 @@ def test_unknown_key_and_wrong_type_are_reported(tmp_path):
     assert "training.epochs must be an integer" in result.stderr
 
 
+def test_old_dev_score_keys_still_load_with_one_note(tmp_path, capsys, monkeypatch):
+    """An older run's config names the dev score's keys eval.dev_bleu_*: they are read as
+    eval.dev_score_*, with a one-line note printed once; both names at once is an error. The
+    search options of eval are read as one SearchSettings."""
+    import train.config
+    from keras_transformer.decoding import SearchSettings
+
+    monkeypatch.setattr(train.config, "_renames_noted", set())
+    old = yaml.safe_load(DEMO.read_text())
+    old.setdefault("eval", {}).update(dev_bleu_sentences=7, dev_bleu_beam=3, beam_size=2,
+                                      min_length=4)
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old))
+    for _ in range(2):
+        config = load_config(path)
+        assert (config.eval.dev_score_sentences, config.eval.dev_score_beam) == (7, 3)
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [
+        "note: eval.dev_bleu_sentences is now named eval.dev_score_sentences (it governs every "
+        "task's dev score); the old name is still read",
+        "note: eval.dev_bleu_beam is now named eval.dev_score_beam (it governs every task's dev "
+        "score); the old name is still read"]
+    assert SearchSettings.from_config(config.eval) == SearchSettings(beam_size=2, min_length=4)
+    assert load_config(path, ["eval.dev_bleu_beam=5"]).eval.dev_score_beam == 5
+    with pytest.raises(ConfigError, match="^eval.dev_bleu_beam is the old name of "
+                                          "eval.dev_score_beam; keep only eval.dev_score_beam$"):
+        load_config(path, ["eval.dev_score_beam=2"])
+    with pytest.raises(ConfigError, match="eval.dev_score_beam must be >= 1 and <= 64, got 65"):
+        load_config(path, ["eval.dev_bleu_beam=65"])
+
+
 def test_missing_data_file_names_the_path(tmp_path):
     result = run_cli("--config", str(DEMO), "--out", str(tmp_path / "run"),
                      "--set", "data.corpus=parallel", "--set", f"data.data_dir={tmp_path}",
@@ -76,7 +107,7 @@ def test_load_config_overrides_and_errors(tmp_path):
 @pytest.mark.parametrize("assignment, message", [
     ("eval.batch_size=0", "eval.batch_size must be >= 1 and <= 4096, got 0"),
     ("eval.beam_size=0", "eval.beam_size must be >= 1 and <= 64, got 0"),
-    ("eval.dev_bleu_beam=-1", "eval.dev_bleu_beam must be >= 1 and <= 64, got -1"),
+    ("eval.dev_score_beam=-1", "eval.dev_score_beam must be >= 1 and <= 64, got -1"),
     ("data.num_buckets=0", "data.num_buckets must be >= 1, got 0"),
     ("training.warmup_steps=0", "training.warmup_steps must be >= 1, got 0"),
     ("training.lr_scale=0", "training.lr_scale must be > 0, got 0.0"),

@@ -18,7 +18,7 @@ SHRINK = ["model.overrides.d_model=32", "model.overrides.num_heads=2", "model.ov
           "training.steps_per_epoch=2", "training.epochs=1", "training.verbose=0",
           "training.tensorboard=false", "training.precision=float32", "tokenizer.vocab_size=400",
           "data.tokens_per_batch=1024", f"data.data_dir={DATA}"]
-TRANSLATION = ["eval.dev_bleu_sentences=4", "eval.max_sentences=4", "eval.beam_size=1",
+TRANSLATION = ["eval.dev_score_sentences=4", "eval.max_sentences=4", "eval.beam_size=1",
                "eval.samples=0"]
 
 

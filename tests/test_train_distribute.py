@@ -27,7 +27,7 @@ TINY = [
     "data.max_source_length=24", "data.max_target_length=24", "data.tokens_per_batch=576",
     "tokenizer.vocab_size=200", "model.overrides.d_model=32", "model.overrides.d_ff=64",
     "model.overrides.dropout=0.0", "training.steps_per_epoch=3", "training.epochs=3",
-    "training.verbose=0", "training.tensorboard=false", "eval.dev_bleu_sentences=0",
+    "training.verbose=0", "training.tensorboard=false", "eval.dev_score_sentences=0",
     "eval.beam_size=1", "eval.max_sentences=3", "eval.samples=0",
 ]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import keras
 import pytest
 
+from keras_transformer.decoding import SearchSettings
 from train.config import DataConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,7 @@ DATA = dict(train_size=300, dev_size=20, test_size=6, max_source_length=24,
 TINY = [*(f"data.{k}={v}" for k, v in DATA.items()),
         "tokenizer.vocab_size=200", "model.overrides.d_model=32", "model.overrides.d_ff=64",
         "training.steps_per_epoch=3", "training.epochs=2", "training.verbose=0",
-        "eval.dev_bleu_sentences=4", "eval.beam_size=2", "eval.samples=0"]
+        "eval.dev_score_sentences=4", "eval.beam_size=2", "eval.samples=0"]
 
 
 def python(*args, timeout=400):
@@ -65,7 +66,8 @@ def test_mixed_bfloat16_xla_run_reloads_and_decodes_the_same(bf16_run):
     corpus = load_corpus(DataConfig(**{**config.data.__dict__}))
     sources = [s for s in corpus.test.sources
                if len(source_tok.encode([s])[0]) + 1 <= model.config.max_source_length]
-    hypotheses = translate(model, source_tok, target_tok, sources, beam_size=2, alpha=0.6)
+    hypotheses = translate(model, source_tok, target_tok, sources,
+                           SearchSettings(beam_size=2, alpha=0.6))
     assert hypotheses == (out / "test.hyp").read_text(encoding="utf-8").splitlines()
     assert all(isinstance(h, str) for h in hypotheses)
 

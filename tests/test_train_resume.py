@@ -23,7 +23,7 @@ TINY = [
     "tokenizer.vocab_size=200", "model.overrides.d_model=32", "model.overrides.d_ff=64",
     "model.overrides.dropout=0.0", "training.steps_per_epoch=4", "training.epochs=3",
     "training.save_every_steps=2", "training.verbose=0", "training.tensorboard=false",
-    "eval.dev_bleu_sentences=5", "eval.beam_size=1", "eval.max_sentences=3", "eval.samples=0",
+    "eval.dev_score_sentences=5", "eval.beam_size=1", "eval.max_sentences=3", "eval.samples=0",
 ]
 
 

@@ -4,12 +4,13 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.translator import search_ids
+from keras_transformer.translator import keras_translator
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -36,7 +37,8 @@ def test_tiny_transformer_overfits_and_decodes(tiny_config):
     assert history.history["masked_accuracy"][-1] == 1.0
     # Greedy and beam decoding through the cache reproduce the memorised targets.
     for beam in (1, 3):
-        result = search_ids(model, src, beam_size=beam, max_length=10)
+        result = keras_translator(model).search_ids(
+            src, SearchSettings(beam_size=beam, max_length=10))
         np.testing.assert_array_equal(np.array(result.to_lists(3)), tgt_out[:, :-1])
 
 
@@ -46,7 +48,7 @@ def test_beam_one_equals_greedy_on_a_real_model(tiny_config):
     model.build()
     src = rng.integers(4, 40, size=(5, 7)).astype("int32")
     src[3, 4:] = 0
-    greedy = search_ids(model, src, beam_size=1, max_length=12)
+    greedy = keras_translator(model).search_ids(src, SearchSettings(beam_size=1, max_length=12))
     from keras_transformer.decoding import beam_search
     from keras_transformer.generation import BackendStepper
     from keras_transformer.translator import model_backend
@@ -119,7 +121,8 @@ def test_xla_training_and_decoding_match_graph_mode(tiny_config):
                       loss=MaskedLabelSmoothedCrossEntropy(0.1), jit_compile=jit)
         losses[jit] = [float(model.train_on_batch((src, tgt_in), tgt_out)) for _ in range(4)]
     outputs = {
-        j: search_ids(model, src, beam_size=2, max_length=8, jit_compile=j).tokens
+        j: keras_translator(model, jit_compile=j).search_ids(
+            src, SearchSettings(beam_size=2, max_length=8)).tokens
         for j in (False, True)
     }
     np.testing.assert_array_equal(outputs[True], outputs[False])

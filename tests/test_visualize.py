@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from keras_transformer.decoding import SearchSettings
 from tests import reference
 from tests.cli_probe import assert_clean_failure, call_main, run_cli, tree_digest
 from tests.test_fuzz_train import train_args
@@ -100,7 +101,8 @@ def test_writes_every_picture_the_arrays_and_the_tokens(pictures, model, tokeniz
     assert record["source_ids"] == ids == arrays["source_ids"].tolist()
     assert record["source_pieces"] == pieces(tokenizer, ids)
     assert record["source_pieces"][-1] == "</s>"
-    expected = translate(model, tokenizer, tokenizer, [TEXT], beam_size=2, alpha=0.6)[0]
+    expected = translate(model, tokenizer, tokenizer, [TEXT],
+                         SearchSettings(beam_size=2, alpha=0.6))[0]
     assert record["output"] == expected and f"output: {expected}" in stdout
     # Up to and including EOS, or every token of an output cut at the maximum length.
     generated, eos = record["output_ids"], model.config.eos_id
@@ -457,11 +459,11 @@ def test_evaluate_plots_a_translation_cut_at_the_maximum_length(run, model, toke
     """train.evaluate --plot-attention shares train.attention: the barely trained model
     never says EOS, and its output of max_target_length tokens is drawn, not refused for
     one token too many."""
-    from keras_transformer.translator import search_ids
+    from keras_transformer.translator import keras_translator
     from train.evaluate import main
 
     source = np.array([tokenizer.encode([TEXT])[0] + [model.config.eos_id]], np.int32)
-    tokens = search_ids(model, source, beam_size=1).tokens[0]
+    tokens = keras_translator(model).search_ids(source, SearchSettings(beam_size=1)).tokens[0]
     assert model.config.eos_id not in tokens
     assert len(tokens) == model.config.max_target_length
     copy = tmp_path / "run"

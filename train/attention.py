@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer.decoding import SearchSettings
+
 from .plots import heatmap_grid
 
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -121,25 +123,24 @@ def plot_attention(weights: np.ndarray, source_pieces: list[str], target_pieces:
 
 
 def write_attention_plots(model, source_tok, target_tok, sentences: list[str], out_dir: Path,
-                          *, beam_size: int, alpha: float,
-                          line_numbers: list[int] | None = None, **search) -> list[Path]:
-    """PNG heatmaps of the cross-attention for each sentence's own output (by the search
-    settings given: beam_size, alpha, and keras_transformer.decoding's constraints in
-    `search`; an over-long source is cut as the search cuts it), named attention_<line>.png
+                          settings: SearchSettings,
+                          line_numbers: list[int] | None = None) -> list[Path]:
+    """PNG heatmaps of the cross-attention for each sentence's own output (by the search of
+    `settings`; an over-long source is cut as the search cuts it), named attention_<line>.png
     by `line_numbers` (1-based; default 1, 2, ...)."""
     from keras_transformer.text.sources import encode_sources
-    from keras_transformer.translator import search_ids
+    from keras_transformer.translator import keras_translator
 
     out_dir.mkdir(parents=True, exist_ok=True)
     c = model.config
+    translator = keras_translator(model)
     paths = []
     numbers = line_numbers or list(range(1, len(sentences) + 1))
     for number, sentence, ids in zip(numbers, sentences, encode_sources(
             sentences, source_tok.encode, c.max_source_length, c.eos_id, truncate=True),
             strict=True):
         source = np.array(ids, np.int32)
-        result = search_ids(model, source[None, :], beam_size=beam_size, alpha=alpha,
-                            **search)
+        result = translator.search_ids(source[None, :], settings)
         output = result.to_lists(c.eos_id)[0]
         generated = generated_tokens(result, c.eos_id)[0]  # the row that chose EOS too
         weights = cross_attention(model, source, generated)

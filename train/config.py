@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from keras_transformer.decoding.settings import BOUNDS as SEARCH_BOUNDS
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.file_safety import atomic_write_text, check_input_file
 
 
@@ -97,8 +100,10 @@ class EvalConfig:
     batch_size: int = 128
     max_sentences: int = 0  # 0: the whole split
     samples: int = 5
-    dev_bleu_sentences: int = 200  # scored after every epoch for the best checkpoint; 0: off
-    dev_bleu_beam: int = 1
+    # The dev score after every epoch (BLEU, ROUGE, macro-F1 or perplexity, by the task), which
+    # picks the best checkpoint: on this many dev examples (0: off), searched at this beam.
+    dev_score_sentences: int = 200
+    dev_score_beam: int = 1
     # Search constraints (keras_transformer.decoding); 0: off. Used by task summarization.
     no_repeat_ngram_size: int = 0
     min_length: int = 0
@@ -203,6 +208,29 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}{where}: invalid YAML ({problem})") from None
 
 
+# Keys that were renamed -> their names now. Older runs' configs hold the old names, which
+# are still read, with a note printed once per process.
+RENAMED = {"eval.dev_bleu_sentences": "eval.dev_score_sentences",
+           "eval.dev_bleu_beam": "eval.dev_score_beam"}
+_renames_noted: set[str] = set()
+
+
+def _rename_old_keys(values: dict[str, Any]) -> None:
+    for old, new in RENAMED.items():
+        section, old_name = old.split(".")
+        new_name = new.split(".")[1]
+        node = values.get(section)
+        if not isinstance(node, dict) or old_name not in node:
+            continue
+        if new_name in node:
+            raise ConfigError(f"{old} is the old name of {new}; keep only {new}")
+        node[new_name] = node.pop(old_name)
+        if old not in _renames_noted:
+            _renames_noted.add(old)
+            print(f"note: {old} is now named {new} (it governs every task's dev score); "
+                  f"the old name is still read", file=sys.stderr)
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
     """YAML file + `key.sub=value` overrides -> RunConfig (ConfigError on anything unknown)."""
     values: dict[str, Any] = {}
@@ -222,6 +250,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
                               f"{type(values).__name__}")
     for assignment in overrides:
         _apply_override(values, assignment)
+    _rename_old_keys(values)
     config = _build(RunConfig, values, "")
     _check_ranges(config)
     _check_model(config)
@@ -266,11 +295,11 @@ _RANGES = [
     ("training.average_last", 0, None, False),
     ("training.early_stopping_patience", 0, None, False),
     ("training.max_minutes", 0, None, False), ("training.verbose", 0, 2, False),
-    ("eval.beam_size", 1, 64, False), ("eval.alpha", 0, 10, False),
+    *((f"eval.{key}", *SEARCH_BOUNDS[key], False) for key in SEQ2SEQ_KEYS),
     ("eval.batch_size", 1, 4096, False), ("eval.max_sentences", 0, None, False),
-    ("eval.samples", 0, None, False), ("eval.dev_bleu_sentences", 0, None, False),
-    ("eval.dev_bleu_beam", 1, 64, False), ("eval.no_repeat_ngram_size", 0, 16, False),
-    ("eval.min_length", 0, 4096, False), ("model.num_classes", 0, 100_000, False),
+    ("eval.samples", 0, None, False), ("eval.dev_score_sentences", 0, None, False),
+    ("eval.dev_score_beam", *SEARCH_BOUNDS["beam_size"], False),
+    ("model.num_classes", 0, 100_000, False),
     ("data.article_sentences", 1, 512, False), ("model.sentence_layers", 1, 64, False),
     ("eval.summary_sentences", 0, 512, False), ("eval.summary_syllables", 0, None, False),
 ]

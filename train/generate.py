@@ -22,6 +22,7 @@ from keras_transformer.command_line import (
     float_in,
     int_in,
 )
+from keras_transformer.decoding import SearchSettings
 
 MAX_NEW_TOKENS, MAX_SAMPLES, MAX_TEMPERATURE = 4096, 100, 100.0
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p")
@@ -104,11 +105,11 @@ def main(argv) -> int:
     if args.max_new_tokens > room:
         print(f"note: at most {room} new tokens fit after this prompt in the model's "
               f"{limit} positions", file=sys.stderr)
-    texts = generate_texts(
-        model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
-        temperature=(args.temperature or 1.0) if sampling else 0.0,
-        top_k=args.top_k or 0, top_p=args.top_p or 1.0, seed=seed,
-        num_samples=args.num_samples)
+    settings = SearchSettings(temperature=(args.temperature or 1.0) if sampling else 0.0,
+                              top_k=args.top_k or 0, top_p=args.top_p or 1.0, seed=seed,
+                              num_samples=args.num_samples)
+    texts = generate_texts(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
+                           settings=settings)
     for text in texts:
         print(text)
     return 0

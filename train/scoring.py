@@ -12,6 +12,7 @@ import numpy as np
 import sacrebleu
 from tqdm import tqdm
 
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.rouge import ROUGE_TYPES, rouge
 from keras_transformer.text.sentences import VietnameseRougeTokenizer, syllables
@@ -34,15 +35,14 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
     }
 
 
-def score_translations(model, source_tok, target_tok, sources, references, *, beam_size,
-                       alpha, batch_size, hypotheses_path: Path | None = None,
-                       no_repeat_ngram_size: int = 0, min_length: int = 0) -> dict:
-    """Translate `sources`, optionally write the translations one per line, score them."""
+def score_translations(model, source_tok, target_tok, sources, references,
+                       settings: SearchSettings, *, batch_size,
+                       hypotheses_path: Path | None = None) -> dict:
+    """Translate `sources` by the search of `settings`, optionally write the translations one
+    per line, score them."""
     with tqdm(total=len(sources), desc="decoding", unit="sent", leave=False) as bar:
-        hypotheses = translate(model, source_tok, target_tok, sources, beam_size=beam_size,
-                               alpha=alpha, batch_size=batch_size, progress=bar,
-                               no_repeat_ngram_size=no_repeat_ngram_size,
-                               min_length=min_length)
+        hypotheses = translate(model, source_tok, target_tok, sources, settings,
+                               batch_size=batch_size, progress=bar)
     if hypotheses_path is not None:
         atomic_write_text(hypotheses_path, "".join(f"{h}\n" for h in hypotheses))
     return bleu_chrf(hypotheses, references)

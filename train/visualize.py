@@ -45,6 +45,7 @@ from keras_transformer.command_line import (
     entry_point,
     int_in,
 )
+from keras_transformer.decoding import SearchSettings
 
 from .run_directory import RUN_ENTRIES
 
@@ -226,7 +227,7 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
     from keras_transformer.models.language_model import TransformerLM
     from keras_transformer.models.transformer import Transformer
     from keras_transformer.text.sources import encode_sources
-    from keras_transformer.translator import search_ids
+    from keras_transformer.translator import keras_translator
 
     from .attention import attention_maps, generated_tokens, pieces, teacher_forced_input
 
@@ -271,9 +272,8 @@ def pictures(model, config, source_tok, target_tok, text: str, *, beam_size: int
         if query is not None:
             arrays["word_attention"] = arrays["encoder_self"][:, :, query, :]
         return arrays, record
-    e = config.eval
-    result = search_ids(model, source, beam_size=beam_size, alpha=e.alpha,
-                        no_repeat_ngram_size=e.no_repeat_ngram_size, min_length=e.min_length)
+    settings = SearchSettings.from_config(config.eval, beam_size=beam_size)
+    result = keras_translator(model).search_ids(source, settings)
     output = result.to_lists(c.eos_id)[0]
     generated = generated_tokens(result, c.eos_id)[0]  # the row that chose EOS too
     target_in = teacher_forced_input(c.bos_id, generated)

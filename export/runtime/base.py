@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
-import numpy as np
 import sentencepiece as spm
 
 from keras_transformer import generation
-from keras_transformer.decoding import SearchResult, sample_search
-from keras_transformer.text.sources import encode_sources
+from keras_transformer.decoding import SearchSettings, sample_search
 
 from ..common import ExportError, Manifest
 
@@ -39,63 +38,32 @@ def _load_sentencepiece(path) -> spm.SentencePieceProcessor:
         raise ExportError(f"{path} is not a valid SentencePiece model: {err}") from err
 
 
-class Translator:
-    """Sentences in, sentences out, over any Backend; greedy (beam_size=1) or beam search."""
+class Translator(generation.Translator):
+    """generation.Translator over any Backend of a translator's export, with the manifest's
+    SentencePiece models and special ids."""
 
     def __init__(self, manifest: Manifest, backend: generation.Backend):
         manifest.require_kind("translator", "a Translator")
         self.manifest = manifest
-        self.backend = backend
         source, target = manifest.tokenizer_files()
         self.source_sp = _load_sentencepiece(source)
         self.target_sp = self.source_sp if target == source else _load_sentencepiece(target)
         ids = manifest.special_ids
-        self.pad_id, self.bos_id, self.eos_id = ids["pad"], ids["bos"], ids["eos"]
-        self.max_source_length = manifest["max_source_length"]
-        self.max_target_length = manifest["max_target_length"]
+        special = {ids["pad"], ids["bos"]}
+        super().__init__(
+            backend, _Limits(ids["pad"], ids["bos"], ids["eos"], manifest["max_source_length"],
+                             manifest["max_target_length"]),
+            lambda texts: self.source_sp.encode(texts, out_type=int),
+            lambda rows: [self.target_sp.decode([t for t in row if t not in special])
+                          for row in rows])
 
-    def search_ids(self, source_ids: np.ndarray, *, beam_size: int = 4, alpha: float = 0.6,
-                   max_length: int | None = None, no_repeat_ngram_size: int = 0,
-                   min_length: int = 0) -> SearchResult:
-        """source_ids (B,S) padded ids ending in EOS -> SearchResult (greedy if beam 1); the
-        options are those of keras_transformer.generation.search_ids."""
-        return generation.search_ids(self.backend, source_ids, self, beam_size=beam_size,
-                                     alpha=alpha, max_length=max_length,
-                                     no_repeat_ngram_size=no_repeat_ngram_size,
-                                     min_length=min_length)
 
-    def encode(self, sentences: Sequence[str], truncate: bool = True) -> list[list[int] | None]:
-        """Sentences -> id lists ending in EOS (None for blank ones); see text.sources."""
-        return encode_sources(sentences, lambda texts: self.source_sp.encode(texts, out_type=int),
-                              self.max_source_length, self.eos_id, truncate=truncate,
-                              allow_empty=True)
-
-    def translate_ids(self, sentences: Sequence[str], *, beam_size: int = 4,
-                      alpha: float = 0.6, batch_size: int = 64, truncate: bool = True,
-                      progress=None, no_repeat_ngram_size: int = 0,
-                      min_length: int = 0) -> list[list[int]]:
-        """Sentences -> generated ids up to EOS (empty for blank sentences), in input order;
-        no_repeat_ngram_size and min_length are those of keras_transformer.decoding (0: off)."""
-        if isinstance(sentences, str):
-            raise TypeError("translate expects a list of sentences, not a single str")
-
-        def search_batch(source_ids):
-            return self.search_ids(source_ids, beam_size=beam_size, alpha=alpha,
-                                   no_repeat_ngram_size=no_repeat_ngram_size,
-                                   min_length=min_length)
-
-        return generation.search_batches(self.encode(sentences, truncate), search_batch, self,
-                                         batch_size=batch_size, progress=progress)
-
-    def translate(self, sentences: Sequence[str], **kwargs) -> list[str]:
-        """Sentences -> translations in input order; blank sentences give "". The keyword
-        arguments are those of `translate_ids`."""
-        return self.decode_ids(self.translate_ids(sentences, **kwargs))
-
-    def decode_ids(self, rows: Sequence[Sequence[int]]) -> list[str]:
-        """Generated ids (as `translate_ids` gives them) -> text, PAD and BOS dropped."""
-        special = {self.pad_id, self.bos_id}
-        return [self.target_sp.decode([t for t in row if t not in special]) for row in rows]
+class _Limits(NamedTuple):
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    max_source_length: int
+    max_target_length: int
 
 
 class LMStepper(generation.BackendStepper):
@@ -135,31 +103,30 @@ class Generator:
                              f"the prompt")
         return ids
 
-    def generate_ids(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
-                     temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                     seed: int | None = 0) -> list[list[int]]:
+    def generate_ids(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                     settings: SearchSettings = SearchSettings()) -> list[list[int]]:
         """Id prompts (each starting with BOS) -> the new tokens of each, up to and including
-        EOS; greedy at temperature 0, else sampled (keras_transformer.decoding.sample_logits).
-        The cache holds the longest prompt plus max_new_tokens, as TransformerLM.generate's."""
+        EOS, by `settings.sampling` (greedy at temperature 0, else sampled; see
+        keras_transformer.decoding.sample_search). The cache holds the longest prompt plus
+        max_new_tokens, as TransformerLM.generate's."""
         total = max(len(p) for p in prompts) + max_new_tokens
         if total > self.max_length:
             raise ValueError(f"prompt + max_new_tokens = {total} tokens exceeds this model's "
                              f"maximum of {self.max_length}; generate fewer tokens")
         stepper = LMStepper(self.backend, len(prompts), total)
         return sample_search(stepper.step, prompts, max_new_tokens, eos_id=self.eos_id,
-                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                             pad_id=self.pad_id)
+                             pad_id=self.pad_id, **settings.sampling)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Ids -> text, without the special ids (EOS, PAD, BOS)."""
         special = {self.pad_id, self.bos_id, self.eos_id}
         return self.sp.decode([int(t) for t in ids if t not in special])
 
-    def generate(self, prompt: str, max_new_tokens: int, num_samples: int = 1,
-                 **sampling) -> list[str]:
-        """A prompt -> `num_samples` texts, each the prompt and its continuation (one search of
-        `num_samples` rows, so a seed gives the same samples in every runtime whose logits
-        agree); `sampling` as in `generate_ids`. max_new_tokens is lowered, with a warning,
+    def generate(self, prompt: str, max_new_tokens: int,
+                 settings: SearchSettings = SearchSettings()) -> list[str]:
+        """A prompt -> `settings.num_samples` texts, each the prompt and its continuation (one
+        search of num_samples rows, so a seed gives the same samples in every runtime whose
+        logits agree), searched as in `generate_ids`. max_new_tokens is lowered, with a warning,
         to what fits in the model's maximum length after the prompt."""
         ids = self.encode(prompt)
         room = self.max_length - len(ids)
@@ -168,5 +135,5 @@ class Generator:
                         "generating %d new tokens, not %d", len(ids), self.max_length, room,
                         max_new_tokens)
             max_new_tokens = room
-        outputs = self.generate_ids([ids] * num_samples, max_new_tokens, **sampling)
+        outputs = self.generate_ids([ids] * settings.num_samples, max_new_tokens, settings)
         return [self.decode(ids + new) for new in outputs]

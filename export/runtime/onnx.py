@@ -161,17 +161,16 @@ class OnnxBackend(Backend):
                  "target_ids": np.asarray(target_ids, np.int32).reshape(1, -1)}
         return dict(zip(names, self.sessions["attention"].run(list(names), feeds), strict=True))
 
-    def search_in_runtime(self, source_ids, *, beam_size, alpha, max_length,
-                          no_repeat_ngram_size, min_length):
+    def search_in_runtime(self, source_ids, settings):
         if "search" not in self.sessions:
             return None
         tokens, scores = self.sessions["search"].run(["tokens", "scores"], {
             "source_ids": np.asarray(source_ids, np.int32),
-            "max_length": np.asarray(max_length, np.int32),
-            "beam_size": np.asarray(beam_size, np.int32),
-            "alpha": np.asarray(alpha, np.float64),
-            "no_repeat_ngram_size": np.asarray(no_repeat_ngram_size, np.int32),
-            "min_length": np.asarray(min_length, np.int32)})
+            "max_length": np.asarray(settings.max_length, np.int32),
+            "beam_size": np.asarray(settings.beam_size, np.int32),
+            "alpha": np.asarray(settings.alpha, np.float64),
+            "no_repeat_ngram_size": np.asarray(settings.no_repeat_ngram_size, np.int32),
+            "min_length": np.asarray(settings.min_length, np.int32)})
         return trimmed(tokens, scores, self.manifest.special_ids["eos"])
 
     def encode(self, source_ids):

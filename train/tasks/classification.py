@@ -44,7 +44,7 @@ def class_names(labels: list[str], num_classes: int, splits: dict) -> list[str]:
 
 class ClassificationTask(Task):
     """Labeled sentences (train.data.load_classification); dev and test accuracy, per-class
-    F1 and macro-F1. After every epoch the dev macro-F1 (eval.dev_bleu_sentences 0 turns it
+    F1 and macro-F1. After every epoch the dev macro-F1 (eval.dev_score_sentences 0 turns it
     off) picks best.keras."""
 
     def prepare(self, out: Path):
@@ -113,7 +113,7 @@ class ClassificationTask(Task):
         return classification_scores(*self.predict(model, split), self.names)
 
     def dev_score(self):
-        if not self.config.eval.dev_bleu_sentences:
+        if not self.config.eval.dev_score_sentences:
             return None
         dev = self.dev
 

@@ -209,11 +209,11 @@ class ExtractiveSummarizationTask(Task):
 
     def dev_score(self):
         e = self.config.eval
-        if not e.dev_bleu_sentences:
+        if not e.dev_score_sentences:
             return None
         dev = self.splits["dev"]
-        articles = dev.articles[: e.dev_bleu_sentences]
-        references = dev.summaries[: e.dev_bleu_sentences]
+        articles = dev.articles[: e.dev_score_sentences]
+        references = dev.summaries[: e.dev_score_sentences]
 
         def score(model):
             selection, table = choose_selection(self.extract(model, articles), references,

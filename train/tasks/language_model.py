@@ -10,6 +10,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.losses import label_smoothed_nll
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.language_model import TransformerLM
@@ -70,16 +71,16 @@ def encode_prompt(tokenizer, prompt: str, max_length: int) -> list[int]:
 
 
 def generate_texts(model, tokenizer, prompt: str, *, max_new_tokens: int,
-                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                   seed: int | None = 0, num_samples: int = 1) -> list[str]:
-    """`num_samples` continuations of `prompt`, each decoded with the prompt before it:
-    greedy at temperature 0, else sampled (TransformerLM.generate; one generator seeded by
-    `seed` draws every sample, so a seed reproduces them). New tokens stop at EOS or at the
-    model's max_target_length."""
+                   settings: SearchSettings = SearchSettings()) -> list[str]:
+    """`settings.num_samples` continuations of `prompt`, each decoded with the prompt before
+    it: greedy at temperature 0, else sampled (TransformerLM.generate; one generator seeded by
+    settings.seed draws every sample, so a seed reproduces them). New tokens stop at EOS or at
+    the model's max_target_length."""
     ids = encode_prompt(tokenizer, prompt, model.config.max_target_length)
     max_new_tokens = min(max_new_tokens, model.config.max_target_length - len(ids))
-    new = model.generate([ids] * num_samples, max_new_tokens, temperature=temperature,
-                         top_k=top_k, top_p=top_p, seed=seed)
+    new = model.generate([ids] * settings.num_samples, max_new_tokens,
+                         temperature=settings.temperature, top_k=settings.top_k,
+                         top_p=settings.top_p, seed=settings.seed)
     return tokenizer.decode([ids + row for row in new])
 
 
@@ -95,8 +96,8 @@ class LanguageModelTask(Task):
         config, d = self.config, self.config.data
         self.texts = texts = load_articles(d)
         e = config.eval
-        if e.dev_bleu_sentences:
-            texts["dev_score"] = texts["dev"][: e.dev_bleu_sentences]
+        if e.dev_score_sentences:
+            texts["dev_score"] = texts["dev"][: e.dev_score_sentences]
         for name in ("dev", "test"):
             if e.max_sentences and name in texts:  # the final scores read the first ones only
                 texts[name] = texts[name][: e.max_sentences]
@@ -137,7 +138,7 @@ class LanguageModelTask(Task):
             rows = self.rows["train"]
             return replayable(lambda: self.dataset(rows, shuffle=True, repeat=repeat), repeat)
 
-        # The per-epoch dev loss reads the dev score's articles (eval.dev_bleu_sentences),
+        # The per-epoch dev loss reads the dev score's articles (eval.dev_score_sentences),
         # not the whole dev split, which evaluate() scores once at the end.
         dev = "dev_score" if "dev_score" in self.rows else "dev"
         return make_train, lambda: self.dataset(self.rows[dev])

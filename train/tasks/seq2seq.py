@@ -10,6 +10,7 @@ from pathlib import Path
 import keras
 from tqdm import tqdm
 
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
 
@@ -85,6 +86,11 @@ class Seq2SeqTask(Task):
         """Which non-empty sources the model is given and scored on."""
         return [True] * len(sources)
 
+    def search_settings(self, **overrides) -> SearchSettings:
+        """The search of config.eval (SearchSettings.from_config), `overrides` replacing its
+        options."""
+        return SearchSettings.from_config(self.config.eval, **overrides)
+
     def generate(self, model, sources: list[str], progress=None) -> list[str]:
         """The model's outputs by the search settings of config.eval."""
         raise NotImplementedError
@@ -120,11 +126,9 @@ class Seq2SeqTask(Task):
         if references is not None:
             result.scores, result.printed = self.score(
                 hypotheses, [references[i] for i in scored], result.sources)
-            e = self.config.eval
-            result.details = {"beam": e.beam_size, "alpha": e.alpha,
-                              "no_repeat_ngram_size": e.no_repeat_ngram_size,
-                              "min_length": e.min_length, "sentences": len(scored),
-                              "skipped": dropped + too_long}
+            s = self.search_settings()
+            result.details = {"beam": s.beam_size, "alpha": s.alpha, **s.constraints,
+                              "sentences": len(scored), "skipped": dropped + too_long}
         return result
 
     def plot_attention(self, model, result: FileScores, count: int, directory: Path):
@@ -132,10 +136,6 @@ class Seq2SeqTask(Task):
         search settings of config.eval), named by their input line; their paths."""
         from ..attention import write_attention_plots
 
-        e = self.config.eval
         return write_attention_plots(model, self.source_tok, self.target_tok,
-                                     result.sources[:count], directory,
-                                     beam_size=e.beam_size, alpha=e.alpha,
-                                     line_numbers=[i + 1 for i in result.scored[:count]],
-                                     no_repeat_ngram_size=e.no_repeat_ngram_size,
-                                     min_length=e.min_length)
+                                     result.sources[:count], directory, self.search_settings(),
+                                     line_numbers=[i + 1 for i in result.scored[:count]])

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.text.buckets import bucket_boundaries_for
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
@@ -79,26 +80,25 @@ class SummarizationTask(Seq2SeqTask):
         return (f", articles cut to {c.max_source_length - 1} pieces, summaries to "
                 f"{c.max_target_length - 1}")
 
-    def summarize(self, model, articles, *, beam_size: int, progress=None) -> list[str]:
+    def summarize(self, model, articles, settings: SearchSettings,
+                  progress=None) -> list[str]:
         """The model's summaries of `articles` (each cut to the model's max_source_length),
-        decoded by eval.alpha, eval.no_repeat_ngram_size and eval.min_length."""
-        e = self.config.eval
-        return translate(model, self.source_tok, self.target_tok, articles,
-                         beam_size=beam_size, alpha=e.alpha, batch_size=e.batch_size,
-                         no_repeat_ngram_size=e.no_repeat_ngram_size,
-                         min_length=e.min_length, truncate=True, progress=progress)
+        decoded by `settings`."""
+        return translate(model, self.source_tok, self.target_tok, articles, settings,
+                         batch_size=self.config.eval.batch_size, truncate=True,
+                         progress=progress)
 
     def dev_score(self):
         e = self.config.eval
-        if not e.dev_bleu_sentences:
+        if not e.dev_score_sentences:
             return None
         dev = self.splits["dev"]
-        articles = dev.articles[: e.dev_bleu_sentences]
-        references = dev.summaries[: e.dev_bleu_sentences]
+        articles = dev.articles[: e.dev_score_sentences]
+        references = dev.summaries[: e.dev_score_sentences]
+        settings = self.search_settings(beam_size=e.dev_score_beam)
 
         def score(model):
-            scores = rouge(self.summarize(model, articles, beam_size=e.dev_bleu_beam),
-                           references)
+            scores = rouge(self.summarize(model, articles, settings), references)
             parts = {k: scores[k] for k in ROUGE_TYPES}
             return {"rouge": float(np.mean(list(parts.values()))), **parts}
 
@@ -119,7 +119,7 @@ class SummarizationTask(Seq2SeqTask):
             if e.max_sentences:
                 articles, references = articles[: e.max_sentences], references[: e.max_sentences]
             with tqdm(total=len(articles), desc="decoding", unit="article", leave=False) as bar:
-                hypotheses = self.summarize(model, articles, beam_size=e.beam_size,
+                hypotheses = self.summarize(model, articles, self.search_settings(),
                                             progress=bar)
             # The articles too, so that train.evaluate and export.parity can take them back.
             for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
@@ -142,16 +142,15 @@ class SummarizationTask(Seq2SeqTask):
         return [word_joints(text, self.config.data.word_joints) for text in sources]
 
     def generate(self, model, sources, progress=None):
-        return self.summarize(model, sources, beam_size=self.config.eval.beam_size,
-                              progress=progress)
+        return self.summarize(model, sources, self.search_settings(), progress=progress)
 
     def score(self, hypotheses, references, sources):
         scores = rouge(hypotheses, references)
         leads = lead_baselines(sources, references)
-        e = self.config.eval
+        s = self.search_settings()
         lines = [f"model {format_rouge(scores)}  ({len(hypotheses)} articles, beam "
-                 f"{e.beam_size}, alpha {e.alpha}, no_repeat_ngram_size "
-                 f"{e.no_repeat_ngram_size}, min_length {e.min_length})"]
+                 f"{s.beam_size}, alpha {s.alpha}, no_repeat_ngram_size "
+                 f"{s.no_repeat_ngram_size}, min_length {s.min_length})"]
         lines += [f"{name:5s} {format_rouge(values)}" for name, values in leads.items()]
         lines.append(scores["rouge_signature"])
         stats = {"summary_stats": summary_statistics(hypotheses, sources),

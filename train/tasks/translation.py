@@ -64,23 +64,22 @@ class TranslationTask(Seq2SeqTask):
 
     def dev_score(self):
         e = self.config.eval
-        if not e.dev_bleu_sentences:
+        if not e.dev_score_sentences:
             return None
         dev = self.corpus.dev
-        sources, references, _ = fitting_pairs(dev.sources[: e.dev_bleu_sentences],
-                                               dev.targets[: e.dev_bleu_sentences],
+        sources, references, _ = fitting_pairs(dev.sources[: e.dev_score_sentences],
+                                               dev.targets[: e.dev_score_sentences],
                                                self.source_tok,
                                                self.model_config.max_source_length)
 
+        settings = self.search_settings(beam_size=e.dev_score_beam)
+
         def score(model):
-            hypotheses = translate(model, self.source_tok, self.target_tok, sources,
-                                   beam_size=e.dev_bleu_beam, alpha=e.alpha,
-                                   batch_size=e.batch_size,
-                                   no_repeat_ngram_size=e.no_repeat_ngram_size,
-                                   min_length=e.min_length)
+            hypotheses = translate(model, self.source_tok, self.target_tok, sources, settings,
+                                   batch_size=e.batch_size)
             return bleu_chrf(hypotheses, references)["bleu"]
 
-        return DevScore(score, {"dev_bleu_sentences": min(e.dev_bleu_sentences, len(dev))})
+        return DevScore(score, {"dev_score_sentences": min(e.dev_score_sentences, len(dev))})
 
     def data_metrics(self):
         return {"too_long_dropped": self.too_long, "empty_dropped": self.corpus.dropped_empty}
@@ -105,11 +104,9 @@ class TranslationTask(Seq2SeqTask):
             for suffix, lines in (("src", sources), ("ref", references)):
                 atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores = score_translations(model, self.source_tok, self.target_tok, sources,
-                                        references, beam_size=e.beam_size, alpha=e.alpha,
+                                        references, self.search_settings(),
                                         batch_size=e.batch_size,
-                                        hypotheses_path=out / f"{name}.hyp",
-                                        no_repeat_ngram_size=e.no_repeat_ngram_size,
-                                        min_length=e.min_length)
+                                        hypotheses_path=out / f"{name}.hyp")
             prefix = "" if name == "test" or corpus.test is None else f"{name}_"
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             print(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
@@ -127,10 +124,8 @@ class TranslationTask(Seq2SeqTask):
         return fitting_mask(sources, self.source_tok, max_source_length)
 
     def generate(self, model, sources, progress=None):
-        e = self.config.eval
         return translate(model, self.source_tok, self.target_tok, sources,
-                         beam_size=e.beam_size, alpha=e.alpha, batch_size=e.batch_size,
-                         no_repeat_ngram_size=e.no_repeat_ngram_size, min_length=e.min_length,
+                         self.search_settings(), batch_size=self.config.eval.batch_size,
                          progress=progress)
 
     def score(self, hypotheses, references, sources):
