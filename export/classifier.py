@@ -31,7 +31,7 @@ from .common import (
 )
 from .module import run_model_config
 from .onnx_convert import convert_function, export_attention
-from .onnx_graph import ONNX_OPSET
+from .onnx_nodes import ONNX_OPSET
 
 log = logging.getLogger("export")
 

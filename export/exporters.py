@@ -42,7 +42,7 @@ from .module import (
     run_config,
 )
 from .onnx_convert import convert_function, export_attention
-from .onnx_graph import ONNX_OPSET
+from .onnx_nodes import ONNX_OPSET
 
 log = logging.getLogger("export")
 
