@@ -255,12 +255,11 @@ def quality_rows(export_dir: Path, sentences: int) -> list[dict]:
     python -m export.parity recorded for it (parity.json, the same sentences)."""
     from export.parity import bleu, demo_test_split
     from export.runtime import Translator, load_backend
-    from export.runtime.tf import keras_backend
     from keras_transformer.tf_backend import KerasBackend
 
     manifest, record = quality_export(export_dir, sentences)
     sources, references = demo_test_split(sentences)
-    keras32 = keras_backend(manifest).model
+    keras32 = load_backend(manifest, "keras").model
     mixed = keras_model_like(keras32, "mixed_bfloat16")
     backends = {("keras", "float32"): KerasBackend(keras32),
                 ("keras", "mixed_bfloat16"): KerasBackend(mixed),
