@@ -88,7 +88,7 @@ def export_nocache(model, out: Path) -> None:
     import tf2onnx
 
     from export.onnx_convert import safe_reshape_merging
-    from export.onnx_graph import ONNX_OPSET
+    from export.onnx_nodes import ONNX_OPSET
 
     out.mkdir(parents=True, exist_ok=True)
     module = _module(model)

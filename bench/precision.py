@@ -255,14 +255,13 @@ def quality_rows(export_dir: Path, sentences: int) -> list[dict]:
     the float16 ONNX conversion and every variant of the export, each one's delta from Keras
     float32, how many of its translations differ from Keras float32's, and the BLEU that
     python -m export.parity recorded for it (parity.json, the same sentences)."""
-    from export.parity import bleu, demo_test_split
+    from export.decoding_parity import bleu, demo_test_split
     from export.runtime import Translator, load_backend
-    from export.runtime.tf import keras_backend
     from keras_transformer.tf_backend import KerasBackend
 
     manifest, record = quality_export(export_dir, sentences)
     sources, references = demo_test_split(sentences)
-    keras32 = keras_backend(manifest).model
+    keras32 = load_backend(manifest, "keras").model
     mixed = keras_model_like(keras32, "mixed_bfloat16")
     backends = {("keras", "float32"): KerasBackend(keras32),
                 ("keras", "mixed_bfloat16"): KerasBackend(mixed),

@@ -1,6 +1,7 @@
-"""Cross-runtime parity of a classifier export (`python -m export.parity` on a manifest of
-kind "classifier"): class probabilities and their argmax against the Keras model, and, in an
-export made with --with-attention, the encoder self-attention weights of attention.onnx."""
+"""export.parity's checks of a classifier export (kind "classifier"): class probabilities and
+their argmax against the Keras model, and, in an export made with --with-attention, the
+encoder self-attention weights of attention.onnx. Each check is a function
+(ParityRun, out) -> CheckResult that prints its lines with `out`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import time
 import numpy as np
 
 from .common import Manifest, variant_bytes
-from .runtime.classifier import attention_runtime, keras_model, load_runtime
+from .parity_check import CheckResult, ParityRun
+from .runtime.classifier import attention_runtime
 
 TOLERANCE = 1e-4  # max |Δ| of a float32 runtime's probabilities against keras
 # A quantized variant against its format's float32: the probabilities move by the weights'
@@ -52,25 +54,38 @@ def compare(reference: np.ndarray, got: np.ndarray) -> tuple[float, float]:
     return delta, agree
 
 
-def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print) -> bool:
-    """All checks, printed; True when every one passes."""
+def prepare(run: ParityRun, out) -> None:
+    """The formats to check and the id batches every check reads."""
+    manifest = run.manifest
     present = [r for r in RUNTIMES[1:] if r in manifest["formats"]]
     missing = [r for r in RUNTIMES if r not in ("keras", *present)]
     if missing:
         out(f"not exported, not checked: {', '.join(missing)}\n")
-    inputs = batches(manifest, sentences)
+    run.state.update(present=present, inputs=batches(manifest, run.sentences),
+                     quantized=quantized_variants(manifest))
+
+
+def quantized_variants(manifest: Manifest) -> list[tuple[str, str]]:
+    """(format, variant) of every variant besides float32 the export holds."""
+    return [(fmt, v) for fmt in ("tflite", "onnx") if fmt in manifest["formats"]
+            for v in manifest["formats"][fmt]["variants"] if v != "float32"]
+
+
+def probabilities(runtime, inputs: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(runtime(ids), np.float32) for ids in inputs])
+
+
+def check_probabilities(run: ParityRun, out) -> CheckResult:
+    """Check 1: every float32 runtime's class probabilities and argmax against keras."""
+    inputs = run.state["inputs"]
     rows = sum(len(b) for b in inputs)
-
-    def probabilities(runtime) -> np.ndarray:
-        return np.concatenate([np.asarray(runtime(ids), np.float32) for ids in inputs])
-
     ok = True
     out(f"1. class probabilities against keras on {rows} random id sequences "
         f"(float32: max|Δ| <= {TOLERANCE:g} and every argmax identical)")
-    results = {}
-    for name in ("keras", *present):
+    results = run.state["probabilities"] = {}
+    for name in ("keras", *run.state["present"]):
         start = time.perf_counter()
-        results[name] = probabilities(load_runtime(manifest, name, run_dir=run_dir))
+        results[name] = probabilities(run.load(name), inputs)
         seconds = time.perf_counter() - start
         if name == "keras":
             out(f"   {name:<11} {seconds:6.1f} s")
@@ -80,40 +95,52 @@ def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print) -> bo
         ok &= passed
         out(f"   {name:<11} {seconds:6.1f} s  max|Δ| {delta:.2e}  argmax identical "
             f"{agree:7.2%}  {'ok' if passed else 'FAIL'}")
+    return CheckResult("probabilities", ok)
 
-    quantized = [(fmt, v) for fmt in ("tflite", "onnx") if fmt in manifest["formats"]
-                 for v in manifest["formats"][fmt]["variants"] if v != "float32"]
+
+def check_quantized(run: ParityRun, out) -> CheckResult:
+    """Check 2: each quantized variant's probabilities against its format's float32."""
+    manifest, quantized, ok = run.manifest, run.state["quantized"], True
     if quantized:
         out(f"\n2. quantized variants against their format's float32 (max|Δ| <= "
             f"{QUANTIZED_MAX_DELTA:g}, argmax agreement >= {QUANTIZED_AGREEMENT:.0%})")
     for fmt, variant in quantized:
-        got = probabilities(load_runtime(manifest, fmt, variant))
-        delta, agree = compare(results[fmt], got)
+        got = probabilities(run.load(fmt, variant), run.state["inputs"])
+        delta, agree = compare(run.state["probabilities"][fmt], got)
         passed = delta <= QUANTIZED_MAX_DELTA and agree >= QUANTIZED_AGREEMENT
         ok &= passed
         size = variant_bytes(manifest.data, manifest.format_files(fmt, variant))
         out(f"   {fmt:<7} {variant:<8} {size / 1e6:7.2f} MB  max|Δ| {delta:.2e}  argmax "
             f"agreement {agree:7.2%}  {'ok' if passed else 'FAIL'}")
-    if "attention" in manifest.data:
-        out(f"\n{3 if quantized else 2}. attention.onnx against keras on the "
+    return CheckResult("quantized", ok)
+
+
+def check_attention(run: ParityRun, out) -> CheckResult:
+    """The last check, of an export made with --with-attention: attention.onnx against the
+    Keras model's own weights."""
+    ok, inputs = True, run.state["inputs"]
+    if "attention" in run.manifest.data:
+        out(f"\n{3 if run.state['quantized'] else 2}. attention.onnx against keras on the "
             f"{sum(map(len, inputs[:2]))} id sequences of the two small batches, padded "
             f"(max|Δ| <= {TOLERANCE:g})")
-        for output, delta in attention_parity(manifest, inputs[:2], run_dir).items():
+        for output, delta in attention_parity(run.manifest, inputs[:2], run.load).items():
             passed = delta <= TOLERANCE
             ok &= passed
             out(f"   {output:<24} max|Δ| {delta:.2e}  {'ok' if passed else 'FAIL'}")
-    out(f"\n{'PASS' if ok else 'FAIL'}")
-    return ok
+    return CheckResult("attention", ok)
 
 
-def attention_parity(manifest: Manifest, inputs: list[np.ndarray], run_dir=None
-                     ) -> dict[str, float]:
+CHECKS = (check_probabilities, check_quantized, check_attention)
+
+
+def attention_parity(manifest: Manifest, inputs: list[np.ndarray], load) -> dict[str, float]:
     """{"attention.<output>": max|Δ|} of attention.onnx's probabilities and encoder_self
     against the Keras model's own (export.classifier.attention_function, the function it was
-    converted from), over the batches `inputs`."""
+    converted from), over the batches `inputs`; `load` loads a runtime (the keras one's model
+    gives the reference)."""
     from .classifier import attention_function
 
-    function = attention_function(keras_model(manifest, run_dir))
+    function = attention_function(load("keras").model)
     onnx = attention_runtime(manifest)
     worst: dict[str, float] = {}
     for ids in inputs:

@@ -62,7 +62,7 @@ def main(argv) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     out = check_output(args, "labels")
     from .common import Manifest
-    from .runtime.classifier import Classifier, load_runtime
+    from .runtime import load_classifier
 
     manifest = Manifest(args.export)
     manifest.require_kind("classifier", command("export.classify"))
@@ -72,8 +72,7 @@ def main(argv) -> int:
                          f"{args.export} ({', '.join(labels)})")
     check_run_option(args.run, args.runtime)
     lines = read_input(args)
-    classifier = Classifier(manifest, load_runtime(manifest, args.runtime, args.variant,
-                                                   args.run))
+    classifier = load_classifier(args.export, args.runtime, args.variant, args.run)
     probabilities = classifier.probabilities(lines, batch_size=args.batch_size,
                                              truncate=not args.no_truncate)
     write_output(out, (format_line(best) for best in classifier.top_k(probabilities,

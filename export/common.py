@@ -46,6 +46,9 @@ FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "i
 KINDS = ("translator", "classifier", "lm", "extractor")
 KIND_NAMES = {"translator": "translator (encoder-decoder)", "classifier": "classifier",
               "lm": "language model", "extractor": "extractive summarizer"}
+# The task a manifest without "task" was exported from, per kind.
+DEFAULT_TASKS = {"translator": "translation", "classifier": "classification",
+                 "lm": "translation", "extractor": "extractive_summarization"}
 KIND_TOOLS = {"translator": "export.translate", "classifier": "export.classify",
               "lm": "export.generate", "extractor": "export.summarize"}
 # Formats whose model is a directory (its files are listed one by one under "files").
@@ -134,12 +137,7 @@ def validate(data) -> None:
     kind = data.get("kind", "translator")
     if kind not in KINDS:
         raise ExportError(f"key 'kind' is {kind!r}, not one of {', '.join(KINDS)}")
-    if kind == "classifier":
-        _validate_classifier(data)
-    elif kind == "extractor":
-        _validate_extractor(data)
-    else:
-        _validate_translator(data)
+    _SECTIONS[kind](data)
     if "run" in data:
         _check(data, "run", str, "")
     if "task" in data:
@@ -224,6 +222,11 @@ def _validate_extractor(data: dict) -> None:
         raise ExportError(f"key 'selection': {err}") from None
 
 
+# The keys each kind's manifest adds (the runtimes read them): checked by validate.
+_SECTIONS = {"translator": _validate_translator, "lm": _validate_translator,
+             "classifier": _validate_classifier, "extractor": _validate_extractor}
+
+
 def variant_bytes(data: dict, files: dict[str, str]) -> int:
     """Bytes on disk of one variant's files (a directory format: all the files below it)."""
     total = 0
@@ -271,7 +274,7 @@ class Manifest:
 
     @property
     def kind(self) -> str:
-        """"translator", "classifier" or "lm"; see KINDS."""
+        """One of KINDS ("translator" when the manifest names none)."""
         return self.data.get("kind", "translator")
 
     def require_kind(self, kind: str, tool: str) -> None:
@@ -289,8 +292,7 @@ class Manifest:
     def task(self) -> str:
         """The run's task (translation, summarization, ...); when unrecorded, classification
         for a classifier's export, else translation."""
-        return self.data.get("task", "classification" if self.kind == "classifier"
-                             else "translation")
+        return self.data.get("task", DEFAULT_TASKS[self.kind])
 
     @property
     def search(self) -> SearchSettings:

@@ -19,7 +19,7 @@ from keras_transformer.text.sources import default_max_length
 
 from .common import KIND_NAMES, Manifest
 from .runtime import Translator, load_backend
-from .runtime.classifier import Classifier, attention_runtime, onnx_runtime
+from .runtime.classifier import Classifier, attention_runtime
 from .runtime.extractor import Summarizer
 
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -53,14 +53,13 @@ def open_explorer(export_dir: str | Path, beam_size: int | None = None,
     language model's export, naming the tool for it). The search settings are a
     translator's; given for another kind they are a ValueError."""
     manifest = Manifest(export_dir)
-    if manifest.kind in ("classifier", "extractor"):
-        if beam_size is not None or alpha is not None:
-            raise ValueError(f"{export_dir} holds a {KIND_NAMES[manifest.kind]}, which has no "
-                             f"search: drop --beam and --alpha")
-        if manifest.kind == "extractor":
-            return ExtractorExplorer(export_dir, manifest)
-        return ClassifierExplorer(export_dir, manifest)
-    return Explorer(export_dir, beam_size, alpha, manifest)
+    explorer = EXPLORERS.get(manifest.kind, Explorer)
+    if explorer is Explorer:
+        return Explorer(export_dir, beam_size, alpha, manifest)
+    if beam_size is not None or alpha is not None:
+        raise ValueError(f"{export_dir} holds a {KIND_NAMES[manifest.kind]}, which has no "
+                         f"search: drop --beam and --alpha")
+    return explorer(export_dir, manifest)
 
 
 class Explorer:
@@ -160,7 +159,7 @@ class ClassifierExplorer:
         self.manifest = manifest or Manifest(export_dir)
         self.manifest.require_kind("classifier", "the classifier explorer")
         self.attention = attention_runtime(self.manifest)  # names --with-attention if absent
-        self.classifier = Classifier(self.manifest, onnx_runtime(self.manifest))
+        self.classifier = Classifier(self.manifest, load_backend(self.manifest, "onnx"))
         self.task = self.manifest.task
         model = self.manifest.model
         self.num_layers = model.get("num_encoder_layers")
@@ -216,7 +215,7 @@ class ExtractorExplorer:
     def __init__(self, export_dir: str | Path, manifest: Manifest | None = None):
         self.manifest = manifest or Manifest(export_dir)
         self.manifest.require_kind("extractor", "the extractive summarizer's explorer")
-        self.summarizer = Summarizer(self.manifest, onnx_runtime(self.manifest))
+        self.summarizer = Summarizer(self.manifest, load_backend(self.manifest, "onnx"))
         self.task = self.manifest.task
         model = self.manifest.model
         self.num_layers = model.get("num_encoder_layers")
@@ -255,3 +254,8 @@ class ExtractorExplorer:
             "truncated": any(len(ids) + 1 > length for ids in encoded),
             "sentences_not_read": max(0, len(sentences) - summarizer.max_sentences),
         }
+
+
+# The explorer of each kind of export that has one (a language model's has none: Explorer
+# refuses it, naming the tool for it); Explorer.kind names the kind.
+EXPLORERS = {cls.kind: cls for cls in (Explorer, ClassifierExplorer, ExtractorExplorer)}

@@ -1,7 +1,7 @@
-"""Cross-runtime parity of an extractive summarizer's export (`python -m export.parity` on a
-manifest of kind "extractor"): sentence probabilities against the Keras model (max|Δ| over
+"""export.parity's checks of an extractive summarizer's export (kind "extractor"): sentence probabilities against the Keras model (max|Δ| over
 real sentences) and the sentences each runtime's selection picks, on random sentence grids
-and, given --src, on real articles (with --ref, each runtime's ROUGE too)."""
+and, given --src, on real articles (with --ref, each runtime's ROUGE too). Each check is a
+function (ParityRun, out) -> CheckResult that prints its lines with `out`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 
 from keras_transformer.text.extractive import Selection, select
 
-from .classifier_parity import QUANTIZED_AGREEMENT, RUNTIMES, TOLERANCE
+from .classifier_parity import QUANTIZED_AGREEMENT, RUNTIMES, TOLERANCE, quantized_variants
 from .common import Manifest, variant_bytes
-from .runtime.classifier import load_runtime
+from .parity_check import CheckResult, ParityRun
 from .runtime.extractor import Summarizer
 
 
@@ -44,16 +44,26 @@ def real_rows(grids: list[np.ndarray], pad_id: int) -> list[np.ndarray]:
     return [np.any(g != pad_id, axis=-1) for g in grids]
 
 
-def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print,
-        sources: list[str] | None = None, references: list[str] | None = None) -> bool:
-    """All checks, printed; True when every one passes."""
+def prepare(run: ParityRun, out) -> None:
+    """The formats to check, the random grids, and the keras runtime every check compares
+    with."""
+    manifest = run.manifest
     present = [r for r in RUNTIMES[1:] if r in manifest["formats"]]
     missing = [r for r in RUNTIMES if r not in ("keras", *present)]
     if missing:
         out(f"not exported, not checked: {', '.join(missing)}\n")
-    grids = random_grids(manifest, sentences)
-    masks = real_rows(grids, manifest.special_ids["pad"])
-    selection = Selection.from_dict(manifest["selection"])
+    grids = random_grids(manifest, run.sentences)
+    run.state.update(present=present, grids=grids,
+                     masks=real_rows(grids, manifest.special_ids["pad"]),
+                     selection=Selection.from_dict(manifest["selection"]),
+                     loaded={"keras": run.load("keras")})
+
+
+def check_grids(run: ParityRun, out) -> CheckResult:
+    """Check 1: every float32 runtime's probabilities of real sentences, and the sentences
+    its selection chooses, against keras on random grids."""
+    manifest, grids, masks = run.manifest, run.state["grids"], run.state["masks"]
+    selection, loaded = run.state["selection"], run.state["loaded"]
     # Stand-in sentences for the selection: distinct words, as many syllables as pieces.
     words = [[f"s{row}w{j}" for j in range(manifest["max_source_length"])]
              for row in range(manifest["max_sentences"])]
@@ -68,16 +78,15 @@ def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print,
                 chosen.append(select(p[b, :count], texts, selection))
         return chosen
 
-    loaded = {"keras": load_runtime(manifest, "keras", run_dir=run_dir)}
     ok = True
     out(f"1. sentence probabilities against keras on {sum(len(g) for g in grids)} random "
         f"articles (float32: max|Δ| <= {TOLERANCE:g} over real sentences, and the same "
         f"sentences chosen by {selection.describe()})")
     results = {}
-    for name in ("keras", *present):
+    for name in ("keras", *run.state["present"]):
         start = time.perf_counter()
         if name not in loaded:
-            loaded[name] = load_runtime(manifest, name, run_dir=run_dir)
+            loaded[name] = run.load(name)
         results[name] = [np.asarray(loaded[name](g), np.float32) for g in grids]
         seconds = time.perf_counter() - start
         if name == "keras":
@@ -91,10 +100,16 @@ def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print,
         ok &= passed
         out(f"   {name:<11} {seconds:6.1f} s  max|Δ| {delta:.2e}  same sentences "
             f"{same:7.2%}  {'ok' if passed else 'FAIL'}")
+    return CheckResult("grids", ok)
 
-    quantized = [(fmt, v) for fmt in ("tflite", "onnx") if fmt in manifest["formats"]
-                 for v in manifest["formats"][fmt]["variants"] if v != "float32"]
-    variants = [(name, "float32") for name in ("keras", *present)] + quantized
+
+def check_articles(run: ParityRun, out) -> CheckResult:
+    """Check 2, given --src: every runtime's and variant's probabilities and choices on real
+    articles against keras; with --ref, check 3, each one's ROUGE (for information)."""
+    manifest, sources, loaded = run.manifest, run.sources, run.state["loaded"]
+    quantized = quantized_variants(manifest)
+    variants = [(name, "float32") for name in ("keras", *run.state["present"])] + quantized
+    ok = True
     if sources:
         out(f"\n2. {len(sources)} articles of --src: each runtime's sentence probabilities "
             f"and chosen sentences against keras (float32: max|Δ| <= {TOLERANCE:g} and every "
@@ -102,7 +117,7 @@ def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print,
         extracted = {}
         for fmt, variant in variants:
             summarizer = Summarizer(manifest, loaded[fmt] if variant == "float32" else
-                                    load_runtime(manifest, fmt, variant))
+                                    run.load(fmt, variant))
             extracted[fmt, variant] = summarizer.extract(sources)
             if fmt == "keras":
                 continue
@@ -118,15 +133,17 @@ def run(manifest: Manifest, run_dir=None, sentences: int = 200, out=print,
             size = variant_bytes(manifest.data, manifest.format_files(fmt, variant))
             out(f"   {fmt:<11} {variant:<8} {size / 1e6:7.2f} MB  max|Δ| {delta:.2e}  same "
                 f"sentences {same:7.2%}  {'ok' if passed else 'FAIL'}")
-        if references:
+        if run.references:
             from keras_transformer.text.rouge import format_rouge, rouge
 
-            out(f"\n3. ROUGE against --ref ({selection.describe()})")
+            out(f"\n3. ROUGE against --ref ({run.state['selection'].describe()})")
             for (fmt, variant), extractions in extracted.items():
                 out(f"   {fmt:<11} {variant:<8} "
-                    f"{format_rouge(rouge([e.summary for e in extractions], references))}")
+                    f"{format_rouge(rouge([e.summary for e in extractions], run.references))}")
     elif quantized:
         out("\nquantized variants are checked on real articles: give --src (e.g. the run's "
             "test.src)")
-    out(f"\n{'PASS' if ok else 'FAIL'}")
-    return ok
+    return CheckResult("articles", ok)
+
+
+CHECKS = (check_grids, check_articles)

@@ -20,14 +20,9 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
 
-# The decoding model classes an export is made of, and the kind each is recorded as in the
-# manifest (a classifier is exported by export/classifier.py).
-EXPORTABLE = {Transformer: "translator", TransformerLM: "lm"}
-
-
-def model_kind(model) -> str:
-    """"translator" for a Transformer, "lm" for a TransformerLM (export.common.KINDS)."""
-    return next(kind for cls, kind in EXPORTABLE.items() if isinstance(model, cls))
+# The decoding model classes this module exports (export/kinds/seq2seq.py and
+# language_model.py; the encoder-only ones are export/classifier.py's and extractor.py's).
+DECODING_MODELS = (Transformer, TransformerLM)
 
 
 def load_float32_model(run_dir: str | Path) -> Transformer | TransformerLM:
@@ -52,7 +47,7 @@ def load_trained(run_dir: str | Path) -> keras.Model:
 def float32_transformer(run_dir: Path, trained: keras.Model) -> Transformer | TransformerLM:
     """A float32 rebuild of a trained Transformer or TransformerLM, whatever the run's task
     (its config from model_config.json when the run has one)."""
-    if not isinstance(trained, tuple(EXPORTABLE)):
+    if not isinstance(trained, DECODING_MODELS):
         raise ValueError(f"{run_dir / 'model.keras'} holds a {type(trained).__name__}; this "
                          f"rebuild takes a Transformer (translation, summarization) or a "
                          f"TransformerLM (language model); a classification run exports "

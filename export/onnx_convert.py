@@ -38,7 +38,7 @@ def convert_function(function):
     import onnx
     import tf2onnx
 
-    from .onnx_graph import ONNX_OPSET
+    from .onnx_nodes import ONNX_OPSET
 
     with safe_reshape_merging():
         graph, _ = tf2onnx.convert.from_function(
@@ -56,7 +56,7 @@ def export_attention(function, out, interface: str, lean: bool = True) -> dict:
     import onnx
 
     from .common import ATTENTION_FILE
-    from .onnx_graph import ONNX_OPSET
+    from .onnx_nodes import ONNX_OPSET
 
     graph = convert_function(function)
     if lean:

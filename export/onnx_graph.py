@@ -23,102 +23,46 @@ from keras_transformer.layers.attention import MASKED_LOGIT
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
 
-# tf2onnx 1.17 converts opsets 13-18; both ONNX files use one.
-ONNX_OPSET = 17
-
-
-class _Graph:
-    """Nodes, constants and fresh names for onnx.helper.make_graph.
-
-    `subgraph()` gives a graph of its own nodes (a Loop's or an If's body) that shares the
-    constants and the name counter, so that its nodes read the weights from the outer graph
-    (ONNX lets a subgraph read outer-scope names) and no name is made twice. With
-    `share_constants`, a constant asked for again under the same hint is the one made first
-    (checked equal): several loop bodies then read one copy of every weight.
-    """
-
-    def __init__(self, share_constants: bool = False):
-        self.nodes, self.initializers, self._count = [], [], [0]
-        self._shared = {} if share_constants else None
-
-    def subgraph(self) -> _Graph:
-        child = _Graph.__new__(_Graph)
-        child.nodes, child.initializers = [], self.initializers
-        child._count, child._shared = self._count, self._shared
-        return child
-
-    def name(self, hint: str) -> str:
-        self._count[0] += 1
-        return f"{hint}_{self._count[0]}"
-
-    def const(self, value, hint: str = "const", dtype=None) -> str:
-        from onnx import numpy_helper
-
-        array = np.asarray(value, dtype=dtype)
-        if self._shared is not None and hint in self._shared:
-            name, known = self._shared[hint]
-            if known.dtype != array.dtype or not np.array_equal(known, array):
-                raise ValueError(f"two constants named {hint!r} differ")
-            return name
-        name = self.name(hint)
-        self.initializers.append(numpy_helper.from_array(array, name))
-        if self._shared is not None:
-            self._shared[hint] = (name, array)
-        return name
-
-    def op(self, op_type: str, inputs, hint: str | None = None, outputs: int = 1,
-           **attrs):
-        from onnx import helper
-
-        names = [self.name(hint or op_type.lower()) for _ in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0],
-                                           **attrs))
-        return names[0] if outputs == 1 else names
-
-    def output(self, op_type: str, inputs, name: str, **attrs) -> None:
-        """A node that writes the graph output `name`."""
-        from onnx import helper
-
-        self.nodes.append(helper.make_node(op_type, list(inputs), [name], name=name, **attrs))
+from .onnx_nodes import GraphBuilder, model_proto
 
 
 def _weights(layer, *attrs) -> list[np.ndarray]:
     return [np.asarray(getattr(layer, a).numpy(), np.float32) for a in attrs]
 
 
-def _matmul_add(g: _Graph, x: str, kernel: np.ndarray, bias: np.ndarray, hint: str) -> str:
+def _matmul_add(g: GraphBuilder, x: str, kernel: np.ndarray, bias: np.ndarray, hint: str) -> str:
     """(B, in) -> (B, out). MatMul + Add rather than Gemm: onnxruntime fuses the pair into one
     Gemm when it loads the graph, and its dynamic int8 quantizer only quantizes MatMul."""
     product = g.op("MatMul", [x, g.const(kernel, hint + "_kernel")], hint + "_matmul")
     return g.op("Add", [product, g.const(bias, hint + "_bias")], hint)
 
 
-def _dense(g: _Graph, x: str, layer, hint: str, scale: float = 1.0) -> str:
+def _dense(g: GraphBuilder, x: str, layer, hint: str, scale: float = 1.0) -> str:
     kernel, bias = _weights(layer, "kernel", "bias")
     return _matmul_add(g, x, kernel * scale, bias * scale, hint)
 
 
-def _layer_norm(g: _Graph, x: str, norm, hint: str) -> str:
+def _layer_norm(g: GraphBuilder, x: str, norm, hint: str) -> str:
     gamma, beta = _weights(norm, "gamma", "beta")
     return g.op("LayerNormalization", [x, g.const(gamma, hint + "_gamma"),
                                        g.const(beta, hint + "_beta")], hint,
                 axis=-1, epsilon=float(norm.epsilon))
 
 
-def _add_norm(g: _Graph, x: str, sublayer_out: str, add_norm, hint: str) -> str:
+def _add_norm(g: GraphBuilder, x: str, sublayer_out: str, add_norm, hint: str) -> str:
     """Residual, then LayerNorm for post-LN (pre-LN normalised the sub-layer's input)."""
     y = g.op("Add", [x, sublayer_out], hint + "_residual")
     return y if add_norm.pre_norm else _layer_norm(g, y, add_norm.norm, hint + "_norm")
 
 
-def _sublayer_input(g: _Graph, x: str, add_norm, hint: str) -> str:
+def _sublayer_input(g: GraphBuilder, x: str, add_norm, hint: str) -> str:
     return _layer_norm(g, x, add_norm.norm, hint + "_prenorm") if add_norm.pre_norm else x
 
 
-class _Shapes:
+class Shapes:
     """Constant shape tensors shared by every layer."""
 
-    def __init__(self, g: _Graph, heads: int, head_dim: int, d_model: int):
+    def __init__(self, g: GraphBuilder, heads: int, head_dim: int, d_model: int):
         self.head_dim = head_dim
         self.query_column = g.const([-1, heads, head_dim, 1], "shape_query_column", np.int64)
         self.heads_row = g.const([-1, heads, 1, head_dim], "shape_heads_row", np.int64)
@@ -127,25 +71,13 @@ class _Shapes:
         self.key_value_row = g.const([-1, 1, 2, d_model], "shape_key_value_row", np.int64)
 
 
-def _logits(g: _Graph, s: _Shapes, query_column: str, keys: str, hint: str) -> str:
+def attention_logits(g: GraphBuilder, s: Shapes, query_column: str, keys: str, hint: str) -> str:
     """q (B,H,dh,1), keys (B,H,T,dh) -> (B,H,1,T): keys @ q, so the cache is never transposed."""
     return g.op("Reshape", [g.op("MatMul", [keys, query_column]), s.logits_row], hint)
 
 
-def _model_proto(g: _Graph, name: str, inputs, outputs):
-    import onnx
-    from onnx import helper
-
-    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.initializers)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)],
-                              producer_name="keras-transformer")
-    proto.ir_version = 8
-    onnx.checker.check_model(proto, full_check=True)
-    return proto
-
-
-def _embed(g: _Graph, model, tokens: str, index: str,
-           tables: _Graph | None = None) -> tuple[str, np.ndarray]:
+def embed_tokens(g: GraphBuilder, model, tokens: str, index: str,
+           tables: GraphBuilder | None = None) -> tuple[str, np.ndarray]:
     """Embedding (3.4) and position (3.5) of one token per row: -> (x (B,D), the token table,
     which a tied output projection reads). The tables are constants of `tables` (default: g),
     so that several loop bodies can share one copy of them."""
@@ -163,7 +95,7 @@ def _embed(g: _Graph, model, tokens: str, index: str,
     return g.op("Add", [x, position], "embedded"), table
 
 
-def _qkv(g: _Graph, h: str, attention, scale: float, hint: str) -> tuple[str, str]:
+def fused_qkv(g: GraphBuilder, h: str, attention, scale: float, hint: str) -> tuple[str, str]:
     """One fused projection of a self-attention's query, key and value: -> (q (B,D) scaled by
     1/sqrt(d_k), kv (B,2D))."""
     d_model = attention.query_dense.kernel.shape[0]
@@ -171,13 +103,13 @@ def _qkv(g: _Graph, h: str, attention, scale: float, hint: str) -> tuple[str, st
     wk, bk = _weights(attention.key_dense, "kernel", "bias")
     wv, bv = _weights(attention.value_dense, "kernel", "bias")
     qkv = _matmul_add(g, h, np.concatenate([wq * scale, wk, wv], axis=1),
-                      np.concatenate([bq * scale, bk, bv]), hint + "_qkv")
+                      np.concatenate([bq * scale, bk, bv]), hint + "fused_qkv")
     q, kv = g.op("Split", [qkv, g.const([d_model, 2 * d_model], "split_q_kv", np.int64)],
                  hint + "_q_kv", outputs=2, axis=1)
     return q, kv
 
 
-def _decoder_layers(g: _Graph, s: _Shapes, model, x: str, self_attention, cross,
+def decoder_layers(g: GraphBuilder, s: Shapes, model, x: str, self_attention, cross,
                     taps: dict | None = None) -> str:
     """x (B,D) through every decoder layer (3.1). `self_attention(i, layer, h)` -> the heads
     of layer i's masked self-attention merged to (B,D) before its output projection (the
@@ -200,7 +132,7 @@ def _decoder_layers(g: _Graph, s: _Shapes, model, x: str, self_attention, cross,
             scale = 1.0 / math.sqrt(s.head_dim)
             q = g.op("Reshape", [_dense(g, h, attention.query_dense, p + "_cross_q", scale),
                                  s.query_column], p + "_cross_q_column")
-            logits = g.op("Add", [_logits(g, s, q, keys, p + "_cross"), bias],
+            logits = g.op("Add", [attention_logits(g, s, q, keys, p + "_cross"), bias],
                           p + "_cross_logits")
             weights = g.op("Softmax", [logits], p + "_cross_weights", axis=-1)
             attended = g.op("Reshape", [g.op("MatMul", [weights, values]), s.rows],
@@ -220,7 +152,7 @@ def _decoder_layers(g: _Graph, s: _Shapes, model, x: str, self_attention, cross,
     return x
 
 
-def _output_logits(g: _Graph, model, x: str, table: np.ndarray, name: str) -> None:
+def output_logits(g: GraphBuilder, model, x: str, table: np.ndarray, name: str) -> None:
     """The pre-softmax projection into the graph value `name` (B,V)."""
     if model.output_projection is None:
         # Tied output (3.4): logits = x E^T. E^T is stored as its own constant (a Gemm with
@@ -232,7 +164,7 @@ def _output_logits(g: _Graph, model, x: str, table: np.ndarray, name: str) -> No
         g.output("Add", [product, g.const(bias, "output_bias")], name)
 
 
-def _copy_mixture(g: _Graph, model, hidden: str, embedded: str, taps: dict, source_ids: str,
+def copy_mixture(g: GraphBuilder, model, hidden: str, embedded: str, taps: dict, source_ids: str,
                   logits: str, name: str) -> None:
     """Copy attention (keras_transformer.layers.copy_attention) into the graph value `name`
     (B,V): log((1 - g) softmax(logits) + g copy), g = sigmoid(W [hidden; context; embedded]
@@ -272,7 +204,7 @@ def _float_tensor(value: float):
     return numpy_helper.from_array(np.asarray([value], np.float32))
 
 
-def _log_normalizer(g: _Graph, logits: str, name: str) -> None:
+def log_normalizer(g: GraphBuilder, logits: str, name: str) -> None:
     """logsumexp of each row of logits (B,V) into `name` (B,), for the search's
     log-probabilities: onnxruntime's vectorised Exp and reductions do it several times faster
     than NumPy."""
@@ -301,10 +233,10 @@ def build_decoder_step(model: Transformer | TransformerLM):
     layers, d_model, heads = c.num_decoder_layers, c.d_model, c.num_heads
     head_dim = d_model // heads
     scale = 1.0 / math.sqrt(head_dim)
-    g = _Graph()
-    s = _Shapes(g, heads, head_dim, d_model)
+    g = GraphBuilder()
+    s = Shapes(g, heads, head_dim, d_model)
     cross = model.decoder.cross_attention
-    x, table = _embed(g, model, "tokens", "index")
+    x, table = embed_tokens(g, model, "tokens", "index")
 
     # Masks, once per step. Self-attention: cache slots < index; cross: the source's padding.
     zero, masked = g.const(np.float32(0.0), "zero"), g.const(np.float32(MASKED_LOGIT), "masked")
@@ -330,11 +262,11 @@ def build_decoder_step(model: Transformer | TransformerLM):
     def self_attention(i, layer, h):
         """Over the cache plus this position's own key/value, which is not in it yet."""
         p = f"layer{i}"
-        q, kv = _qkv(g, h, layer.self_attention, scale, p)
+        q, kv = fused_qkv(g, h, layer.self_attention, scale, p)
         step_rows.append(g.op("Reshape", [kv, s.key_value_row], p + "_step_kv"))
         k_new, v_new = g.op("Split", [kv], p + "_k_v", outputs=2, axis=1)
         q_column = g.op("Reshape", [q, s.query_column], p + "_q_column")
-        cached = g.op("Add", [_logits(g, s, q_column, f"cache_keys_{i}", p + "_cached"),
+        cached = g.op("Add", [attention_logits(g, s, q_column, f"cache_keys_{i}", p + "_cached"),
                               self_bias], p + "_cached_logits")
         own = g.op("MatMul", [g.op("Reshape", [k_new, s.heads_row], p + "_k_row"), q_column],
                    p + "_own_logit")  # (B,H,1,1)
@@ -351,14 +283,14 @@ def build_decoder_step(model: Transformer | TransformerLM):
     embedded = x
     copying = cross and model.config.copy_attention
     taps = {} if copying else None
-    x = _decoder_layers(g, s, model, x, self_attention, cross_inputs, taps)
+    x = decoder_layers(g, s, model, x, self_attention, cross_inputs, taps)
     if copying:
-        _output_logits(g, model, x, table, "vocab_logits")
-        _copy_mixture(g, model, x, embedded, taps, COPY_SOURCE, "vocab_logits", "logits")
+        output_logits(g, model, x, table, "vocab_logits")
+        copy_mixture(g, model, x, embedded, taps, COPY_SOURCE, "vocab_logits", "logits")
     else:
-        _output_logits(g, model, x, table, "logits")
+        output_logits(g, model, x, table, "logits")
     g.output("Concat", step_rows, "step_key_values", axis=1)
-    _log_normalizer(g, "logits", "log_normalizer")
+    log_normalizer(g, "logits", "log_normalizer")
 
     float_, batch = TensorProto.FLOAT, "batch"
     inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT32, [batch])]
@@ -381,4 +313,4 @@ def build_decoder_step(model: Transformer | TransformerLM):
         helper.make_tensor_value_info("step_key_values", float_, [batch, layers, 2, d_model]),
         helper.make_tensor_value_info("log_normalizer", float_, [batch]),
     ]
-    return _model_proto(g, "decoder_step", inputs, outputs)
+    return model_proto(g, "decoder_step", inputs, outputs)

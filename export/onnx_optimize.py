@@ -28,51 +28,14 @@ import tempfile
 
 import numpy as np
 
+from .onnx_nodes import GraphIndex
+
 # onnxruntime fuses a residual Add and a LayerNormalization on (B,S,D) tensors into its
 # SkipLayerNormalization, whose CPU kernel measured 2-6x slower than the pair (onnxruntime
 # 1.31.1: 745 against 125 us on a (16, 32, 256) tensor, 29 against 15 us on (16, 256)). The
 # encoder only has that pair once tf2onnx's LayerNorms are fused, so the pass and the
 # runtimes' sessions (export.runtime) turn that fusion off.
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]  # export.runtime.onnx says the same
-
-
-class _Graph:
-    """Producer and consumer maps over a GraphProto, rebuilt after each rewrite."""
-
-    def __init__(self, graph):
-        from onnx import numpy_helper
-
-        self.graph = graph
-        self.consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-        self.producer, self.consumers = {}, collections.defaultdict(list)
-        for node in graph.node:
-            for name in node.output:
-                self.producer[name] = node
-            for name in dict.fromkeys(node.input):  # Mul(d, d) reads d once
-                self.consumers[name].append(node)
-        self.outputs = {o.name for o in graph.output}
-
-    def only_consumer(self, name, op_type):
-        users = self.consumers.get(name, [])
-        if len(users) == 1 and users[0].op_type == op_type and name not in self.outputs:
-            return users[0]
-        return None
-
-    def other_input(self, node, name):
-        if len(node.input) != 2 or name not in node.input:
-            return None
-        a, b = node.input
-        return b if a == name else a
-
-    def const(self, name):
-        if name in self.consts:
-            return self.consts[name]
-        node = self.producer.get(name)
-        if node is not None and node.op_type == "Constant":
-            from onnx import numpy_helper
-
-            return numpy_helper.to_array(node.attribute[0].t)
-        return None
 
 
 def _ranks(model) -> dict[str, int]:
@@ -131,7 +94,7 @@ def fuse_tf2onnx_layer_norms(model) -> int:
     ranks = _ranks(model)
     fused = 0
     while True:
-        g = _Graph(model.graph)
+        g = GraphIndex(model.graph)
         match = None
         for mean_node in g.graph.node:
             if mean_node.op_type != "GlobalAveragePool" or ranks.get(mean_node.input[0],
@@ -154,7 +117,7 @@ def fuse_tf2onnx_layer_norms(model) -> int:
         _replace(model.graph, nodes, [node])
 
 
-def _match_layer_norm(g: _Graph, mean_node):
+def _match_layer_norm(g: GraphIndex, mean_node):
     """x -> mean = GAP(x); d = x - mean; var = GAP(d*d); inv = 1/sqrt(var + eps);
     scale = inv * gamma; out = x*scale + (beta + -mean*scale) (any operand order)."""
     x, mean = mean_node.input[0], mean_node.output[0]
@@ -206,7 +169,7 @@ def collapse_dense_reshapes(model) -> int:
     """Reshape(x, [-1, D]) -> MatMul(., W) -> Reshape(., x's leading dims + [N]) on a rank-3 x,
     with the second shape computed from Shape(x): MatMul(x, W). Returns the number collapsed."""
     ranks = _ranks(model)
-    g = _Graph(model.graph)
+    g = GraphIndex(model.graph)
     done = 0
     for flat in list(g.graph.node):
         if flat.op_type != "Reshape":
@@ -240,7 +203,7 @@ def collapse_dense_reshapes(model) -> int:
     return done
 
 
-def _is_leading_dims_of(g: _Graph, shape_name: str, x: str, last: int) -> bool:
+def _is_leading_dims_of(g: GraphIndex, shape_name: str, x: str, last: int) -> bool:
     """Whether shape_name is [Shape(x)[0], Shape(x)[1], last] as tf2onnx builds it: optional
     Casts around Concat(Gather(Shape(x), [0, 1]), [last])."""
     node = g.producer.get(shape_name)

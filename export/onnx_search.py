@@ -53,17 +53,16 @@ from keras_transformer.layers.attention import MASKED_LOGIT
 from keras_transformer.models.transformer import Transformer
 
 from .onnx_graph import (
-    ONNX_OPSET,
-    _copy_mixture,
-    _decoder_layers,
-    _embed,
-    _Graph,
-    _log_normalizer,
-    _logits,
-    _output_logits,
-    _qkv,
-    _Shapes,
+    Shapes,
+    attention_logits,
+    copy_mixture,
+    decoder_layers,
+    embed_tokens,
+    fused_qkv,
+    log_normalizer,
+    output_logits,
 )
+from .onnx_nodes import ONNX_OPSET, GraphBuilder
 
 SEARCH_FILE = "search.onnx"
 OUTPUTS = ("tokens", "scores")
@@ -89,7 +88,7 @@ class _Builder:
         self.layers, self.vocab = c.num_decoder_layers, c.target_vocab_size
         self.heads, self.head_dim = c.num_heads, c.d_model // c.num_heads
         self.pad, self.bos, self.eos = c.pad_id, c.bos_id, c.eos_id
-        self.g = _Graph(share_constants=True)
+        self.g = GraphBuilder(share_constants=True)
         self.cache_shape = ["rows", self.heads, "t", self.head_dim]
 
     # -- small helpers over a (sub)graph -------------------------------------------------------
@@ -125,15 +124,15 @@ class _Builder:
         (n,H,t,dh), the source ids of each row (n,S) for a copy-attention model (else None)
         -> (logits (n,V), log-normalizer (n,), presents (n,H,t+1,dh))."""
         model = self.model
-        s = _Shapes(b, self.heads, self.head_dim, model.config.d_model)
+        s = Shapes(b, self.heads, self.head_dim, model.config.d_model)
         scale = 1.0 / math.sqrt(self.head_dim)
         # The lookup tables once, in the main graph (a Gather needs no prepacking).
-        x, table = _embed(b, model, tokens, index, tables=self.g)
+        x, table = embed_tokens(b, model, tokens, index, tables=self.g)
         presents = []
 
         def self_attention(i, layer, h):
             p = f"layer{i}"
-            q, kv = _qkv(b, h, layer.self_attention, scale, p)
+            q, kv = fused_qkv(b, h, layer.self_attention, scale, p)
             k_new, v_new = b.op("Split", [kv], p + "_k_v", outputs=2, axis=1)
             keys = b.op("Concat", [pasts[2 * i], b.op("Reshape", [k_new, s.heads_row])],
                         p + "_present_keys", axis=2)
@@ -141,23 +140,23 @@ class _Builder:
                           p + "_present_values", axis=2)
             presents.extend([keys, values])
             q_column = b.op("Reshape", [q, s.query_column], p + "_q_column")
-            weights = b.op("Softmax", [_logits(b, s, q_column, keys, p + "_self")],
+            weights = b.op("Softmax", [attention_logits(b, s, q_column, keys, p + "_self")],
                            p + "_self_weights", axis=-1)
             return b.op("Reshape", [b.op("MatMul", [weights, values]), s.rows],
                         p + "_self_merged")
 
         embedded = x
         taps = {} if copy_source is not None else None
-        x = _decoder_layers(b, s, model, x, self_attention,
+        x = decoder_layers(b, s, model, x, self_attention,
                             lambda i: (cross_keys[i], cross_values[i], cross_bias), taps)
         logits, lse = b.name("logits"), b.name("log_normalizer")
         if copy_source is None:
-            _output_logits(b, model, x, table, logits)
+            output_logits(b, model, x, table, logits)
         else:
             vocab_logits = b.name("vocab_logits")
-            _output_logits(b, model, x, table, vocab_logits)
-            _copy_mixture(b, model, x, embedded, taps, copy_source, vocab_logits, logits)
-        _log_normalizer(b, logits, lse)
+            output_logits(b, model, x, table, vocab_logits)
+            copy_mixture(b, model, x, embedded, taps, copy_source, vocab_logits, logits)
+        log_normalizer(b, logits, lse)
         return logits, lse, presents
 
     # -- the constraints -------------------------------------------------------------------------
@@ -447,11 +446,11 @@ class _Builder:
         return b.op("ConstantOfShape", [shape], "empty_cache",
                     value=_scalar_tensor(np.float32(0)))
 
-    def new_body(self) -> _Graph:
+    def new_body(self) -> GraphBuilder:
         """A loop body's graph: its own weights (onnxruntime prepacks the weights of a
         MatMul or Gemm only when they are initializers of the node's own graph: read from the
         outer scope, the step measured 1.6x slower), the main graph's name counter."""
-        body = _Graph(share_constants=True)
+        body = GraphBuilder(share_constants=True)
         body._count = self.g._count
         return body
 
@@ -588,7 +587,7 @@ def _branch(b, name, outputs):
     return helper.make_graph(b.nodes, name, [], infos)
 
 
-def _inline_encoder(g: _Graph, encoder) -> dict[str, str]:
+def _inline_encoder(g: GraphBuilder, encoder) -> dict[str, str]:
     """The encoder graph's nodes and weights into `g`, every name prefixed except its input
     source_ids; -> {encoder output name: its name in g}."""
     from onnx import helper

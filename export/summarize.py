@@ -97,14 +97,12 @@ def main(argv) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     out = check_output(args, "summaries")
     from .common import Manifest
-    from .runtime.classifier import load_runtime
-    from .runtime.extractor import TOOL, Summarizer
+    from .runtime import load_summarizer
 
     manifest = Manifest(args.export)
-    manifest.require_kind("extractor", TOOL)
+    manifest.require_kind("extractor", command("export.summarize"))
     check_run_option(args.run, args.runtime)
-    summarizer = Summarizer(manifest, load_runtime(manifest, args.runtime, args.variant,
-                                                   args.run))
+    summarizer = load_summarizer(args.export, args.runtime, args.variant, args.run)
     selection = selection_of(args, summarizer.selection).check(summarizer.max_sentences)
     lines = read_input(args)
     for number, line in enumerate(lines, start=1):

@@ -123,15 +123,15 @@ def test_attention_onnx_equals_the_keras_models_weights(world, explorer):
 
 
 def test_parity_checks_the_attention_weights(world, monkeypatch):
-    from export import parity
+    from export import decoding_parity, parity
 
     lines = []
     assert parity.run(world["export"], world["run"], sentences=4, beam_sentences=2,
                       bleu_sentences=4, out=lines.append)
     report = "\n".join(lines)
     assert "5. attention weights of attention.onnx against keras" in report
-    assert report.count("attention.cross") == len(parity.SHAPES)
-    monkeypatch.setattr(parity, "TOLERANCE", -1.0)
+    assert report.count("attention.cross") == len(decoding_parity.SHAPES)
+    monkeypatch.setattr(decoding_parity, "TOLERANCE", -1.0)
     lines.clear()
     assert not parity.run(world["export"], world["run"], sentences=1, beam_sentences=1,
                           bleu_sentences=1, out=lines.append)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export import choice, parity
+from export import choice, decoding_parity, parity
 from export.common import ExportError, Manifest
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
@@ -60,12 +60,13 @@ def manifest(exported):
 
 @pytest.fixture(scope="module")
 def backends(exported, manifest):
-    return {name: load_backend(manifest, name, run_dir=exported[0]) for name in parity.RUNTIMES}
+    return {name: load_backend(manifest, name, run_dir=exported[0])
+            for name in decoding_parity.RUNTIMES}
 
 
 @pytest.fixture(scope="module")
 def sources():
-    return parity.demo_test_split(GREEDY_SENTENCES)[0]
+    return decoding_parity.demo_test_split(GREEDY_SENTENCES)[0]
 
 
 def test_manifest_lists_every_format_with_sizes(manifest, exported):
@@ -79,7 +80,8 @@ def test_manifest_lists_every_format_with_sizes(manifest, exported):
     for name, entry in manifest["files"].items():
         assert entry["bytes"] > 0, name
         manifest.file(name)  # checksum verified
-    sizes = {v: parity.file_size(manifest, "tflite", v) for v in ("float32", "fp16", "int8")}
+    sizes = {v: decoding_parity.file_size(manifest, "tflite", v)
+             for v in ("float32", "fp16", "int8")}
     assert sizes["int8"] < sizes["fp16"] < sizes["float32"]
 
 
@@ -106,12 +108,12 @@ def test_onnx_files_pass_the_checker_with_dynamic_axes(manifest):
 
 
 def test_tensor_parity_on_two_shapes(manifest, backends):
-    rows = parity.tensor_parity(manifest, backends)
+    rows = decoding_parity.tensor_parity(manifest, backends)
     assert len({row["shape"] for row in rows}) >= 4
-    table = parity.format_table(rows, list(parity.RUNTIMES[1:]))
+    table = decoding_parity.format_table(rows, list(decoding_parity.RUNTIMES[1:]))
     for row in rows:
-        for runtime in parity.RUNTIMES[1:]:
-            assert row[runtime] <= parity.TOLERANCE, table
+        for runtime in decoding_parity.RUNTIMES[1:]:
+            assert row[runtime] <= decoding_parity.TOLERANCE, table
 
 
 def test_greedy_tokens_identical_across_runtimes(manifest, backends, sources):
@@ -119,25 +121,25 @@ def test_greedy_tokens_identical_across_runtimes(manifest, backends, sources):
                                                        batch_size=100)
            for name, b in backends.items()}
     assert len(sources) >= 200
-    for name in parity.RUNTIMES[1:]:
-        assert parity.first_difference(ids["keras"], ids[name]) is None, name
+    for name in decoding_parity.RUNTIMES[1:]:
+        assert decoding_parity.first_difference(ids["keras"], ids[name]) is None, name
 
 
 def test_beam_tokens_identical_keras_and_onnx(manifest, backends, sources):
     ids = {name: Translator(manifest, backends[name]).translate_ids(
                sources[:40], SearchSettings(beam_size=4))
            for name in ("keras", "onnx")}
-    assert parity.first_difference(ids["keras"], ids["onnx"]) is None
+    assert decoding_parity.first_difference(ids["keras"], ids["onnx"]) is None
 
 
 def test_quantized_variants_keep_bleu(manifest, backends):
-    sources, references = parity.demo_test_split(100)
+    sources, references = decoding_parity.demo_test_split(100)
     scores = {}
     for fmt, variant in (("tflite", "float32"), ("tflite", "fp16"), ("tflite", "int8"),
                          ("onnx", "int8")):
         backend = backends[fmt] if variant == "float32" else load_backend(manifest, fmt, variant)
         hyps = Translator(manifest, backend).translate(sources, SearchSettings(beam_size=1))
-        scores[(fmt, variant)] = parity.bleu(hyps, references)
+        scores[(fmt, variant)] = decoding_parity.bleu(hyps, references)
     base = scores[("tflite", "float32")]
     for key, score in scores.items():
         assert abs(score - base) <= 1.0, (key, scores)
@@ -161,7 +163,7 @@ def test_parity_report_passes_and_fails(exported, backends, monkeypatch, capsys,
                       out=lines.append, backends=backends)
     report = "\n".join(lines)
     assert "savedmodel" in report and "tflite" in report and report.endswith("PASS")
-    monkeypatch.setattr(parity, "TOLERANCE", -1.0)
+    monkeypatch.setattr(decoding_parity, "TOLERANCE", -1.0)
     lines.clear()
     assert not parity.run(exported[1], sentences=4, beam_sentences=2, bleu_sentences=4,
                           out=lines.append, backends=backends)
@@ -176,7 +178,7 @@ def test_parity_report_passes_and_fails(exported, backends, monkeypatch, capsys,
     data["formats"] = {"tflite": data["formats"]["tflite"]}
     (only_tflite / "manifest.json").write_text(json.dumps(data))
     lines.clear()
-    monkeypatch.setattr(parity, "TOLERANCE", 1e-4)
+    monkeypatch.setattr(decoding_parity, "TOLERANCE", 1e-4)
     assert parity.run(only_tflite, sentences=4, beam_sentences=2, bleu_sentences=4,
                       out=lines.append, backends=backends)
     report = "\n".join(lines)
@@ -251,7 +253,7 @@ def test_parity_records_variants_and_translate_runs_the_fastest_accurate(
         exported, manifest, backends, tmp_path):
     export_dir = tmp_path / "export"
     shutil.copytree(exported[1], export_dir)
-    sources, references = parity.demo_test_split(20)
+    sources, references = decoding_parity.demo_test_split(20)
     lines = []
     assert parity.run(export_dir, sentences=4, beam_sentences=2, bleu_sentences=20,
                       out=lines.append, backends=backends, record=True)
@@ -261,7 +263,7 @@ def test_parity_records_variants_and_translate_runs_the_fastest_accurate(
     for entry in record["variants"]:
         hyps = Translator(manifest, load_backend(manifest, entry["runtime"], entry["variant"])
                           ).translate(sources, SearchSettings(beam_size=1))
-        assert entry["score"] == pytest.approx(parity.bleu(hyps, references)), entry
+        assert entry["score"] == pytest.approx(decoding_parity.bleu(hyps, references)), entry
         assert entry["seconds"] > 0
     assert {(e["runtime"], e["variant"]) for e in record["variants"]} == {
         ("tflite", "float32"), ("tflite", "fp16"), ("tflite", "int8"), ("onnx", "float32"),
@@ -441,7 +443,7 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
     biases once made tf2onnx merge the encoder's head-split Reshape wrongly."""
     import onnxruntime as ort
 
-    from export.exporters import export_onnx
+    from export.kinds.seq2seq import export_onnx
     from keras_transformer.config import TransformerConfig
     from keras_transformer.models.transformer import Transformer
 

@@ -240,7 +240,8 @@ def test_every_runtime_gives_the_trained_models_probabilities(manifest, run_dir,
     max_source_length), the softmax computed in NumPy."""
     import keras
 
-    from export.runtime.classifier import Classifier, load_runtime
+    from export.runtime import load_backend
+    from export.runtime.classifier import Classifier
     from keras_transformer.text.pipeline import make_classification_dataset
     from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
@@ -254,7 +255,7 @@ def test_every_runtime_gives_the_trained_models_probabilities(manifest, run_dir,
     exp = np.exp(logits - logits.max(-1, keepdims=True))
     reference = exp / exp.sum(-1, keepdims=True)
     for runtime in ("keras", "savedmodel", "onnx", "tflite"):
-        classifier = Classifier(manifest, load_runtime(manifest, runtime, run_dir=run_dir))
+        classifier = Classifier(manifest, load_backend(manifest, runtime, run_dir=run_dir))
         got = classifier.probabilities(texts, batch_size=16)
         np.testing.assert_allclose(got, reference, atol=1e-4, err_msg=runtime)
         np.testing.assert_array_equal(got.argmax(-1), reference.argmax(-1), err_msg=runtime)
@@ -274,14 +275,15 @@ def test_parity_passes_and_reports_quantized_agreement(export_dir, run_dir):
 
 @pytest.mark.parametrize("runtime", ["onnx", "tflite"])
 def test_classify_without_tensorflow(manifest, export_dir, run_dir, data_dir, runtime):
-    from export.runtime.classifier import Classifier, load_runtime
+    from export.runtime import load_backend
+    from export.runtime.classifier import Classifier
 
     texts = (data_dir / "dev" / "sents.txt").read_text("utf-8").splitlines()[:20]
     done = run_cli("export.classify", "--export", export_dir, "--runtime", runtime,
                    "--top-k", "3", stdin=("\n".join(texts) + "\n").encode(),
                    without_tensorflow=True)
     assert done.code == 0, done.stderr[-3000:]
-    keras_classifier = Classifier(manifest, load_runtime(manifest, "keras", run_dir=run_dir))
+    keras_classifier = Classifier(manifest, load_backend(manifest, "keras", run_dir=run_dir))
     expected = keras_classifier.probabilities(texts)
     rows = [line.split("\t") for line in done.stdout.splitlines()]
     assert len(rows) == len(texts)

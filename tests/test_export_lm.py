@@ -16,10 +16,10 @@ import keras
 import numpy as np
 import pytest
 
+from export import decoding_parity, parity
 from export import generate as generate_cli
-from export import parity
 from export.common import Manifest
-from export.exporters import LM_INTERFACE
+from export.kinds.language_model import LM_INTERFACE
 from export.runtime import Generator, load_backend, load_generator
 from keras_transformer.cache.layout import cache_names, per_layer_heads
 from keras_transformer.decoding import SearchSettings
@@ -82,7 +82,7 @@ def manifest(lm_export) -> Manifest:
 
 @pytest.fixture(scope="module")
 def backends(lm_run, manifest) -> dict:
-    return {name: load_backend(manifest, name, run_dir=lm_run) for name in parity.RUNTIMES}
+    return {name: load_backend(manifest, name, run_dir=lm_run) for name in decoding_parity.RUNTIMES}
 
 
 @pytest.fixture(scope="module")
@@ -137,13 +137,13 @@ def test_keras_step_equals_the_models_own_cached_step(backends, keras_lm):
 
 @pytest.mark.slow
 def test_step_tensors_agree_across_runtimes(manifest, backends):
-    rows = parity.tensor_parity(manifest, backends)
+    rows = decoding_parity.tensor_parity(manifest, backends, encoder=False)
     assert {row["output"] for row in rows} == {"decode_step.logits",
                                                "decode_step.step_key_values"}
-    table = parity.format_table(rows, list(parity.RUNTIMES[1:]))
+    table = decoding_parity.format_table(rows, list(decoding_parity.RUNTIMES[1:]))
     for row in rows:
-        for runtime in parity.RUNTIMES[1:]:
-            assert row[runtime] <= parity.TOLERANCE, table
+        for runtime in decoding_parity.RUNTIMES[1:]:
+            assert row[runtime] <= decoding_parity.TOLERANCE, table
 
 
 def _keras_text(model, generator: Generator, prompt: str, new_tokens: int, **sampling):
@@ -223,7 +223,7 @@ def test_parity_report_of_an_lm_export_passes(lm_export, lm_run, backends):
     report = "\n".join(lines)
     assert "greedy token ids of 20 random prompts" in report
     assert "sampled (temperature 1.0" in report
-    for name in parity.RUNTIMES[1:]:
+    for name in decoding_parity.RUNTIMES[1:]:
         assert f"keras vs {name:<11} identical" in report
     assert "onnx    int8" in report and "tflite  int8" in report
     assert report.endswith("PASS")

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from export import parity
+from export import decoding_parity
 from export.common import Manifest
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
@@ -127,7 +127,7 @@ def test_an_export_without_the_search_graph_takes_the_numpy_search(exports):
     assert not (no_search.root / "search.onnx").exists()
     backend = load_backend(no_search, "onnx")
     assert "search" not in backend.sessions
-    sources = parity.demo_test_split(20)[0]
+    sources = decoding_parity.demo_test_split(20)[0]
     with_graph = Translator(exports["lean"], load_backend(exports["lean"], "onnx"))
     for beam in (1, 3):
         settings = SearchSettings(beam_size=beam)
@@ -159,7 +159,7 @@ def test_optimized_tensors_match_the_plain_export(exports, batch):
     got = lean["encoder"].run(names, {"source_ids": source})
     for a, b in zip(want, got, strict=True):
         np.testing.assert_allclose(b.astype(np.float32), a.astype(np.float32),
-                                   atol=parity.TOLERANCE)
+                                   atol=decoding_parity.TOLERANCE)
     *memory, mask = want
     cache = [rng.normal(size=(batch, heads, 9, head_dim)).astype(np.float32)
              for _ in range(2 * layers)]
@@ -170,7 +170,7 @@ def test_optimized_tensors_match_the_plain_export(exports, batch):
                  **dict(zip(cache_names(layers), cache, strict=True))}
         for a, b in zip(plain["decoder_step"].run(None, feeds),
                         lean["decoder_step"].run(None, feeds), strict=True):
-            np.testing.assert_allclose(b, a, atol=parity.TOLERANCE)
+            np.testing.assert_allclose(b, a, atol=decoding_parity.TOLERANCE)
 
 
 def _ids(manifest, variant, sources):
@@ -181,10 +181,10 @@ def _ids(manifest, variant, sources):
 
 @pytest.mark.slow
 def test_optimized_tokens_match_the_plain_export(exports):
-    sources = parity.demo_test_split(SENTENCES)[0]
+    sources = decoding_parity.demo_test_split(SENTENCES)[0]
     plain, lean = (_ids(exports[name], "float32", sources) for name in ("plain", "lean"))
     for search in (0, 1):
-        assert parity.first_difference(plain[search], lean[search]) is None, search
+        assert decoding_parity.first_difference(plain[search], lean[search]) is None, search
 
 
 @pytest.mark.slow
@@ -192,7 +192,7 @@ def test_optimized_int8_stays_near_the_plain_int8(exports):
     """int8 quantizes each activation at run time, so a float32 rounding difference of 1e-6
     before a quantizer can move a value by a quantization step: the two int8 exports are held
     to each other as export.parity holds int8 to float32, by most tokens, not all."""
-    sources = parity.demo_test_split(SENTENCES)[0]
+    sources = decoding_parity.demo_test_split(SENTENCES)[0]
     plain, lean = (_ids(exports[name], "int8", sources) for name in ("plain", "lean"))
     float32 = _ids(exports["plain"], "float32", sources)
     for search in (0, 1):

@@ -216,6 +216,12 @@ TF_FREE_MODULES = (
     "export.classifier_parity",
     "export.classify",
     "export.generate",
+    "export.kinds",
+    "export.parity_check",
+    "export.decoding_parity",
+    "export.extractor_parity",
+    "export.runtime.extractor",
+    "export.summarize",
 )
 
 

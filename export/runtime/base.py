@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import sentencepiece as spm
@@ -30,8 +31,24 @@ class Backend(generation.Backend):
         self.manifest = manifest
 
 
-# What each kind of export is used with, for the message that refuses the other kind.
-def _load_sentencepiece(path) -> spm.SentencePieceProcessor:
+def training_run(manifest: Manifest, run_dir=None) -> Path:
+    """The training run of an export, for the keras runtime: the directory given, else the
+    export directory's parent when the export sits inside its run (the run path the manifest
+    records is never followed); ExportError when it holds no model.keras."""
+    if run_dir is None:
+        run_dir = manifest.root.resolve().parent
+        if not (run_dir / "model.keras").is_file():
+            raise ExportError(
+                f"the keras runtime needs the training run: {manifest.root} is not inside a run "
+                f"directory; pass it with --run")
+    run_dir = Path(run_dir)
+    if not (run_dir / "model.keras").is_file():
+        raise ExportError(f"the keras runtime needs the training run; {run_dir / 'model.keras'} "
+                          f"is missing (pass the run directory with --run)")
+    return run_dir
+
+
+def load_sentencepiece(path) -> spm.SentencePieceProcessor:
     try:
         return spm.SentencePieceProcessor(model_file=str(path))
     except (RuntimeError, OSError) as err:
@@ -46,8 +63,8 @@ class Translator(generation.Translator):
         manifest.require_kind("translator", "a Translator")
         self.manifest = manifest
         source, target = manifest.tokenizer_files()
-        self.source_sp = _load_sentencepiece(source)
-        self.target_sp = self.source_sp if target == source else _load_sentencepiece(target)
+        self.source_sp = load_sentencepiece(source)
+        self.target_sp = self.source_sp if target == source else load_sentencepiece(target)
         ids = manifest.special_ids
         special = {ids["pad"], ids["bos"]}
         super().__init__(
@@ -86,7 +103,7 @@ class Generator:
         manifest.require_kind("lm", "a Generator")
         self.manifest = manifest
         self.backend = backend
-        self.sp = _load_sentencepiece(manifest.tokenizer_files()[1])
+        self.sp = load_sentencepiece(manifest.tokenizer_files()[1])
         ids = manifest.special_ids
         self.pad_id, self.bos_id, self.eos_id = ids["pad"], ids["bos"], ids["eos"]
         self.max_length = manifest["max_target_length"]

@@ -1,21 +1,17 @@
 """Articles in, summaries out, over an extractive summarizer's export (manifest kind
-"extractor") in any runtime: export/runtime/classifier.py's runtimes (the keras one too) run
-its `extract` graph, keras_transformer.text.extractive reads the articles and picks the
-sentences. `onnx` and `tflite` need only NumPy, sentencepiece and their own runtime
+"extractor") in any runtime: a callable over its `extract` graph (export.runtime.load_backend
+gives one per runtime) scores the sentences, keras_transformer.text.extractive reads the
+articles and picks them. `onnx` and `tflite` need only NumPy, sentencepiece and their own runtime
 package."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 from keras_transformer.text.extractive import Extraction, Selection, SentenceScorer
 
 from ..common import Manifest
-from ..runtime.base import _load_sentencepiece
-from .classifier import Runtime, load_runtime
-
-TOOL = "python -m export.summarize"
+from ..runtime.base import load_sentencepiece
 
 
 class Summarizer:
@@ -23,12 +19,12 @@ class Summarizer:
     export's SentenceScorer (its K, max_source_length and tokenizer), and the selection the
     run chose on dev unless another is given."""
 
-    def __init__(self, manifest: Manifest, runtime: Runtime):
+    def __init__(self, manifest: Manifest, runtime: Callable):
         manifest.require_kind("extractor", "a Summarizer")
         self.manifest = manifest
         self.max_sentences = manifest["max_sentences"]
         self.selection = Selection.from_dict(manifest["selection"])
-        sp = _load_sentencepiece(manifest.file(manifest["tokenizer"]["source"]))
+        sp = load_sentencepiece(manifest.file(manifest["tokenizer"]["source"]))
         ids = manifest.special_ids
         self.scorer = SentenceScorer(runtime, lambda texts: sp.encode(texts, out_type=int),
                                      max_sentences=self.max_sentences,
@@ -48,11 +44,3 @@ class Summarizer:
         """Every article's sentences read, their probabilities and the chosen ones."""
         selection = (selection or self.selection).check(self.max_sentences)
         return self.scorer.extract(self.prepare(articles), selection, batch_size)
-
-
-def load_summarizer(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
-                    run_dir: str | Path | None = None) -> Summarizer:
-    """Article-to-summary summarizer over an export directory (see `Summarizer`)."""
-    manifest = Manifest(export_dir)
-    manifest.require_kind("extractor", TOOL)
-    return Summarizer(manifest, load_runtime(manifest, runtime, variant, run_dir))

@@ -26,6 +26,50 @@ from ..runtime.base import Backend
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 
+def onnxruntime():
+    """The onnxruntime module, or ExportError naming the package to install."""
+    try:
+        import onnxruntime as ort
+    except ImportError as err:
+        raise ExportError("the onnx runtime needs onnxruntime: pip install onnxruntime==1.31.1"
+                          ) from err
+    return ort
+
+
+def session_options(threads: int = 0, spinning: bool = True):
+    """onnxruntime SessionOptions: `threads` intra-op threads (0: onnxruntime's choice), quiet;
+    without `spinning`, idle workers sleep (a session that runs seldom, beside a busy one)."""
+    options = onnxruntime().SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def inference_session(path, options=None):
+    """An onnxruntime CPU session of one file, or ExportError saying it could not be loaded."""
+    try:
+        return onnxruntime().InferenceSession(str(path), options or session_options(),
+                                              providers=["CPUExecutionProvider"],
+                                              disabled_optimizers=DISABLED_OPTIMIZERS)
+    except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
+        raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
+
+
+class OnnxFunction:
+    """An encoder-only export's ONNX graph (role `role`: classifier.onnx, extractor.onnx) as a
+    callable ids -> probabilities."""
+
+    def __init__(self, manifest: Manifest, variant: str, role: str, threads: int = 0):
+        self.session = inference_session(
+            manifest.file(manifest.format_files("onnx", variant)[role]),
+            session_options(threads))
+
+    def __call__(self, ids):
+        return self.session.run(["probabilities"], {"ids": ids})[0]
+
+
 class LazySessions(MutableMapping):
     """Role -> onnxruntime session, each made by its maker on first use and then kept. Roles
     added with `add` are listed (`in`, iteration) before they are made; `made` names those
@@ -80,27 +124,17 @@ class OnnxBackend(Backend):
     def __init__(self, manifest: Manifest, variant: str = "float32", threads: int = 0,
                  search_graph: bool = True):
         super().__init__(manifest)
-        try:
-            import onnxruntime as ort
-        except ImportError as err:
-            raise ExportError("the onnx runtime needs onnxruntime: pip install onnxruntime==1.31.1"
-                              ) from err
-
+        onnxruntime()  # ExportError naming the package, before any file is read
         files = manifest.format_files("onnx", variant)
-        self._ort, self._threads = ort, threads
+        self._threads = threads
         self._attention_lock = threading.Lock()
         self.sessions = LazySessions()
-        roles = ("encoder", "decoder_step") if manifest.kind == "translator" else ("decoder_step",)
-        for role in roles:
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.log_severity_level = 3
-            if role == "encoder":
-                # Each session has its own thread pool whose idle workers spin waiting for
-                # work. The encoder's would spin through the steps that follow it, taking a
-                # core from the step's; the encoder runs once per batch, so its workers sleep
-                # instead.
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # A language model's export has no encoder.
+        for role in [r for r in ("encoder", "decoder_step") if r in files]:
+            # Each session has its own thread pool whose idle workers spin waiting for work.
+            # The encoder's would spin through the steps that follow it, taking a core from
+            # the step's; the encoder runs once per batch, so its workers sleep instead.
+            options = session_options(threads, spinning=role != "encoder")
             path = manifest.file(files[role])
             check = self._check_step if role == "decoder_step" else None
             self.sessions.add(role, lambda path=path, options=options, check=check:
@@ -110,10 +144,8 @@ class OnnxBackend(Backend):
             # sessions above then serve only the NumPy search (export.parity, the attention
             # explorer) and are made on first use: the search graph holds the decoder's
             # matrices already, and loading them a second time costs memory for nothing.
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.log_severity_level = 3
-            self.sessions["search"] = self._session(manifest.file(files["search"]), options)
+            self.sessions["search"] = self._session(manifest.file(files["search"]),
+                                                    session_options(threads))
         else:
             self.sessions["decoder_step"]  # made now: a stale export fails here, not mid-search
 
@@ -128,12 +160,7 @@ class OnnxBackend(Backend):
                 f"version; export it again")
 
     def _session(self, path, options, check=None):
-        try:
-            session = self._ort.InferenceSession(str(path), options,
-                                                 providers=["CPUExecutionProvider"],
-                                                 disabled_optimizers=DISABLED_OPTIMIZERS)
-        except Exception as err:  # onnxruntime raises its own Fail/InvalidProtobuf types
-            raise ExportError(f"{path} could not be loaded by onnxruntime: {err}") from err
+        session = inference_session(path, options)
         if check is not None:
             check(session, path)
         return session
@@ -147,13 +174,9 @@ class OnnxBackend(Backend):
         token i. The session is made on first use, once."""
         with self._attention_lock:
             if "attention" not in self.sessions:
-                options = self._ort.SessionOptions()
-                options.intra_op_num_threads = self._threads
-                options.log_severity_level = 3
                 # Runs once per sentence, between searches whose step pool must keep its cores.
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                self.sessions["attention"] = self._session(self.manifest.attention_file(),
-                                                           options)
+                self.sessions["attention"] = self._session(
+                    self.manifest.attention_file(), session_options(self._threads, False))
         names = ("encoder_self", "decoder_self", "cross")
         if self.copy_attention:
             names += ("copy", "copy_gate")

@@ -1,4 +1,5 @@
-"""The SavedModel signatures and the Keras model itself, behind the same Backend interface.
+"""The SavedModel signatures and the Keras model itself: behind the Backend interface for a
+kind that decodes, as a callable ids -> probabilities for an encoder-only one.
 
 TensorFlow is imported by this module only, so choosing ONNX or TFLite never loads it.
 """
@@ -8,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from keras_transformer.cache.variables import concrete
-from keras_transformer.tf_backend import KerasBackend, TFBackend
+from keras_transformer.tf_backend import TFBackend
 
 from ..common import ExportError, Manifest
-from ..runtime.base import Backend
+from ..runtime.base import Backend, training_run
 
 
 class SavedModelBackend(Backend, TFBackend):
@@ -70,41 +71,57 @@ class KerasLMBackend(Backend, TFBackend):
                           tf.constant(index, tf.int32))
 
 
-def keras_backend(manifest: Manifest, run_dir: str | Path | None = None
-                  ) -> KerasBackend | KerasLMBackend:
-    """The library's KerasBackend (a KerasLMBackend for a language model's export) over the
-    float32 rebuild of the run's model.keras.
+class SavedModelFunction:
+    """The one signature of an encoder-only export's SavedModel (`classify`, `extract`) as a
+    callable ids -> probabilities."""
 
-    The run is the directory given, else the export directory's parent when the export sits
-    inside its run (`runs/demo/export`). The run path the manifest records is never followed:
-    a path read from a file the program wrote stays inside that file's directory."""
-    import json
+    def __init__(self, manifest: Manifest, signature: str):
+        import tensorflow as tf
 
-    from ..module import load_float32_model, model_kind
+        self.tf = tf
+        path = manifest.directory(manifest.format_files("savedmodel")["model"])
+        try:
+            self._function = tf.saved_model.load(str(path)).signatures[signature]
+        except Exception as err:  # TF raises many types for a damaged SavedModel
+            raise ExportError(f"{path} could not be loaded as a SavedModel with a {signature} "
+                              f"signature: {err}") from err
 
-    if run_dir is None:
-        run_dir = manifest.root.resolve().parent
-        if not (run_dir / "model.keras").is_file():
-            raise ExportError(
-                f"the keras runtime needs the training run: {manifest.root} is not inside a run "
-                f"directory; pass it with --run")
-    run_dir = Path(run_dir)
-    if not (run_dir / "model.keras").is_file():
-        raise ExportError(f"the keras runtime needs the training run; {run_dir / 'model.keras'} "
-                          f"is missing (pass the run directory with --run)")
-    try:
-        config = json.loads((run_dir / "model_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ExportError(f"{run_dir / 'model_config.json'} could not be read: {err}") from err
-    differ = sorted(key for key, value in manifest.model.items()
-                    if key in config and config[key] != value)
-    if differ:
-        raise ExportError(f"{run_dir} does not hold the model of {manifest.root} ({', '.join(differ)} "
-                          f"differ); pass the run it was exported from with --run")
-    model = load_float32_model(run_dir)
-    if model_kind(model) != manifest.kind:
-        raise ExportError(f"{run_dir} holds a {type(model).__name__}, not the {manifest.kind} "
+    def __call__(self, ids):
+        return self._function(ids=self.tf.constant(ids, self.tf.int32))["probabilities"].numpy()
+
+
+class KerasFunction:
+    """The run's float32 Keras model (`model`) with the activation the export adds to its
+    logits (a classifier's softmax, an extractor's sigmoid), as a callable ids ->
+    probabilities."""
+
+    def __init__(self, model, activation):
+        import tensorflow as tf
+
+        self.tf, self.model = tf, model
+        self._function = tf.function(lambda ids: activation(model(ids, training=False)))
+
+    def __call__(self, ids):
+        return self._function(self.tf.constant(ids, self.tf.int32)).numpy()
+
+
+def run_model(manifest: Manifest, run_dir: str | Path | None, kind):
+    """The float32 rebuild of the run's model.keras that `kind` (export.kinds) exports,
+    checked to be the model of the export. The run is the directory given, else the export
+    directory's parent when the export sits inside its run (`runs/demo/export`); the run
+    path the manifest records is never followed: a path read from a file the program wrote
+    stays inside that file's directory."""
+    from ..module import load_trained
+
+    run_dir = training_run(manifest, run_dir)
+    trained = load_trained(run_dir)
+    if not kind.accepts(trained):
+        raise ExportError(f"{run_dir} holds a {type(trained).__name__}, not the {manifest.kind} "
                           f"model of {manifest.root}; pass the run it was exported from with --run")
-    if manifest.kind == "lm":
-        return KerasLMBackend(manifest, model)
-    return KerasBackend(model)
+    model = kind.load_float32(run_dir, trained)
+    differ = kind.model_differences(manifest, run_dir, model)
+    if differ:
+        raise ExportError(f"{run_dir} does not hold the model of {manifest.root} "
+                          f"({', '.join(differ)} differ); pass the run it was exported from "
+                          f"with --run")
+    return model

@@ -1,4 +1,6 @@
-"""The `encode` and `decode_step` signatures of a .tflite model in the ai_edge_litert interpreter.
+"""The signatures of a .tflite model in the ai_edge_litert interpreter: `encode` and
+`decode_step` behind the Backend interface (TFLiteBackend), or an encoder-only export's one
+function as a callable (TFLiteFunction).
 
 The step's cache lives in the interpreter's own input tensors (`ResidentCache`): the base
 class's write and beam reorder work there in place, so no step copies the cache into the
@@ -16,6 +18,41 @@ import numpy as np
 
 from ..common import ExportError, Manifest
 from ..runtime.base import Backend
+
+
+def signature_runners(manifest: Manifest, variant: str, names, threads: int | None = None):
+    """(interpreter, [runner per signature of `names`]) of one variant's .tflite model; None
+    for a signature it lacks (a language model's has no `encode`); ExportError when LiteRT is
+    missing or the file does not load."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError as err:
+        raise ExportError("the tflite runtime needs LiteRT: pip install ai-edge-litert==2.3.0"
+                          ) from err
+    path = manifest.file(manifest.format_files("tflite", variant)["model"])
+    try:
+        # LiteRT picks its own default (often one thread); use every core, as onnxruntime and
+        # TF do, unless told otherwise.
+        interpreter = Interpreter(model_path=str(path), num_threads=threads or os.cpu_count())
+        present = interpreter.get_signature_list()
+        return interpreter, [interpreter.get_signature_runner(name) if name in present else None
+                             for name in names]
+    except (ValueError, RuntimeError) as err:
+        raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
+
+
+class TFLiteFunction:
+    """The one signature of an encoder-only export's .tflite model (`classify`, `extract`) as
+    a callable ids -> probabilities."""
+
+    def __init__(self, manifest: Manifest, variant: str, signature: str):
+        self.interpreter, (self._runner,) = signature_runners(manifest, variant, [signature])
+        if self._runner is None:
+            raise ExportError(f"{manifest.root}'s {variant} TFLite model has no {signature} "
+                              f"signature; export it again")
+
+    def __call__(self, ids):
+        return self._runner(ids=ids)["probabilities"]
 
 
 class ResidentCache:
@@ -50,23 +87,8 @@ class TFLiteBackend(Backend):
 
     def __init__(self, manifest: Manifest, variant: str = "float32", threads: int | None = None):
         super().__init__(manifest)
-        try:
-            from ai_edge_litert.interpreter import Interpreter
-        except ImportError as err:
-            raise ExportError("the tflite runtime needs LiteRT: pip install ai-edge-litert==2.3.0"
-                              ) from err
-
-        path = manifest.file(manifest.format_files("tflite", variant)["model"])
-        try:
-            # LiteRT picks its own default (often one thread); use every core, as onnxruntime
-            # and TF do, unless told otherwise.
-            self.interpreter = Interpreter(model_path=str(path),
-                                           num_threads=threads or os.cpu_count())
-            self.encode_runner = (self.interpreter.get_signature_runner("encode")
-                                  if manifest.kind == "translator" else None)
-            step = self.interpreter.get_signature_runner("decode_step")
-        except (ValueError, RuntimeError) as err:
-            raise ExportError(f"{path} could not be loaded as a TFLite model: {err}") from err
+        self.interpreter, (self.encode_runner, step) = signature_runners(
+            manifest, variant, ("encode", "decode_step"), threads)
         # decode_step through the interpreter's own wrapper: sized once per search, not per call.
         self._wrapper = self.interpreter._interpreter
         self._subgraph = step._subgraph_index

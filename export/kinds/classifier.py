@@ -1,0 +1,79 @@
+"""The classifier kind: a TransformerClassifier's export, `classify` (ids -> class
+probabilities) in every format, the class names in the manifest, and attention.onnx with
+--with-attention; Classifier runs it."""
+
+from __future__ import annotations
+
+import logging
+
+from .. import classifier_parity
+from ..common import CLASSIFIER_ATTENTION_INTERFACE
+from .base import EncoderOnlyKind
+
+log = logging.getLogger("export")
+
+INTERFACE = ("ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
+             "max_source_length -> probabilities float32 (B,C) (softmax), logits "
+             "float32 (B,C); class c is labels[c]")
+
+
+class ClassifierKind(EncoderOnlyKind):
+    name = "classifier"
+    signatures = ("classify",)
+    role = "classifier"  # classifier.onnx
+    task = "classification"
+
+    def accepts(self, model) -> bool:
+        from keras_transformer.models.classifier import TransformerClassifier
+
+        return isinstance(model, TransformerClassifier)
+
+    def load_float32(self, run_dir, trained):
+        from ..classifier import load_float32_classifier
+
+        return load_float32_classifier(run_dir, trained)
+
+    def module(self, model):
+        from ..classifier import ClassifierModule
+
+        return ClassifierModule(model)
+
+    def section(self, run_dir, trained, model):
+        from ..classifier import run_labels
+
+        c = model.config
+        return {"labels": run_labels(run_dir, model.num_classes),
+                "model": {"num_encoder_layers": c.num_encoder_layers, "d_model": c.d_model,
+                          "num_heads": c.num_heads, "num_classes": model.num_classes,
+                          "pooling": model.pooling, "parameters": int(model.count_params())},
+                "interface": {self.signatures[0]: INTERFACE}}
+
+    def attention(self, model, out, options):
+        if not options.with_attention:
+            return None
+        from ..classifier import attention_function
+        from ..onnx_convert import export_attention
+
+        log.info("exporting the attention weights (ONNX)")
+        return export_attention(attention_function(model), out,
+                                CLASSIFIER_ATTENTION_INTERFACE, options.onnx_optimize)
+
+    def model_differences(self, manifest, run_dir, model) -> list[str]:
+        return ["num_classes"] if model.num_classes != manifest.model["num_classes"] else []
+
+    @staticmethod
+    def activation(logits):
+        import tensorflow as tf
+
+        return tf.nn.softmax(logits, axis=-1)
+
+    def runner(self, manifest, backend):
+        from ..runtime.classifier import Classifier
+
+        return Classifier(manifest, backend)
+
+    def parity_prepare(self, run, out):
+        classifier_parity.prepare(run, out)
+
+    def parity_checks(self, run):
+        return list(classifier_parity.CHECKS)

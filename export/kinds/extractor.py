@@ -1,0 +1,78 @@
+"""The extractive summarizer kind: a TransformerExtractor's export, `extract` (an article's
+sentence grid -> sentence probabilities) in every format, with the run's K, word joints and
+the selection it chose on dev in the manifest; Summarizer runs it."""
+
+from __future__ import annotations
+
+from .. import extractor_parity
+from .base import EncoderOnlyKind
+
+INTERFACE = ("ids int32 (B,K,S): an article's first K sentences (K at most "
+             "max_sentences), each its pieces + EOS right-padded with PAD to S (at "
+             "most max_source_length), missing sentences all PAD -> probabilities "
+             "float32 (B,K) (sigmoid: that the summary takes the sentence), logits "
+             "float32 (B,K); a padding sentence's values mean nothing")
+
+
+class ExtractorKind(EncoderOnlyKind):
+    name = "extractor"
+    signatures = ("extract",)
+    role = "extractor"  # extractor.onnx
+    task = "extractive summarization"
+
+    def accepts(self, model) -> bool:
+        from keras_transformer.models.extractor import TransformerExtractor
+
+        return isinstance(model, TransformerExtractor)
+
+    def check_options(self, options) -> None:
+        if options.with_attention:
+            raise ValueError("--with-attention is for translation, summarization and "
+                             "classification runs; an extractive summarizer's export shows its "
+                             "sentence scores instead: export it without --with-attention")
+
+    def load_float32(self, run_dir, trained):
+        from ..extractor import load_float32_extractor
+
+        return load_float32_extractor(run_dir, trained)
+
+    def module(self, model):
+        from ..extractor import ExtractorModule
+
+        return ExtractorModule(model)
+
+    def section(self, run_dir, trained, model):
+        from keras_transformer.text.extractive import read_selection
+
+        from ..extractor import run_word_joints
+
+        c = model.config
+        return {"task": "extractive_summarization",
+                "max_sentences": model.max_sentences,
+                "word_joints": run_word_joints(run_dir),
+                "selection": read_selection(run_dir, trained.max_sentences).to_dict(),
+                "model": {"num_encoder_layers": c.num_encoder_layers,
+                          "sentence_layers": model.sentence_layers, "d_model": c.d_model,
+                          "num_heads": c.num_heads, "parameters": int(model.count_params())},
+                "interface": {self.signatures[0]: INTERFACE}}
+
+    def model_differences(self, manifest, run_dir, model) -> list[str]:
+        return (["max_sentences"] if model.max_sentences != manifest["max_sentences"]
+                else [])
+
+    @staticmethod
+    def activation(logits):
+        import tensorflow as tf
+
+        return tf.sigmoid(logits)
+
+    def runner(self, manifest, backend):
+        from ..runtime.extractor import Summarizer
+
+        return Summarizer(manifest, backend)
+
+    def parity_prepare(self, run, out):
+        extractor_parity.prepare(run, out)
+
+    def parity_checks(self, run):
+        return list(extractor_parity.CHECKS)

@@ -1,0 +1,64 @@
+"""The language model kind: a decoder-only TransformerLM's export, `decode_step` alone (the
+translator's step without the encoder's inputs, with its cache names and layout); Generator
+runs it."""
+
+from __future__ import annotations
+
+from .. import decoding_parity
+from .base import ExportOptions
+from .seq2seq import Seq2SeqKind
+
+# The interface of a language model's export, in words (manifest.json "interface").
+LM_INTERFACE = {
+    "decode_step": "tokens int32 (B,), index int32 (), and per layer l cache_keys_l, "
+                   "cache_values_l float32 (B,H,T,D/H) -> logits float32 (B,V) of the next "
+                   "token, step_key_values float32 (B,L,2,D); the caller writes "
+                   "step_key_values[:, l, 0] split into heads into cache_keys_l[:, :, index], "
+                   "and [:, l, 1] into cache_values_l. A prompt is fed one token per step, "
+                   "from BOS at index 0",
+    "onnx_decoder_step": "as decode_step, plus a log_normalizer float32 (B,) output "
+                         "(logsumexp of each row of logits)",
+}
+
+
+class LanguageModelKind(Seq2SeqKind):
+    """The translator's export without what the encoder brings: no `encode`, no
+    `translate`, no search graph, no attention export."""
+
+    name = "lm"
+    signatures = ("decode_step",)
+    interface = LM_INTERFACE
+
+    def accepts(self, model) -> bool:
+        from keras_transformer.models.language_model import TransformerLM
+
+        return isinstance(model, TransformerLM)
+
+    def check_options(self, options: ExportOptions) -> None:
+        if options.with_attention:
+            raise ValueError("--with-attention exports the weights the attention explorer "
+                             "shows, for a translation, summarization or classification run; "
+                             "a language model's export has none: export it without "
+                             "--with-attention")
+
+    def translate_signature(self, options: ExportOptions) -> bool:
+        return False
+
+    def search_graph(self, options: ExportOptions) -> bool:
+        return False
+
+    def keras_backend(self, manifest, model):
+        from ..runtime.tf import KerasLMBackend
+
+        return KerasLMBackend(manifest, model)
+
+    def runner(self, manifest, backend):
+        from ..runtime.base import Generator
+
+        return Generator(manifest, backend)
+
+    def parity_prepare(self, run, out):
+        decoding_parity.prepare(run, out)
+
+    def parity_checks(self, run):
+        return [decoding_parity.check_tensors(encoder=False), decoding_parity.check_lm_tokens]

@@ -1,0 +1,223 @@
+"""The translator kind: a seq2seq Transformer's export (translation and summarization runs,
+with or without copy attention), `encode` and `decode_step` in every format, the SavedModel's
+strings-to-strings `translate`, the whole search as search.onnx, and attention.onnx with
+--with-attention."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
+
+from .. import decoding_parity
+from ..common import ATTENTION_INTERFACE, MANIFEST, MANIFEST_VERSION, SEARCH_BLOCK, ExportError
+from .base import DecodingKind, ExportOptions
+
+log = logging.getLogger("export")
+
+# The interface of a translator's export, in words (manifest.json "interface").
+INTERFACE = {
+    "encode": "source_ids int32 (B,S) -> per decoder layer l cross_keys_l, "
+              "cross_values_l float32 (B,H,S,D/H), and memory_mask bool (B,S)",
+    "decode_step": "tokens int32 (B,), memory_mask bool (B,S), index int32 (), "
+                   "cross_keys_l, cross_values_l as encode gives them, and per layer l "
+                   "cache_keys_l, cache_values_l float32 (B,H,T,D/H) -> logits float32 "
+                   "(B,V), step_key_values float32 (B,L,2,D); the caller writes "
+                   "step_key_values[:, l, 0] split into heads into "
+                   "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l; "
+                   "with model.copy_attention, encode also returns and decode_step "
+                   "also takes copy_source_ids int32 (B,S), and logits are the copy "
+                   "mixture's log-probabilities",
+    "onnx_decoder_step": "as decode_step, plus a log_normalizer float32 (B,) output "
+                         "(logsumexp of each row of logits)",
+    "onnx_search": "source_ids int32 (B,S), max_length int32 (), beam_size int32 () "
+                   "(1: greedy), alpha float64 (), no_repeat_ngram_size int32 (), "
+                   "min_length int32 () -> tokens int32 (B,T) (PAD after EOS), scores "
+                   "float32 (B,): the whole search of keras_transformer.decoding in "
+                   "one call",
+}
+
+
+def tokenizer_files(run_dir: Path) -> tuple[str, str]:
+    """The run's (source, target) SentencePiece files, checked to load."""
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer
+
+    if (run_dir / "spm.model").is_file():
+        names = ("spm.model", "spm.model")
+    elif (run_dir / "spm_source.model").is_file() and (run_dir / "spm_target.model").is_file():
+        names = ("spm_source.model", "spm_target.model")
+    else:
+        raise FileNotFoundError(
+            f"{run_dir} has neither spm.model nor spm_source.model + spm_target.model")
+    for name in set(names):
+        try:
+            SentencePieceTokenizer(run_dir / name)
+        except Exception as err:  # sentencepiece raises RuntimeError/OSError on a bad file
+            raise ValueError(f"{run_dir / name} is not a valid SentencePiece model: "
+                             f"{' '.join(str(err).split())[:200]}") from err
+    return names
+
+
+def run_settings(run_dir: Path) -> dict:
+    """The run's task and the search settings of its config.yaml `eval:` section (the
+    manifest's `task` and `search`); only what the config holds (an older run may hold
+    fewer keys)."""
+    from ..module import run_config
+
+    config = run_config(run_dir)
+    evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
+    search = {k: evaluation[k] for k in SEQ2SEQ_KEYS if k in evaluation}
+    settings = {SEARCH_BLOCK: search} if search else {}
+    if isinstance(config.get("task"), str):
+        settings["task"] = config["task"]
+    return settings
+
+
+def export_onnx(model, out: Path, int8: bool, lean: bool = True,
+                search: bool = True) -> dict[str, dict[str, str]]:
+    """encoder.onnx (tf2onnx; none for a language model) + decoder_step.onnx
+    (export.onnx_graph), opset 17, checked, through export.onnx_optimize when `lean`, and
+    dynamic-int8 copies; with `search`, a seq2seq model's search.onnx too (export.onnx_search:
+    encoder, steps and search in one graph; and search.int8.onnx with `int8`)."""
+    from ..module import decoding_module
+    from ..onnx_convert import convert_function
+    from ..onnx_graph import build_decoder_step
+    from ..onnx_optimize import int8_file, ort_extended, write_int8, write_variants
+
+    module = decoding_module(model)
+    graphs = {}
+    if hasattr(module, "encode"):
+        graphs["encoder"] = ("encoder.onnx", convert_function(module.encode))
+    # The step runs once per token, where tf2onnx's node count costs more than the FLOPs.
+    graphs["decoder_step"] = ("decoder_step.onnx", build_decoder_step(model))
+    rewritten = {}
+    variants = write_variants(graphs, out, int8, lean, rewritten)
+    if search and "encoder" in graphs:
+        import onnx
+
+        from ..onnx_search import SEARCH_FILE, build_search
+
+        log.info("building %s (encoder, steps and search in one graph)", SEARCH_FILE)
+        graph = build_search(model, rewritten["encoder"])
+        onnx.save(ort_extended(graph) if lean else graph, str(out / SEARCH_FILE))
+        variants["float32"]["search"] = SEARCH_FILE
+        if int8:
+            write_int8(graph, out / int8_file(SEARCH_FILE), lean)
+            variants["int8"]["search"] = int8_file(SEARCH_FILE)
+    return variants
+
+
+class Seq2SeqKind(DecodingKind):
+    name = "translator"
+    signatures = ("decode_step", "encode")
+    interface = INTERFACE
+
+    def accepts(self, model) -> bool:
+        from keras_transformer.models.transformer import Transformer
+
+        return isinstance(model, Transformer)
+
+    # What this kind's export adds: the SavedModel's `translate`, search.onnx, attention.onnx.
+    def translate_signature(self, options: ExportOptions) -> bool:
+        return options.translate_signature
+
+    def search_graph(self, options: ExportOptions) -> bool:
+        return options.search_graph
+
+    def attention(self, model, out: Path, options: ExportOptions) -> dict | None:
+        """attention.onnx's manifest entry, with --with-attention."""
+        if not options.with_attention:
+            return None
+        from ..module import attention_function
+        from ..onnx_convert import export_attention
+
+        log.info("exporting the attention weights (ONNX)")
+        return export_attention(attention_function(model), out, ATTENTION_INTERFACE,
+                                options.onnx_optimize)
+
+    def export_into(self, out, run_dir, trained, options, versions):
+        from keras_transformer.file_safety import atomic_write_text
+        from keras_transformer.text.tokenizer import SentencePieceTokenizer
+
+        from ..formats import export_formats, listed_files
+        from ..module import decoding_module
+
+        model = self.load_float32(run_dir, trained)
+        source_tok, target_tok = tokenizer_files(run_dir)
+        c = model.config
+        for name in {source_tok, target_tok}:
+            shutil.copyfile(run_dir / name, out / name)
+        add_translate = None
+        if self.translate_signature(options):
+            def add_translate(signatures):
+                from ..translate_graph import add_translate
+
+                return {**signatures, "translate": add_translate(module, out / source_tok,
+                                                                 out / target_tok)}
+        module = decoding_module(model)
+        manifest_formats = export_formats(
+            out, module, self.signatures, options.formats, options.quantize,
+            options.onnx_optimize,
+            lambda out, int8, lean: export_onnx(model, out, int8, lean,
+                                                search=self.search_graph(options)),
+            add_translate)
+        attention = self.attention(model, out, options)
+        manifest = {
+            "manifest_version": MANIFEST_VERSION,
+            "kind": self.name,
+            "run": str(run_dir.resolve()),
+            **run_settings(run_dir),
+            "formats": manifest_formats,
+            "files": listed_files(out, manifest_formats,
+                                  sorted({source_tok, target_tok})
+                                  + ([attention["file"]] if attention else [])),
+            "tokenizer": {"source": source_tok, "target": target_tok},
+            "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
+            "special_ids": {"pad": c.pad_id,
+                            "unk": SentencePieceTokenizer(out / target_tok).unk_id,
+                            "bos": c.bos_id, "eos": c.eos_id},
+            "max_source_length": c.max_source_length,
+            "max_target_length": c.max_target_length,
+            "model": {"num_decoder_layers": c.num_decoder_layers, "d_model": c.d_model,
+                      "num_encoder_layers": c.num_encoder_layers, "num_heads": c.num_heads,
+                      "copy_attention": bool(getattr(c, "copy_attention", False)),
+                      "parameters": int(model.count_params())},
+            "interface": self.interface,
+            "versions": versions,
+        }
+        if attention is not None:
+            manifest["attention"] = attention
+        atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        return manifest
+
+    def model_differences(self, manifest, run_dir: Path, model) -> list[str]:
+        """The keys of the manifest's model that the run's model_config.json gives otherwise."""
+        try:
+            config = json.loads((run_dir / "model_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ExportError(f"{run_dir / 'model_config.json'} could not be read: {err}"
+                              ) from err
+        return sorted(key for key, value in manifest.model.items()
+                      if key in config and config[key] != value)
+
+    def keras_backend(self, manifest, model):
+        from keras_transformer.tf_backend import KerasBackend
+
+        return KerasBackend(model)
+
+    def runner(self, manifest, backend):
+        from ..runtime.base import Translator
+
+        return Translator(manifest, backend)
+
+    def parity_prepare(self, run, out):
+        decoding_parity.prepare_translator(run, out)
+
+    def parity_checks(self, run):
+        return [decoding_parity.check_tensors(encoder=True), decoding_parity.check_greedy,
+                decoding_parity.check_beam, decoding_parity.check_search_graphs,
+                decoding_parity.check_variants, decoding_parity.check_attention,
+                decoding_parity.record_choice]
