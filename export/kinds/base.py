@@ -56,9 +56,9 @@ class ExportKind:
         """The float32 rebuild of a trained model of this kind (what every format holds)."""
         raise NotImplementedError
 
-    def model_differences(self, manifest: Manifest, run_dir: Path, model) -> list[str]:
-        """The names of what the run's rebuilt model gives otherwise than the export's
-        manifest (the keras runtime refuses such a run)."""
+    def model_differences(self, manifest: Manifest, run_dir: Path, trained) -> list[str]:
+        """The names of what the run's model (as trained, before its float32 rebuild) gives
+        otherwise than the export's manifest (the keras runtime refuses such a run)."""
         return []
 
     def backend(self, manifest: Manifest, runtime: str, variant: str,

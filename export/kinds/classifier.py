@@ -58,8 +58,8 @@ class ClassifierKind(EncoderOnlyKind):
         return export_attention(attention_function(model), out,
                                 CLASSIFIER_ATTENTION_INTERFACE, options.onnx_optimize)
 
-    def model_differences(self, manifest, run_dir, model) -> list[str]:
-        return ["num_classes"] if model.num_classes != manifest.model["num_classes"] else []
+    def model_differences(self, manifest, run_dir, trained) -> list[str]:
+        return ["num_classes"] if trained.num_classes != manifest.model["num_classes"] else []
 
     @staticmethod
     def activation(logits):

@@ -56,8 +56,8 @@ class ExtractorKind(EncoderOnlyKind):
                           "num_heads": c.num_heads, "parameters": int(model.count_params())},
                 "interface": {self.signatures[0]: INTERFACE}}
 
-    def model_differences(self, manifest, run_dir, model) -> list[str]:
-        return (["max_sentences"] if model.max_sentences != manifest["max_sentences"]
+    def model_differences(self, manifest, run_dir, trained) -> list[str]:
+        return (["max_sentences"] if trained.max_sentences != manifest["max_sentences"]
                 else [])
 
     @staticmethod

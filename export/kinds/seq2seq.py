@@ -193,7 +193,7 @@ class Seq2SeqKind(DecodingKind):
         atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
         return manifest
 
-    def model_differences(self, manifest, run_dir: Path, model) -> list[str]:
+    def model_differences(self, manifest, run_dir: Path, trained) -> list[str]:
         """The keys of the manifest's model that the run's model_config.json gives otherwise."""
         try:
             config = json.loads((run_dir / "model_config.json").read_text(encoding="utf-8"))
