@@ -272,7 +272,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
 
     translators = {name: Translator(manifest, b) for name, b in backends.items()}
     sentences = min(sentences, len(sources))
-    constraints = ", ".join(f"{k} {v}" for k, v in search.items() if v)
+    constraints = ", ".join(f"{k} {v}" for k, v in search.constraints.items() if v)
     out(f"2. greedy token ids on {sentences} {given}"
         + (f" ({constraints})" if constraints else ""))
     ids = {}
