@@ -96,7 +96,7 @@ def saved_models(tmp_path_factory):
         np.savez(root / f"{name}_inputs.npz", *(inputs if isinstance(inputs, tuple) else [inputs]))
         scores = model.evaluate(inputs, y, verbose=0, return_dict=True)
         scores["learning_rate"] = float(model.optimizer.learning_rate)
-        saved[name] = (np.asarray(model(inputs, training=False)), scores, y)
+        saved[name] = (keras.ops.convert_to_numpy(model(inputs, training=False)), scores, y)
         np.save(root / f"{name}_y.npy", y)
     return root, saved
 
@@ -111,7 +111,8 @@ LOAD = textwrap.dedent("""
         model = keras.models.load_model(f"{{root}}/{{name}}.keras")
         inputs = list(np.load(f"{{root}}/{{name}}_inputs.npz").values())
         inputs = tuple(inputs) if len(inputs) > 1 else inputs[0]
-        np.save(f"{{root}}/{{name}}_loaded.npy", np.asarray(model(inputs, training=False)))
+        np.save(f"{{root}}/{{name}}_loaded.npy",
+                keras.ops.convert_to_numpy(model(inputs, training=False)))
         scores = model.evaluate(inputs, np.load(f"{{root}}/{{name}}_y.npy"), verbose=0,
                                 return_dict=True)
         scores["learning_rate"] = float(model.optimizer.learning_rate)
