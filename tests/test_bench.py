@@ -347,12 +347,14 @@ def test_extractive_reach_is_the_oracle_among_the_first_k_sentences():
     """Hand-made: the reference is the second sentence, so an oracle over the first sentence
     finds nothing (ROUGE 0, none of the whole oracle's one sentence inside) and over the first
     two copies it (ROUGE 100, all of it inside)."""
-    from bench.extractive_reach import reach
+    from bench.extractive_reach import reach, whole_oracles
 
     articles = ["Mưa lớn ở Huế . Cầu Trường Tiền đóng cửa . Trường học nghỉ ."]
     references = ["Cầu Trường Tiền đóng cửa"]
-    assert reach(articles, references, 1) == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0,
+    whole = whole_oracles(articles, references)
+    assert whole == [[1]]
+    assert reach(articles, references, whole, 1) == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0,
                                               "oracle_sentences_inside_pct": 0.0}
-    assert reach(articles, references, 2) == {"rouge1": 100.0, "rouge2": 100.0,
+    assert reach(articles, references, whole, 2) == {"rouge1": 100.0, "rouge2": 100.0,
                                               "rougeL": 100.0,
                                               "oracle_sentences_inside_pct": 100.0}
