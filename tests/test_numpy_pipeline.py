@@ -80,6 +80,7 @@ def test_the_shuffle_is_seeded_and_a_new_order_each_pass(corpus):
     def one_pass(seed, passes=1):
         data = TranslationBatches(sources, targets, tok, tok, seed=seed, **options)
         for _ in range(passes - 1):
+            _rows(data[i] for i in range(len(data)))  # a pass read to its end, as Keras does
             data.on_epoch_end()
         return _rows(data[i] for i in range(len(data)))
 
@@ -118,3 +119,52 @@ def test_a_repeated_stream_spans_passes_and_skip_resumes_at_its_batch(corpus):
                  _rows(one[i] for i in range(len(one)))[4:])
     part.on_epoch_end()
     assert len(part) == per_pass
+
+
+def _fit_reads(data, epochs, steps_per_epoch):
+    """The labels of every batch model.fit reads from `data`, in order."""
+    import keras
+
+    seen = []
+
+    def record(inputs, labels):
+        seen.append(np.array(labels))
+        return inputs, labels
+
+    source, target = keras.Input((None,), dtype="int32"), keras.Input((None,), dtype="int32")
+    model = keras.Model([source, target], keras.layers.Dense(40)(
+        keras.layers.Embedding(40, 4)(target)))
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(data.map(record), epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0,
+              shuffle=False)
+    return seen
+
+
+@pytest.mark.parametrize("repeat", [True, False], ids=["steps_per_epoch", "one_pass"])
+def test_model_fit_reads_a_skipped_stream_from_the_skipped_batch_on(corpus, repeat):
+    """Every backend's fit peeks at a batch and resets its iterator before the first epoch,
+    which calls on_epoch_end: a resumed run must still start at the batch after its backup,
+    and read on across epochs."""
+    sources, targets, tok = corpus
+    # One bucket and whole batches: TensorFlow's PyDataset reader wants one batch shape.
+    options = dict(max_source_length=16, max_target_length=10, tokens_per_batch=96,
+                   bucket_boundaries=[17], fixed_target_length=True, drop_remainder=True,
+                   seed=1, repeat=repeat)
+    skip = 5
+    reference = TranslationBatches(sources, targets, tok, tok, **options)
+    if repeat:
+        epochs, steps = 2, 3
+        readable = [reference[i][1] for i in range(skip + 30)][skip:]  # prefetch reads on
+        expected = readable[:6]
+    else:  # the rest of the first pass (train.engine fits a resumed epoch on its own)
+        epochs, steps = 1, None
+        expected = readable = [reference[i][1] for i in range(len(reference))][skip:]
+    trained = len(expected)
+    data = TranslationBatches(sources, targets, tok, tok, **options).skip(skip)
+    seen = _fit_reads(data, epochs, steps)
+    # fit reads the expected batches in order; what it reads besides (its peeks at the first
+    # batches, TensorFlow's prefetch) is the same stream's too, never a batch of another order.
+    assert all(any(np.array_equal(b, e) for e in readable) for b in seen)
+    starts = [o for o in range(len(seen) - trained + 1)
+              if all(np.array_equal(seen[o + k], expected[k]) for k in range(trained))]
+    assert starts, "fit did not read the skipped stream's batches in order"

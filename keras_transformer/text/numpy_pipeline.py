@@ -94,6 +94,7 @@ class TranslationBatches(keras.utils.PyDataset):
         self._map = None
         self._batches_of_pass = None
         self._reader, self._read = None, 0  # the repeating stream's reader, batches it gave
+        self._pass_read = False  # whether the last batch of this pass was read
 
     # -- the order -------------------------------------------------------------------------
 
@@ -187,10 +188,21 @@ class TranslationBatches(keras.utils.PyDataset):
         batches = self._one_pass()
         if index >= len(batches):
             raise IndexError(index)
+        self._pass_read = index == len(batches) - 1
         return self.batch(batches[index])
 
     def on_epoch_end(self):
-        """A new pass: a new order when shuffling (a skip applies to the first pass only)."""
+        """A new pass once this one was read to its end: a new order when shuffling (a skip
+        applies to the first pass only).
+
+        Keras also calls this when it starts reading over (every backend's `fit` peeks at a
+        batch, then resets its iterator before the first epoch), and, with steps_per_epoch, at
+        each epoch's end while it goes on reading the stream at the next index. Neither is a
+        new pass: advancing then would drop a resumed run's skip and read another order.
+        """
+        if self.repeat or not self._pass_read:
+            return
         self._pass += 1
         self._skip = 0
         self._batches_of_pass = None
+        self._pass_read = False
