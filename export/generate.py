@@ -22,7 +22,14 @@ import logging
 import os
 import sys
 
-from keras_transformer.command_line import add_debug_flag, command, entry_point, float_in, int_in
+from keras_transformer.command_line import (
+    add_debug_flag,
+    command,
+    entry_point,
+    float_in,
+    int_in,
+    search_bounds,
+)
 from keras_transformer.decoding import SearchSettings
 
 from .text_io import RUNTIMES, check_run_option
@@ -38,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int_in(1, 4096), default=60,
                         help="tokens to generate, 1 to 4096 (default 60; fewer when the prompt "
                              "leaves less room in the model's maximum length)")
-    parser.add_argument("--temperature", type=float_in(0, 100, low_open=True), default=None,
+    parser.add_argument("--temperature", type=float_in(*search_bounds("temperature"), low_open=True), default=None,
                         help="sampling temperature, in (0, 100] (default: greedy, or 1 with "
                              "--top-k/--top-p)")
     parser.add_argument("--top-k", type=int_in(1), default=None,

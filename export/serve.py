@@ -47,6 +47,7 @@ from keras_transformer.command_line import (
     entry_point,
     float_in,
     int_in,
+    search_bounds,
 )
 
 from .explorer import ClassifierExplorer, Explorer, ExtractorExplorer, InputError, open_explorer
@@ -290,10 +291,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int_in(0, 65535), default=8000,
                         help="port, 0 to 65535; 0 picks a free one (default 8000)")
-    parser.add_argument("--beam", type=int_in(1, 64), default=None,
+    parser.add_argument("--beam", type=int_in(*search_bounds("beam_size")), default=None,
                         help="beam size of a translator, 1 (greedy) to 64 (default: the "
                              "run's, as export.translate)")
-    parser.add_argument("--alpha", type=float_in(0, 10), default=None,
+    parser.add_argument("--alpha", type=float_in(*search_bounds("alpha")), default=None,
                         help="length penalty exponent of a translator, in [0, 10] (default: "
                              "the run's)")
     add_debug_flag(parser)

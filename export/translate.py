@@ -34,6 +34,7 @@ from keras_transformer.command_line import (
     entry_point,
     float_in,
     int_in,
+    search_bounds,
 )
 from keras_transformer.decoding import SearchSettings
 
@@ -54,9 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                      description=__doc__.split("\n\n")[0])
     add_text_io_arguments(parser, export_help="export directory", verb="translating",
                           fastest=True)
-    parser.add_argument("--beam", type=int_in(1, 64), default=None,
+    parser.add_argument("--beam", type=int_in(*search_bounds("beam_size")), default=None,
                         help="beam size, 1 (greedy) to 64 (default: the run's, else 4)")
-    parser.add_argument("--alpha", type=float_in(0, 10), default=None,
+    parser.add_argument("--alpha", type=float_in(*search_bounds("alpha")), default=None,
                         help="length penalty exponent, in [0, 10] (default: the run's, "
                              "else 0.6)")
     add_search_constraints(parser, "the run's, else 0")

@@ -184,12 +184,21 @@ def float_in(low: float, high: float, *, low_open: bool = False,
     return parse
 
 
+def search_bounds(name: str) -> tuple:
+    """(low, high) of a search option: `SearchSettings.BOUNDS`, which validates the settings
+    themselves, so that a command line refuses what the search would."""
+    from keras_transformer.decoding.settings import BOUNDS
+
+    return BOUNDS[name]
+
+
 def add_search_constraints(parser, default: str = "the run's") -> None:
     """--no-repeat-ngram-size and --min-length (keras_transformer.decoding's constraints),
     bounded, defaulting to None: the caller fills in `default` (e.g. the run's settings)."""
-    parser.add_argument("--no-repeat-ngram-size", type=int_in(0, 16), default=None,
+    ngram, length = search_bounds("no_repeat_ngram_size"), search_bounds("min_length")
+    parser.add_argument("--no-repeat-ngram-size", type=int_in(*ngram), default=None,
                         metavar="N", help=f"never generate an n-gram of N tokens twice, 0 (off) "
-                                          f"to 16 (default: {default})")
-    parser.add_argument("--min-length", type=int_in(0, 4096), default=None, metavar="N",
-                        help=f"generated tokens before EOS may end an output, 0 to 4096 "
+                                          f"to {ngram[1]} (default: {default})")
+    parser.add_argument("--min-length", type=int_in(*length), default=None, metavar="N",
+                        help=f"generated tokens before EOS may end an output, 0 to {length[1]} "
                              f"(default: {default})")

@@ -364,3 +364,36 @@ def test_keras_backend_is_checked_before_keras_is_imported(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setenv("KERAS_BACKEND", keras.backend.backend())  # the one installed here
     assert check_keras_backend() == keras.backend.backend()
+
+
+def _train_tiny(out: Path, *extra: str, devices: int = 1) -> subprocess.CompletedProcess:
+    """`python -m train` of a tiny demo run under this backend, on `devices` CPU devices."""
+    from tests.test_train_resume import TINY
+
+    args = [sys.executable, "-m", "train", "--config", str(ROOT / "train/configs/demo.yaml"),
+            "--out", str(out)]
+    for item in (*TINY, *extra):
+        args += ["--set", item]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.slow
+def test_python_m_train_with_data_parallel_on_two_devices_ends_where_one_device_ends(tmp_path):
+    """The whole command, as a user runs it: `training.strategy: mirrored` over two JAX
+    devices trains the run one device trains (dropout 0: the same steps), and says so."""
+    if keras.backend.backend() != "jax":
+        pytest.skip("keras.distribution.DataParallel runs under KERAS_BACKEND=jax")
+    one = _train_tiny(tmp_path / "one")
+    two = _train_tiny(tmp_path / "two", "training.strategy=mirrored", devices=2)
+    for done in (one, two):
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "strategy DataParallel with 2 replica(s)" in two.stdout + two.stderr
+    single, parallel = (json.loads((tmp_path / n / "metrics.json").read_text())
+                        for n in ("one", "two"))
+    assert parallel["steps"] == single["steps"] == 12
+    np.testing.assert_allclose(parallel["epoch_losses"], single["epoch_losses"], rtol=1e-3)
+    assert parallel["dev_loss"] == pytest.approx(single["dev_loss"], rel=1e-3)
+    assert parallel["dev_loss"] < parallel["epoch_losses"][0]  # it learned

@@ -307,11 +307,13 @@ def load_summaries(path: str | Path) -> Summaries:
     return Summaries(articles, summaries, len(skipped))
 
 
-def load_summarization(config: DataConfig) -> dict[str, Summaries]:
-    """{"train", "dev"[, "test"]}: the files data.train_source, dev_source[, test_source],
-    with VNDS's word joints kept or split by data.word_joints."""
+def load_summarization(config: DataConfig, task: str = "summarization"
+                       ) -> dict[str, Summaries]:
+    """{"train", "dev"[, "test"]}: the files data.train_source, dev_source[, test_source]
+    (load_summaries: VNDS's article/summary TSV files), with VNDS's word joints kept or split
+    by data.word_joints; `task` names the task in errors."""
     if config.corpus != "tsv":
-        raise ConfigError(f"task summarization reads data.corpus tsv, got {config.corpus!r}")
+        raise ConfigError(f"task {task} reads data.corpus tsv, got {config.corpus!r}")
     names = {"train": config.train_source, "dev": config.dev_source,
              "test": config.test_source}
     splits = {}
@@ -319,7 +321,8 @@ def load_summarization(config: DataConfig) -> dict[str, Summaries]:
         if not name:
             if split == "test":
                 continue
-            raise ConfigError(f"task summarization needs data.{split}_source (a TSV file)")
+            raise ConfigError(f"task {task} needs data.{split}_source (a TSV file with an "
+                              f"article and a summary column)")
         loaded = load_summaries(resolve(config, name))
         splits[split] = Summaries([word_joints(t, config.word_joints) for t in loaded.articles],
                                   [word_joints(t, config.word_joints) for t in loaded.summaries],
@@ -328,23 +331,10 @@ def load_summarization(config: DataConfig) -> dict[str, Summaries]:
 
 
 def load_articles(config: DataConfig) -> dict[str, list[str]]:
-    """{"train", "dev"[, "test"]}: the article column of the TSV files data.train_source,
-    dev_source[, test_source] (load_summaries: VNDS's article/summary files), with the word
-    joints kept or split by data.word_joints; the monolingual text of task language_model."""
-    if config.corpus != "tsv":
-        raise ConfigError(f"task language_model reads data.corpus tsv, got {config.corpus!r}")
-    names = {"train": config.train_source, "dev": config.dev_source,
-             "test": config.test_source}
-    splits = {}
-    for split, name in names.items():
-        if not name:
-            if split == "test":
-                continue
-            raise ConfigError(f"task language_model needs data.{split}_source (a TSV file "
-                              f"with an article column)")
-        articles = load_summaries(resolve(config, name)).articles
-        splits[split] = [word_joints(t, config.word_joints) for t in articles]
-    return splits
+    """{"train", "dev"[, "test"]}: the article column of load_summarization's files, the
+    monolingual text of task language_model."""
+    return {split: loaded.articles
+            for split, loaded in load_summarization(config, "language_model").items()}
 
 
 def word_joints(text: str, mode: str) -> str:

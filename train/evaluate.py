@@ -44,6 +44,7 @@ from keras_transformer.command_line import (
     entry_point,
     float_in,
     int_in,
+    search_bounds,
 )
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import read_lines
@@ -51,7 +52,7 @@ from keras_transformer.text.lines import read_lines
 from .data import load_summaries
 
 EVAL_DIR = "eval"  # train.evaluate's own directory in a run
-MAX_BEAM, MAX_BATCH, MAX_PLOTS = 64, 4096, 100
+MAX_BATCH, MAX_PLOTS = 4096, 100
 
 
 def load_run_model(path: Path):
@@ -190,9 +191,9 @@ def main(argv) -> int:
                                       "line-aligned with --src; not for a language model")
     parser.add_argument("--model", default="model.keras",
                         help="model file in the run directory (e.g. best.keras, average.keras)")
-    parser.add_argument("--beam", type=int_in(1, MAX_BEAM), default=None,
-                        help=f"beam size, 1 to {MAX_BEAM} (default: the run's eval.beam_size)")
-    parser.add_argument("--alpha", type=float_in(0, 10), default=None,
+    parser.add_argument("--beam", type=int_in(*search_bounds("beam_size")), default=None,
+                        help=f"beam size, 1 to {search_bounds('beam_size')[1]} (default: the run's eval.beam_size)")
+    parser.add_argument("--alpha", type=float_in(*search_bounds("alpha")), default=None,
                         help="length penalty exponent, 0 to 10 (default: the run's eval.alpha)")
     add_search_constraints(parser, "the run's")
     parser.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=None,

@@ -21,10 +21,11 @@ from keras_transformer.command_line import (
     entry_point,
     float_in,
     int_in,
+    search_bounds,
 )
 from keras_transformer.decoding import SearchSettings
 
-MAX_NEW_TOKENS, MAX_SAMPLES, MAX_TEMPERATURE = 4096, 100, 100.0
+MAX_NEW_TOKENS, MAX_SAMPLES = 4096, 100
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p")
 
 
@@ -44,8 +45,8 @@ def parse_args(argv):
     parser.add_argument("--max-new-tokens", type=int_in(1, MAX_NEW_TOKENS), default=60,
                         help=f"new tokens at most, 1 to {MAX_NEW_TOKENS} (default 60; fewer "
                              f"when the prompt leaves the model less room)")
-    parser.add_argument("--temperature", type=float_in(0, MAX_TEMPERATURE, low_open=True),
-                        help=f"sampling temperature, in (0, {MAX_TEMPERATURE:g}] (default 1 "
+    parser.add_argument("--temperature", type=float_in(*search_bounds("temperature"), low_open=True),
+                        help=f"sampling temperature, in (0, {search_bounds('temperature')[1]:g}] (default 1 "
                              f"when sampling)")
     parser.add_argument("--top-k", type=int_in(1),
                         help="sample among the k most probable tokens only (default: all)")

@@ -44,6 +44,7 @@ from keras_transformer.command_line import (
     command,
     entry_point,
     int_in,
+    search_bounds,
 )
 from keras_transformer.decoding import SearchSettings
 
@@ -52,7 +53,7 @@ from .run_directory import RUN_ENTRIES
 TOOL = "train.visualize"
 MANIFEST = "pictures.json"
 ARRAYS = "arrays.npz"
-MAX_BEAM, MAX_PE_POSITIONS, MAX_PE_DIMS = 64, 1024, 4096
+MAX_PE_POSITIONS, MAX_PE_DIMS = 1024, 4096
 HEAD_COLUMNS = 4  # panels per row in a figure of heads
 TITLE_CHARACTERS = 110  # a summarization article is shortened in the figures' titles
 
@@ -306,8 +307,8 @@ def main(argv) -> int:
     parser.add_argument("--out", required=True, help="directory to write the pictures to")
     parser.add_argument("--model", default="model.keras",
                         help="model file in the run directory (e.g. best.keras)")
-    parser.add_argument("--beam", type=int_in(1, MAX_BEAM), default=None,
-                        help=f"beam size of the search, 1 to {MAX_BEAM} (default: the run's "
+    parser.add_argument("--beam", type=int_in(*search_bounds("beam_size")), default=None,
+                        help=f"beam size of the search, 1 to {search_bounds('beam_size')[1]} (default: the run's "
                              f"eval.beam_size)")
     parser.add_argument("--pe-positions", type=int_in(1, MAX_PE_POSITIONS), default=20,
                         help=f"positions in the positional-encoding pictures, 1 to "

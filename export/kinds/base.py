@@ -164,14 +164,10 @@ class EncoderOnlyKind(ExportKind):
         return None
 
     def export_into(self, out, run_dir, trained, options, versions):
-        import json
         import shutil
 
-        from keras_transformer.file_safety import atomic_write_text
-
         from ..classifier import TOKENIZER, run_tokenizer
-        from ..common import MANIFEST, MANIFEST_VERSION
-        from ..formats import export_formats, listed_files
+        from ..formats import export_formats
         from ..onnx_convert import convert_function
         from ..onnx_optimize import write_variants
 
@@ -192,23 +188,38 @@ class EncoderOnlyKind(ExportKind):
         manifest_formats = export_formats(out, module, self.signatures, options.formats,
                                           options.quantize, options.onnx_optimize,
                                           onnx_variants)
-        attention = self.attention(model, out, options)
-        manifest = {
-            "manifest_version": MANIFEST_VERSION,
-            "kind": self.name,
-            "run": str(run_dir.resolve()),
-            "formats": manifest_formats,
-            "files": listed_files(out, manifest_formats,
-                                  [TOKENIZER] + ([attention["file"]] if attention else [])),
+        return write_manifest(out, self.name, run_dir, manifest_formats, [TOKENIZER], {
             "tokenizer": {"source": TOKENIZER},
             "vocab": {"source_size": c.source_vocab_size},
             "special_ids": {"pad": c.pad_id, "unk": tokenizer.unk_id, "eos": c.eos_id},
             "max_source_length": c.max_source_length,
             **self.section(run_dir, trained, model),
-            "versions": versions,
-        }
-        if attention is not None:
-            manifest["attention"] = attention
-        atomic_write_text(out / MANIFEST,
-                          json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        return manifest
+        }, self.attention(model, out, options), versions)
+
+
+def write_manifest(out: Path, kind: str, run_dir: Path, formats: dict, tokenizers,
+                   body: dict, attention: dict | None, versions: dict) -> dict:
+    """manifest.json into the export directory `out`, written atomically, and returned: what
+    every kind's manifest holds (its version, kind, run, formats, files, versions and the
+    attention.onnx entry) around the kind's own `body`."""
+    import json
+
+    from keras_transformer.file_safety import atomic_write_text
+
+    from ..common import MANIFEST, MANIFEST_VERSION
+    from ..formats import listed_files
+
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": kind,
+        "run": str(run_dir.resolve()),
+        "formats": formats,
+        "files": listed_files(out, formats,
+                              sorted(tokenizers) + ([attention["file"]] if attention else [])),
+        **body,
+        "versions": versions,
+    }
+    if attention is not None:
+        manifest["attention"] = attention
+    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest

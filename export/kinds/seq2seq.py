@@ -13,8 +13,8 @@ from pathlib import Path
 from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 
 from .. import decoding_parity
-from ..common import ATTENTION_INTERFACE, MANIFEST, MANIFEST_VERSION, SEARCH_BLOCK, ExportError
-from .base import DecodingKind, ExportOptions
+from ..common import ATTENTION_INTERFACE, SEARCH_BLOCK, ExportError
+from .base import DecodingKind, ExportOptions, write_manifest
 
 log = logging.getLogger("export")
 
@@ -139,10 +139,9 @@ class Seq2SeqKind(DecodingKind):
                                 options.onnx_optimize)
 
     def export_into(self, out, run_dir, trained, options, versions):
-        from keras_transformer.file_safety import atomic_write_text
         from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
-        from ..formats import export_formats, listed_files
+        from ..formats import export_formats
         from ..module import decoding_module
 
         model = self.load_float32(run_dir, trained)
@@ -164,16 +163,8 @@ class Seq2SeqKind(DecodingKind):
             lambda out, int8, lean: export_onnx(model, out, int8, lean,
                                                 search=self.search_graph(options)),
             add_translate)
-        attention = self.attention(model, out, options)
-        manifest = {
-            "manifest_version": MANIFEST_VERSION,
-            "kind": self.name,
-            "run": str(run_dir.resolve()),
+        return write_manifest(out, self.name, run_dir, manifest_formats, {source_tok, target_tok}, {
             **run_settings(run_dir),
-            "formats": manifest_formats,
-            "files": listed_files(out, manifest_formats,
-                                  sorted({source_tok, target_tok})
-                                  + ([attention["file"]] if attention else [])),
             "tokenizer": {"source": source_tok, "target": target_tok},
             "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
             "special_ids": {"pad": c.pad_id,
@@ -186,12 +177,7 @@ class Seq2SeqKind(DecodingKind):
                       "copy_attention": bool(getattr(c, "copy_attention", False)),
                       "parameters": int(model.count_params())},
             "interface": self.interface,
-            "versions": versions,
-        }
-        if attention is not None:
-            manifest["attention"] = attention
-        atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-        return manifest
+        }, self.attention(model, out, options), versions)
 
     def model_differences(self, manifest, run_dir: Path, trained) -> list[str]:
         """The keys of the manifest's model that the run's model_config.json gives otherwise."""

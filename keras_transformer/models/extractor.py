@@ -11,7 +11,7 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import masked_mean, padding_mask
-from keras_transformer.models.transformer import as_config, check_ids
+from keras_transformer.models.transformer import as_config, check_ids, stack_options
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -57,9 +57,7 @@ class TransformerExtractor(keras.Model):
         self.embedding = PositionalEmbedding(c.source_vocab_size, c.d_model, c.max_source_length,
                                              c.positional, c.dropout, dtype=policy,
                                              name="embedding")
-        self.encoder = Encoder(c.num_encoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout,
-                               c.attention_dropout, c.pre_norm, c.layer_norm_epsilon,
-                               dtype=policy, name="encoder")
+        self.encoder = Encoder(c.num_encoder_layers, name="encoder", **stack_options(c, policy))
         # Learned: news puts its gist first, and how much a place counts is for the data to say.
         self.sentence_position = keras.layers.Embedding(max_sentences, c.d_model, dtype=policy,
                                                         name="sentence_position")

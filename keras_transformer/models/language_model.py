@@ -10,7 +10,7 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import sample_search
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
-from keras_transformer.models.transformer import as_config, check_ids, vocab_logits
+from keras_transformer.models.transformer import as_config, check_ids, stack_options, vocab_logits
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -40,9 +40,8 @@ class TransformerLM(keras.Model):
         self.embedding = PositionalEmbedding(c.target_vocab_size, c.d_model, c.max_target_length,
                                              c.positional, c.dropout, dtype=policy,
                                              name="embedding")
-        self.decoder = Decoder(c.num_decoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout,
-                               c.attention_dropout, c.pre_norm, c.layer_norm_epsilon,
-                               cross_attention=False, dtype=policy, name="decoder")
+        self.decoder = Decoder(c.num_decoder_layers, cross_attention=False, name="decoder",
+                               **stack_options(c, policy))
         self.output_projection = (
             None if c.tie_output
             else keras.layers.Dense(c.target_vocab_size, dtype=policy, name="output_projection")

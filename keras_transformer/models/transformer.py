@@ -29,6 +29,14 @@ def as_config(config: TransformerConfig | dict | None) -> TransformerConfig:
     raise TypeError(f"config must be a TransformerConfig or a dict, got {type(config).__name__}")
 
 
+def stack_options(config: TransformerConfig, dtype) -> dict:
+    """The keyword arguments an `Encoder` or `Decoder` of `config` takes besides its layer
+    count: every model builds its stacks from the same fields."""
+    return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+                dropout=config.dropout, attention_dropout=config.attention_dropout,
+                pre_norm=config.pre_norm, epsilon=config.layer_norm_epsilon, dtype=dtype)
+
+
 def check_ids(ids, name: str, axes: tuple[str, ...] = ("batch", "length")):
     """Fail early, with the fix, on ids that are not an integer tensor of the named `axes`."""
     if len(ids.shape) != len(axes):
@@ -92,9 +100,7 @@ class Transformer(keras.Model):
             token_embedding=(
                 self.source_embedding.token_embedding if c.share_embeddings else None),
             dtype=policy, name="target_embedding")
-        stack = dict(d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff, dropout=c.dropout,
-                     attention_dropout=c.attention_dropout, pre_norm=c.pre_norm,
-                     epsilon=c.layer_norm_epsilon, dtype=policy)
+        stack = stack_options(c, policy)
         self.encoder = Encoder(c.num_encoder_layers, name="encoder", **stack)
         self.decoder = Decoder(c.num_decoder_layers, name="decoder", **stack)
         self.output_projection = (

@@ -100,6 +100,12 @@ def special_ids_of(tokenizers, pad_id, bos_id, eos_id) -> tuple[int, int, int]:
 _ENCODE_CHUNK = 1000
 
 
+def encode_in_chunks(tokenizer, texts: Sequence[str]):
+    """The ids of each of `texts`, in order, encoded a chunk of texts at a time."""
+    for start in range(0, len(texts), _ENCODE_CHUNK):
+        yield from tokenizer.encode(list(texts[start: start + _ENCODE_CHUNK]))
+
+
 def language_model_rows(
     texts: Sequence[str],
     tokenizer,
@@ -125,9 +131,8 @@ def language_model_rows(
         raise ValueError("language_model_rows got no texts")
     pad_id, bos_id, eos_id = special_ids_of((tokenizer,), pad_id, bos_id, eos_id)
     pieces = []
-    for start in range(0, len(texts), _ENCODE_CHUNK):
-        for ids in tokenizer.encode(list(texts[start: start + _ENCODE_CHUNK])):
-            pieces.append(np.asarray([bos_id, *ids, eos_id], np.int32))
+    for ids in encode_in_chunks(tokenizer, texts):
+        pieces.append(np.asarray([bos_id, *ids, eos_id], np.int32))
     stream = np.concatenate(pieces)
     rows = -(-(len(stream) - 1) // length)  # ceil: the stream's first token is no target
     padded = np.full(rows * length + 1, pad_id, np.int32)

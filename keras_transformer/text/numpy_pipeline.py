@@ -23,18 +23,9 @@ from keras_transformer.text.buckets import (
     bucket_boundaries_for,
     check_boundaries,
     check_length_limits,
+    encode_in_chunks,
     special_ids_of,
 )
-
-# Texts are encoded in chunks, as `buckets.language_model_rows` does.
-_ENCODE_CHUNK = 1000
-
-
-def _encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    ids: list[list[int]] = []
-    for start in range(0, len(texts), _ENCODE_CHUNK):
-        ids.extend(tokenizer.encode(list(texts[start: start + _ENCODE_CHUNK])))
-    return ids
 
 
 class TranslationBatches(keras.utils.PyDataset):
@@ -76,7 +67,8 @@ class TranslationBatches(keras.utils.PyDataset):
         self.shuffle, self.seed, self.repeat = shuffle, seed, repeat
         self.drop_remainder = drop_remainder
         self.pairs = []
-        for s, t in zip(_encode(source_tokenizer, sources), _encode(target_tokenizer, targets),
+        for s, t in zip(encode_in_chunks(source_tokenizer, sources),
+                        encode_in_chunks(target_tokenizer, targets),
                         strict=True):
             if len(s) + 1 > max_source_length or len(t) + 1 > max_target_length:
                 if drop_long:

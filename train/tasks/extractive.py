@@ -112,7 +112,7 @@ class ExtractiveSummarizationTask(Task):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.splits = splits = load_summarization(d)
+        self.splits = splits = load_summarization(d, "extractive_summarization")
         log.info("extractive summarization: %s articles (word joints: %s)",
                  ", ".join(f"{len(v)} {k}" for k, v in splits.items()), d.word_joints)
         sentences = [s for article in splits["train"].articles for s in split_sentences(article)]
