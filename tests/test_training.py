@@ -98,6 +98,14 @@ def test_language_model_cache_and_generation(tiny_config, tmp_path):
     sampled = model.generate([[2, 5]], 1, top_k=3, seed=7)[0][0]
     top3 = np.argsort(-keras.ops.convert_to_numpy(model(np.array([[2, 5]], "int32")))[0, -1])[:3]
     assert sampled in top3
+    # The search as one SearchSettings is the search the keywords give; not both at once.
+    from keras_transformer.decoding import SearchSettings
+
+    as_settings = SearchSettings(temperature=1.0, top_k=3, seed=7)
+    assert model.generate([[2, 5], [2, 9]], 4, as_settings, eos_id=-1) == model.generate(
+        [[2, 5], [2, 9]], 4, top_k=3, seed=7, eos_id=-1)
+    with pytest.raises(ValueError, match="not both: top_k given beside settings"):
+        model.generate([[2, 5]], 1, as_settings, top_k=3)
 
     path = tmp_path / "lm.keras"
     model.save(path)

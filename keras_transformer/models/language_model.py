@@ -7,7 +7,7 @@ import numpy as np
 
 from keras_transformer.compiled import inference_function
 from keras_transformer.config import TransformerConfig
-from keras_transformer.decoding import sample_search
+from keras_transformer.decoding import SearchSettings, sample_search
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.models.transformer import as_config, check_ids, stack_options, vocab_logits
@@ -75,12 +75,26 @@ class TransformerLM(keras.Model):
         hidden, cache = self.decoder.step(x, cache, index)
         return self.logits(hidden[:, 0, :]), cache
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, *, temperature=1.0,
-                 top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-                 eos_id: int | None = None) -> list[list[int]]:
+    def generate(self, prompts: list[list[int]], max_new_tokens: int,
+                 settings: SearchSettings | None = None, *, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None, eos_id: int | None = None) -> list[list[int]]:
         """Continue each prompt: greedy (temperature 0), top-k or top-p (nucleus) sampling
         (decoding.sample_search over this model's cached step); -> the new tokens of each,
-        up to and including EOS."""
+        up to and including EOS.
+
+        The search is `settings` (its temperature, top_k, top_p, seed, no_repeat_ngram_size
+        and min_length), or the keywords, whose defaults are temperature 1, top_k 0 (off),
+        top_p 1 (off) and seed 0; not both.
+        """
+        keywords = {name: value for name, value in (("temperature", temperature),
+                                                    ("top_k", top_k), ("top_p", top_p),
+                                                    ("seed", seed)) if value is not None}
+        if settings is None:
+            settings = SearchSettings(**{"temperature": 1.0, "seed": 0, **keywords})
+        elif keywords:
+            raise ValueError(f"give the search as settings or as keywords, not both: "
+                             f"{', '.join(keywords)} given beside settings")
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token (e.g. the BOS id)")
         eos_id = self.config.eos_id if eos_id is None else eos_id
@@ -101,8 +115,10 @@ class TransformerLM(keras.Model):
             return keras.ops.convert_to_numpy(logits)
 
         return sample_search(step, prompts, max_new_tokens, eos_id=eos_id,
-                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                             pad_id=self.config.pad_id)
+                             temperature=settings.temperature, top_k=settings.top_k,
+                             top_p=settings.top_p, seed=settings.seed,
+                             no_repeat_ngram_size=settings.no_repeat_ngram_size,
+                             min_length=settings.min_length, pad_id=self.config.pad_id)
 
     def get_config(self):
         config = super().get_config()

@@ -78,9 +78,7 @@ def generate_texts(model, tokenizer, prompt: str, *, max_new_tokens: int,
     the model's max_target_length."""
     ids = encode_prompt(tokenizer, prompt, model.config.max_target_length)
     max_new_tokens = min(max_new_tokens, model.config.max_target_length - len(ids))
-    new = model.generate([ids] * settings.num_samples, max_new_tokens,
-                         temperature=settings.temperature, top_k=settings.top_k,
-                         top_p=settings.top_p, seed=settings.seed)
+    new = model.generate([ids] * settings.num_samples, max_new_tokens, settings)
     return tokenizer.decode([ids + row for row in new])
 
 
