@@ -394,6 +394,17 @@ def test_python_m_train_with_data_parallel_on_two_devices_ends_where_one_device_
     single, parallel = (json.loads((tmp_path / n / "metrics.json").read_text())
                         for n in ("one", "two"))
     assert parallel["steps"] == single["steps"] == 12
-    np.testing.assert_allclose(parallel["epoch_losses"], single["epoch_losses"], rtol=1e-3)
-    assert parallel["dev_loss"] == pytest.approx(single["dev_loss"], rel=1e-3)
+    # The same steps: the same weights, the same test translations.
+    import keras_transformer  # noqa: F401  (registers the model for load_model)
+
+    weights = [keras.models.load_model(tmp_path / n / "model.keras").get_weights()
+               for n in ("one", "two")]
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-4)
+    assert (tmp_path / "two" / "test.hyp").read_text() == (
+        tmp_path / "one" / "test.hyp").read_text()
+    # Keras weighs each batch's logged loss by its rows, the rows added to make a batch
+    # divide among the devices included: the logged means move a little, not the steps.
+    np.testing.assert_allclose(parallel["epoch_losses"], single["epoch_losses"], rtol=1e-2)
+    assert parallel["dev_loss"] == pytest.approx(single["dev_loss"], rel=1e-2)
     assert parallel["dev_loss"] < parallel["epoch_losses"][0]  # it learned

@@ -11,6 +11,7 @@ import json
 import logging
 import shutil
 import time
+import warnings
 from pathlib import Path
 
 import keras
@@ -233,11 +234,15 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
             return data.map(tap) if tap is not None else data
 
         backup.batch_offset = offset
-        result = model.fit(distribute(strategy, make_segment),
-                           validation_data=distribute(strategy, make_dev),
-                           initial_epoch=initial, epochs=epochs, steps_per_epoch=steps,
-                           callbacks=callbacks, verbose=t.verbose,
-                           shuffle=False)  # the dataset shuffles itself, before bucketing
+        with warnings.catch_warnings():
+            # Keras warns "Your input ran out of data" whenever a dataset of unknown length
+            # ends: the dev data at every validation, and a one-pass epoch, both by design.
+            warnings.filterwarnings("ignore", message="Your input ran out of data")
+            result = model.fit(distribute(strategy, make_segment),
+                               validation_data=distribute(strategy, make_dev),
+                               initial_epoch=initial, epochs=epochs, steps_per_epoch=steps,
+                               callbacks=callbacks, verbose=t.verbose,
+                               shuffle=False)  # the dataset shuffles itself, before bucketing
         epochs_done = initial + len(result.history.get("loss", []))
         if nan_guard.fired or model.stop_training or budget.fired:
             break
