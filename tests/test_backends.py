@@ -394,17 +394,19 @@ def test_python_m_train_with_data_parallel_on_two_devices_ends_where_one_device_
     single, parallel = (json.loads((tmp_path / n / "metrics.json").read_text())
                         for n in ("one", "two"))
     assert parallel["steps"] == single["steps"] == 12
-    # The same steps: the same weights, the same test translations.
+    # The same steps: the same weights (Adam scales each update by the gradient's own size,
+    # so a near-zero gradient summed in another order may move its weight by up to about the
+    # learning rate), the same training losses and the same test translations.
     import keras_transformer  # noqa: F401  (registers the model for load_model)
 
     weights = [keras.models.load_model(tmp_path / n / "model.keras").get_weights()
                for n in ("one", "two")]
     for a, b in zip(*weights, strict=True):
-        np.testing.assert_allclose(b, a, atol=1e-4)
+        np.testing.assert_allclose(b, a, atol=1e-3)
+    np.testing.assert_allclose(parallel["epoch_losses"], single["epoch_losses"], rtol=1e-4)
     assert (tmp_path / "two" / "test.hyp").read_text() == (
         tmp_path / "one" / "test.hyp").read_text()
-    # Keras weighs each batch's logged loss by its rows, the rows added to make a batch
-    # divide among the devices included: the logged means move a little, not the steps.
-    np.testing.assert_allclose(parallel["epoch_losses"], single["epoch_losses"], rtol=1e-2)
+    # Keras weighs each batch's logged loss by its rows, the rows added to make an odd dev
+    # batch divide among the devices included: the logged dev loss moves a little.
     assert parallel["dev_loss"] == pytest.approx(single["dev_loss"], rel=1e-2)
     assert parallel["dev_loss"] < parallel["epoch_losses"][0]  # it learned
