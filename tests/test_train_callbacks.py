@@ -1,6 +1,10 @@
-"""The wall-clock budget of a run: stops after the budget, counting the time before a resume."""
+"""The wall-clock budget of a run: stops after the budget, counting the time before a resume;
+the batch tap: the shapes the train step gets and the target tokens it trains on."""
 
 from types import SimpleNamespace
+
+import numpy as np
+import pytest
 
 from train import callbacks
 from train.callbacks import TimeBudget
@@ -33,3 +37,26 @@ def test_zero_minutes_means_no_budget(monkeypatch):
     clock[0] += 1e6
     budget.on_train_batch_end(0)
     assert not budget.model.stop_training and not budget.fired
+
+
+@pytest.mark.tf_only
+def test_batch_tap_records_every_tensors_shape_and_counts_only_token_labels():
+    import tensorflow as tf
+
+    from train.engine import BatchTap
+
+    source = np.array([[5, 6, 0], [7, 0, 0]], np.int32)
+    target_in, target_out = np.array([[1, 4], [1, 0]], np.int32), np.array([[4, 2], [2, 0]],
+                                                                         np.int32)
+    translator = BatchTap()
+    list(tf.data.Dataset.from_tensors(((source, target_in), target_out)).map(translator))
+    assert translator.shapes == {((2, 3), (2, 2), (2, 2))}
+    assert translator.target_tokens == 3  # the non-padding next tokens
+    numpy_batches = BatchTap()
+    numpy_batches((source, target_in), target_out)
+    assert (numpy_batches.shapes, numpy_batches.target_tokens) == (translator.shapes, 3)
+    # A classifier's labels are classes, not tokens: its ids' length is in the shape.
+    classifier = BatchTap()
+    list(tf.data.Dataset.from_tensors((source, np.array([0, 1], np.int32))).map(classifier))
+    assert classifier.shapes == {((2, 3), (2,))}
+    assert classifier.target_tokens is None

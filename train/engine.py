@@ -129,25 +129,47 @@ def compile_model(model, config: RunConfig, loss, metrics, jit_compile: bool | N
 
 
 class BatchTap:
-    """Records the distinct (batch, length) shapes the train step gets (one XLA compile each)
-    and counts the target tokens it trains on, for tokens/second."""
+    """Records the distinct batch shapes the train step gets (those of every input and the
+    labels: one XLA compile each) and counts the target tokens it trains on, for
+    tokens/second. Labels are target tokens where they have an input's rank (a translator's
+    or language model's next tokens); a classifier's or extractor's are not, and leave
+    `target_tokens` None."""
 
     def __init__(self):
         self.shapes: set[tuple[int, ...]] = set()
-        self.target_tokens = 0
+        self.target_tokens = None
 
-    def _add(self, shape, tokens):
-        self.shapes.add(tuple(int(v) for v in shape.numpy()))
-        self.target_tokens += int(tokens.numpy())
+    def _add(self, shape, tokens, ranks):
+        dims, shapes = [int(v) for v in shape.numpy()], []
+        for rank in ranks:
+            shapes.append(tuple(dims[:rank]))
+            dims = dims[rank:]
+        self.shapes.add(tuple(shapes))
+        if tokens is not None:
+            self.target_tokens = (self.target_tokens or 0) + int(tokens.numpy())
         return 0
 
+    @staticmethod
+    def _token_labels(inputs, labels) -> bool:
+        return any(len(x.shape) == len(labels.shape) for x in keras.tree.flatten(inputs))
+
     def __call__(self, inputs, labels):
+        tensors = [*keras.tree.flatten(inputs), labels]  # the shapes: inputs', then labels'
+        counted = self._token_labels(inputs, labels)
         if isinstance(labels, np.ndarray):  # a NumPy batch (text.numpy_pipeline)
-            self.shapes.add(labels.shape)
-            self.target_tokens += int(np.count_nonzero(labels))
+            self.shapes.add(tuple(tuple(x.shape) for x in tensors))
+            if counted:
+                self.target_tokens = (self.target_tokens or 0) + int(np.count_nonzero(labels))
             return inputs, labels
-        tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
-        done = tf.py_function(self._add, [tf.shape(labels), tokens], tf.int32)
+        ranks = [len(x.shape) for x in tensors]
+        shape = tf.concat([tf.shape(x) for x in tensors], 0)
+        if counted:
+            tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
+            done = tf.py_function(lambda shape, tokens: self._add(shape, tokens, ranks),
+                                  [shape, tokens], tf.int32)
+        else:
+            done = tf.py_function(lambda shape: self._add(shape, None, ranks), [shape],
+                                  tf.int32)
         with tf.control_dependencies([done]):
             labels = tf.identity(labels)
         return inputs, labels
