@@ -412,6 +412,7 @@ def test_the_vietnews_recipe_loads():
     assert config.task == "summarization" and config.data.word_joints == "keep"
     assert (config.data.max_source_length, config.data.max_target_length) == (200, 80)
     assert config.eval.no_repeat_ngram_size == 3 and config.training.max_minutes == 90
+    assert config.training.average_last == 5 <= config.training.keep_checkpoints
 
 
 def test_coverage_recall_is_the_summary_share_in_the_first_pieces():
