@@ -87,6 +87,9 @@ def parse_args(argv=None):
     parser.add_argument("--python", action="append", default=[], metavar="BACKEND=PYTHON",
                         help="the Python of a backend (default: .venv for tensorflow, "
                              ".venv-jax for jax and torch)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "backends.json",
+                        help="where the rounds and medians are written (default: "
+                             "bench/results/backends.json)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_debug_flag(parser)
     return parser.parse_args(argv)
@@ -98,7 +101,7 @@ def main(argv) -> int:
     if args.child:
         print(json.dumps(measure(args.config, args.steps)))
         return 0
-    from bench.common import cpu_model, loadavg
+    from bench.common import cpu_model, loadavg, write_json
 
     pythons = dict(DEFAULT_PYTHONS)
     for item in args.python:
@@ -112,7 +115,8 @@ def main(argv) -> int:
     if missing:
         raise CommandError(f"no Python for {', '.join(missing)}: make setup setup-jax, or "
                            f"name one with --python BACKEND=PYTHON")
-    print(f"cpu: {cpu_model()}; load average {loadavg()}; config {args.config}, "
+    cpu, load = cpu_model(), loadavg()
+    print(f"cpu: {cpu}; load average {load}; config {args.config}, "
           f"{args.steps} steps a round")
     rows: dict[str, list[dict]] = {b: [] for b in pythons}
     order = list(pythons)
@@ -128,6 +132,11 @@ def main(argv) -> int:
     for backend, ms in medians.items():
         ratio = f"; TensorFlow / {backend} step time {base / ms:.2f}x" if base else ""
         print(f"{backend}: median step {ms:.1f} ms{ratio}")
+    path = write_json(args.out, {
+        "bench": "backends", "cpu": cpu, "loadavg_start": load, "config": args.config,
+        "steps": args.steps, "rounds": rows, "median_step_ms": medians,
+        "tensorflow_over": {b: base / ms for b, ms in medians.items()} if base else None})
+    print(f"wrote {path}")
     return 0
 
 
