@@ -20,19 +20,11 @@ place.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import (
-    add_text_io_arguments,
-    check_output,
-    check_run_option,
-    read_input,
-    write_output,
-)
+from .text_io import add_text_io_arguments, open_export, read_input, start, write_output
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -58,19 +50,13 @@ def format_line(best: list[tuple[str, float]]) -> str:
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    out = check_output(args, "labels")
-    from .common import Manifest
-    from .runtime import load_classifier
-
-    manifest = Manifest(args.export)
-    manifest.require_kind("classifier", command("export.classify"))
-    labels = manifest["labels"]
+    out = start(args, "labels")
+    labels = open_export(args, "classifier", "export.classify")["labels"]
     if args.top_k > len(labels):
         raise ValueError(f"--top-k {args.top_k} is more than the {len(labels)} classes of "
                          f"{args.export} ({', '.join(labels)})")
-    check_run_option(args.run, args.runtime)
+    from .runtime import load_classifier
+
     lines = read_input(args)
     classifier = load_classifier(args.export, args.runtime, args.variant, args.run)
     probabilities = classifier.probabilities(lines, batch_size=args.batch_size,

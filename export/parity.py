@@ -27,7 +27,13 @@ import os
 import sys
 from pathlib import Path
 
-from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
+from keras_transformer.command_line import (
+    EachMessageOnce,
+    add_debug_flag,
+    command,
+    entry_point,
+    int_in,
+)
 from keras_transformer.text.lines import read_lines
 
 from .common import Manifest
@@ -86,6 +92,8 @@ def main(argv) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(EachMessageOnce())
     sources = references = None
     if args.ref and not args.src:
         raise ValueError("--ref needs --src")

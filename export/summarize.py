@@ -24,19 +24,11 @@ place.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import (
-    add_text_io_arguments,
-    check_output,
-    check_run_option,
-    read_input,
-    write_output,
-)
+from .text_io import add_text_io_arguments, open_export, read_input, start, write_output
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -93,15 +85,10 @@ def check_lengths(summarizer, lines: list[str]) -> None:
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    out = check_output(args, "summaries")
-    from .common import Manifest
+    out = start(args, "summaries")
+    manifest = open_export(args, "extractor", "export.summarize")
     from .runtime import load_summarizer
 
-    manifest = Manifest(args.export)
-    manifest.require_kind("extractor", command("export.summarize"))
-    check_run_option(args.run, args.runtime)
     summarizer = load_summarizer(args.export, args.runtime, args.variant, args.run)
     selection = selection_of(args, summarizer.selection).check(summarizer.max_sentences)
     lines = read_input(args)

@@ -1,17 +1,39 @@
-"""What the line-in, line-out tools of an export (export.translate, export.classify) share:
-their input, runtime and output options, the -o check, reading the input, writing the
-output."""
+"""What the line-in, line-out tools of an export (export.translate, export.classify,
+export.summarize) share: their start, their input, runtime and output options, the -o check,
+opening the export, reading the input, writing the output."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from pathlib import Path
 
+from keras_transformer.command_line import command
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import decode_lines, read_lines
 
 RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+
+
+def start(args, what: str) -> Path | None:
+    """What a tool does before any work: TensorFlow's C++ logging quiet (should a runtime load
+    it), warnings as `LEVEL: message` lines, and the -o path checked (see check_output)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    return check_output(args, what)
+
+
+def open_export(args, kind: str, tool: str):
+    """The export's manifest, refused in one line if the export is of another kind than
+    `kind` (naming `tool`), or if --run stands beside a runtime that would ignore it."""
+    from .common import Manifest
+
+    manifest = Manifest(args.export)
+    manifest.require_kind(kind, command(tool))
+    check_run_option(args.run, args.runtime)
+    return manifest
 
 
 def check_run_option(run, runtime: str) -> None:

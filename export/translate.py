@@ -23,8 +23,6 @@ under a temporary name renamed into place.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 
 from keras_transformer.command_line import (
@@ -40,9 +38,9 @@ from keras_transformer.decoding import SearchSettings
 
 from .text_io import (
     add_text_io_arguments,
-    check_output,
     check_run_option,
     read_input,
+    start,
     write_output,
 )
 
@@ -93,9 +91,7 @@ def search_settings(args, manifest) -> SearchSettings:
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    out = check_output(args, "translations")
+    out = start(args, "translations")
     from .common import Manifest
     from .runtime import load_translator
 

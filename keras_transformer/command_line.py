@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import sys
 import traceback
@@ -202,3 +203,20 @@ def add_search_constraints(parser, default: str = "the run's") -> None:
     parser.add_argument("--min-length", type=int_in(*length), default=None, metavar="N",
                         help=f"generated tokens before EOS may end an output, 0 to {length[1]} "
                              f"(default: {default})")
+
+
+class EachMessageOnce(logging.Filter):
+    """A logging filter that passes each distinct message once: a command that runs the same
+    input through several runtimes (export.parity) would otherwise repeat the same warning,
+    e.g. the truncation of over-long articles, for every runtime and check."""
+
+    def __init__(self):
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self._seen:
+            return False
+        self._seen.add(message)
+        return True

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 import pytest
 
 from keras_transformer.command_line import (
     SCRIPTS,
     CommandError,
+    EachMessageOnce,
     add_debug_flag,
     command,
     entry_point,
@@ -116,3 +118,27 @@ def test_an_integer_too_long_to_convert_is_out_of_range_not_a_non_integer():
         parse("9" * 5000)
     with pytest.raises(argparse.ArgumentTypeError, match="'²' is not an integer"):
         parse("²")
+
+
+def test_each_message_once_passes_a_repeated_truncation_warning_once_and_a_new_one_again():
+    from keras_transformer.text.sources import encode_sources
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Keep(level=logging.WARNING)
+    handler.addFilter(EachMessageOnce())
+    logger = logging.getLogger("keras_transformer.text.sources")
+    logger.addHandler(handler)
+    encode = lambda texts: [[5] * len(text.split()) for text in texts]  # noqa: E731
+    try:
+        for _ in range(3):  # as parity runs the same articles through each runtime
+            encode_sources(["a b c d", "a"], encode, 3, 2, truncate=True)
+        encode_sources(["a b c d", "a b c"], encode, 3, 2, truncate=True)
+    finally:
+        logger.removeHandler(handler)
+    assert len(records) == 2
+    assert records[0].startswith("1 of 2 sentences") and records[1].startswith("2 of 2 ")

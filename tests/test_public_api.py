@@ -195,6 +195,7 @@ def test_saved_model_needs_the_package_import():
 # Modules that need only NumPy (and sentencepiece, onnxruntime, ai-edge-litert).
 TF_FREE_MODULES = (
     "keras_transformer",
+    "keras_transformer.registration",
     "keras_transformer.config",
     "keras_transformer.decoding",
     "keras_transformer.generation",
