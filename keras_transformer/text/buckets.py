@@ -64,6 +64,30 @@ def check_length_limits(max_source_length: int, max_target_length: int) -> None:
         )
 
 
+def pair_buckets(sources, targets, *, max_source_length: int, max_target_length: int,
+                 tokens_per_batch: int, bucket_boundaries: Sequence[int] | None,
+                 fixed_target_length: bool, what: str) -> tuple[list[int], list[int]]:
+    """The checked bucket boundaries of a pair batching and its per-bucket batch sizes (with
+    the overflow bucket's 1, see bucket_batch_sizes_for), for tf.data and NumPy alike.
+    Refuses, naming `what`, unequal sides, no pairs and limits or a budget below 1. Buckets
+    go by the longer of source and target, or by the source alone with fixed_target_length;
+    the default boundaries are bucket_boundaries_for that longest length."""
+    if len(sources) != len(targets):
+        raise ValueError(f"sources and targets differ in length: {len(sources)} vs "
+                         f"{len(targets)}")
+    if len(sources) == 0:
+        raise ValueError(f"{what} got no sentence pairs")
+    check_length_limits(max_source_length, max_target_length)
+    if tokens_per_batch < 1:
+        raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
+    longest = max_source_length if fixed_target_length else max(max_source_length,
+                                                                 max_target_length)
+    if bucket_boundaries is None:
+        bucket_boundaries = bucket_boundaries_for(longest)
+    boundaries = check_boundaries(bucket_boundaries, longest)
+    return boundaries, bucket_batch_sizes_for(boundaries, tokens_per_batch)
+
+
 def count_too_long(
     sources: Sequence[str],
     targets: Sequence[str],

@@ -19,11 +19,8 @@ import keras
 import numpy as np
 
 from keras_transformer.text.buckets import (
-    bucket_batch_sizes_for,
-    bucket_boundaries_for,
-    check_boundaries,
-    check_length_limits,
     encode_in_chunks,
+    pair_buckets,
     special_ids_of,
 )
 
@@ -46,20 +43,12 @@ class TranslationBatches(keras.utils.PyDataset):
                  pad_id: int | None = None, bos_id: int | None = None,
                  eos_id: int | None = None):
         super().__init__()
-        if len(sources) != len(targets):
-            raise ValueError(f"sources and targets differ in length: {len(sources)} vs "
-                             f"{len(targets)}")
-        if len(sources) == 0:
-            raise ValueError("TranslationBatches got no sentence pairs")
-        check_length_limits(max_source_length, max_target_length)
-        if tokens_per_batch < 1:
-            raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
-        longest = max_source_length if fixed_target_length else max(max_source_length,
-                                                                     max_target_length)
-        if bucket_boundaries is None:
-            bucket_boundaries = bucket_boundaries_for(longest)
-        self.boundaries = check_boundaries(bucket_boundaries, longest)
-        self.batch_sizes = bucket_batch_sizes_for(self.boundaries, tokens_per_batch)[:-1]
+        self.boundaries, sizes = pair_buckets(
+            sources, targets, max_source_length=max_source_length,
+            max_target_length=max_target_length, tokens_per_batch=tokens_per_batch,
+            bucket_boundaries=bucket_boundaries, fixed_target_length=fixed_target_length,
+            what="TranslationBatches")
+        self.batch_sizes = sizes[:-1]
         self.pad_id, self.bos_id, self.eos_id = special_ids_of(
             (source_tokenizer, target_tokenizer), pad_id, bos_id, eos_id)
         self.max_target_length = max_target_length

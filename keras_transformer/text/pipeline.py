@@ -22,6 +22,7 @@ from keras_transformer.text.buckets import (  # noqa: F401
     check_length_limits,
     count_too_long,
     language_model_rows,
+    pair_buckets,
     special_ids_of,
 )
 
@@ -101,19 +102,11 @@ def make_translation_dataset(
     boundaries ``bucket_boundaries_for(max_source_length)``; B counts source tokens) and
     targets to ``max_target_length``, so the decoder never runs over the source's padding.
     """
-    if len(sources) != len(targets):
-        raise ValueError(f"sources and targets differ in length: {len(sources)} vs {len(targets)}")
-    if len(sources) == 0:
-        raise ValueError("make_translation_dataset got no sentence pairs")
-    check_length_limits(max_source_length, max_target_length)
-    if tokens_per_batch < 1:
-        raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
-    longest = max_source_length if fixed_target_length else max(max_source_length,
-                                                                 max_target_length)
-    if bucket_boundaries is None:
-        bucket_boundaries = bucket_boundaries_for(longest)
-    boundaries = check_boundaries(bucket_boundaries, longest)
-    batch_sizes = bucket_batch_sizes_for(boundaries, tokens_per_batch)
+    boundaries, batch_sizes = pair_buckets(
+        sources, targets, max_source_length=max_source_length,
+        max_target_length=max_target_length, tokens_per_batch=tokens_per_batch,
+        bucket_boundaries=bucket_boundaries, fixed_target_length=fixed_target_length,
+        what="make_translation_dataset")
     pad_id, bos_id, eos_id = special_ids_of((source_tokenizer, target_tokenizer), pad_id, bos_id,
                                           eos_id)
 
