@@ -296,7 +296,7 @@ def _page_draws_the_copy_map_and_gates(export_dir, article, tmp_path):
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     from tests.browser import CHROMEDRIVER, CHROMIUM, chrome
-    from tests.test_explorer import post, serving
+    from tests.serving import post, serving
 
     if CHROMIUM is None or CHROMEDRIVER is None:
         return  # the API's copy map is checked above; .ci/run installs the browser

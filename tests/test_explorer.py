@@ -11,57 +11,24 @@ demo run; see docs/export.md).
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import os
 import shutil
-import subprocess
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from keras_transformer.decoding import SearchSettings
-from tests.browser import chrome, needs_chromium
-from tests.cli_probe import ROOT, assert_clean_failure, command, run_cli
+from tests.browser import chrome, hover_last_row_first_column, needs_chromium
+from tests.cli_probe import assert_clean_failure, run_cli
+from tests.serving import BAD_REQUESTS, WORDS, post, serving, tiny_run, tool_env
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
 
-SEED = 20240611
-WORDS = ["red", "blue", "cat", "dog", "big", "small", "one", "two", "three", "I", "saw"]
 SENTENCES = ["one red cat", "I saw two big dogs", "three small blue cats", "a dog"]
-
-
-def _env() -> dict:
-    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TF_CPP_MIN_LOG_LEVEL": "3"}
-
-
-def _tiny_run(run: Path) -> None:
-    """model.keras (random weights), model_config.json, spm.model and a config.yaml naming
-    the task."""
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.models.transformer import Transformer
-    from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
-
-    run.mkdir()
-    rng = np.random.default_rng(SEED)
-    texts = [" ".join(rng.choice(WORDS, size=rng.integers(2, 7))) for _ in range(300)]
-    shutil.copyfile(train_sentencepiece(texts, run.parent / "spm", 60), run / "spm.model")
-    vocab = SentencePieceTokenizer(run / "spm.model").vocab_size
-    model = Transformer(TransformerConfig.preset(
-        "tiny", source_vocab_size=vocab, target_vocab_size=vocab, d_model=32, num_heads=4,
-        d_ff=64, num_encoder_layers=2, num_decoder_layers=2, max_source_length=16,
-        max_target_length=20, dropout=0.0), dtype="float32")
-    model.build()
-    model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype(np.float32)
-                       for w in model.get_weights()])
-    model.save(run / "model.keras")
-    (run / "model_config.json").write_text(json.dumps(model.config.to_dict()))
-    (run / "config.yaml").write_text("task: translation\n")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +38,7 @@ def world(tmp_path_factory):
     run = Path(os.environ["KT_EXPLORER_RUN"]) if os.environ.get("KT_EXPLORER_RUN") else None
     if run is None:
         run = root / "run"
-        _tiny_run(run)
+        tiny_run(run)
     export = root / "export"
     done = run_cli("export", "--run", run, "--format", "onnx", "--with-attention",
                    "--out", export)
@@ -224,7 +191,7 @@ def test_serve_refuses_what_it_cannot_serve_in_one_line(world, tmp_path):
     import socket
 
     def serve(*args):
-        return run_cli("export.serve", *args, env={"PYTHONPATH": _env()["PYTHONPATH"]},
+        return run_cli("export.serve", *args, env={"PYTHONPATH": tool_env()["PYTHONPATH"]},
                        timeout=120)
 
     assert_clean_failure(serve("--export", tmp_path / "missing"), 2,
@@ -249,58 +216,11 @@ def test_serve_refuses_what_it_cannot_serve_in_one_line(world, tmp_path):
 
 
 
-@contextlib.contextmanager
-def serving(export: Path, log: Path):
-    """The base URL of `python -m export.serve --export export` (TensorFlow blocked) on a free
-    port, its output in `log`; stopped on leaving."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command("export.serve", "--export", export, "--port", 0, without_tensorflow=True),
-            cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
-    try:
-        url = None
-        deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline and process.poll() is None:
-            for word in log.read_text(errors="replace").split():
-                if word.startswith("http://"):
-                    url = word.rstrip("/")
-            time.sleep(0.2)
-        assert url is not None, log.read_text(errors="replace")[-3000:]
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def server(world):
     """The base URL of the explorer of the translator's export, started once."""
     with serving(world["export"], world["root"] / "serve.log") as url:
         yield url
-
-
-def post(url: str, body: bytes, route: str = "/translate", **kwargs):
-    import httpx
-
-    return httpx.post(f"{url}{route}", content=body,
-                      headers={"Content-Type": "application/json"}, timeout=60, **kwargs)
-
-
-BAD_REQUESTS = [
-    (b'{"text": ""}', 422, "empty"),
-    (b'{"text": "   "}', 422, "empty"),
-    (json.dumps({"text": " ".join(["I saw three big dogs"] * 8)}).encode(), 422,
-     "max_source_length=16"),
-    (b'{"text": "one red \xff\xfe cat"}', 400, "not valid UTF-8"),
-    (b'{"text": "one red \\ud800 cat"}', 400, "lone surrogate"),
-    (b"one red cat", 400, "not JSON"),
-    (b'{"text": "one red cat"', 400, "not JSON"),
-    (b'{"sentence": "one red cat"}', 400, '"text" key'),
-    (b'["one red cat"]', 400, '"text" key'),
-    (b'{"text": 7}', 422, "must be a string"),
-    (b'{"text": "one red cat\\ntwo dogs"}', 422, "line break"),
-    (b'{"text": "' + b"a" * 70000 + b'"}', 413, "more than 65536 bytes; send at most 65536"),
-]
 
 
 def test_bad_requests_get_a_clear_answer_and_the_server_keeps_serving(server, explorer):
@@ -361,7 +281,6 @@ def test_fifty_concurrent_requests_each_get_their_own_answer(server, explorer):
 @needs_chromium
 def test_page_in_headless_chromium_shows_the_translation_and_the_apis_weights(
         world, server, tmp_path):
-    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -405,17 +324,7 @@ def test_page_in_headless_chromium_shows_the_translation_and_the_apis_weights(
         Select(driver.find_element(By.ID, "kind")).select_by_value("cross")
         Select(driver.find_element(By.ID, "layer")).select_by_value(str(layers - 1))
         Select(driver.find_element(By.ID, "head")).select_by_value(str(heads - 1))
-        # Offsets from the centre of the plot area (Plotly's drag layer) to the cell's centre.
-        offset = driver.execute_script(
-            "const gd = document.getElementById('heatmap'), L = gd._fullLayout;"
-            "const area = gd.querySelector('.nsewdrag').getBoundingClientRect();"
-            "const y = gd.data[0].y.length - 1;"
-            "return {x: L.xaxis.l2p(0) - area.width / 2, y: L.yaxis.l2p(y) - area.height / 2};")
-        area = driver.find_element(By.CSS_SELECTOR, "#heatmap .nsewdrag")
-        ActionChains(driver).move_to_element_with_offset(
-            area, round(offset["x"]), round(offset["y"])).perform()
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".hoverlayer .hovertext"))
-        hover = driver.find_element(By.CSS_SELECTOR, ".hoverlayer .hovertext").text
+        hover = hover_last_row_first_column(driver, wait)
         weight = api["attention"]["cross"][layers - 1][heads - 1][-1][0]
         assert hover.startswith(f"{api['output_tokens'][-1]} → {api['source_tokens'][0]}"), hover
         assert f"weight {weight:.4f}" in hover, hover

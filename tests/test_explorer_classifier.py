@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.browser import chrome, needs_chromium
+from tests.browser import chrome, hover_last_row_first_column, needs_chromium
 from tests.cli_probe import assert_clean_failure, run_cli
-from tests.test_explorer import BAD_REQUESTS, post, serving
+from tests.serving import BAD_REQUESTS, post, serving
 from tests.test_export_classifier import (  # noqa: F401 - data_dir, run_dir: fixtures
     NAMES,
     data_dir,
@@ -253,7 +253,6 @@ def test_thirty_concurrent_requests_each_get_their_own_answer(server, explorer):
 @needs_chromium
 def test_page_in_headless_chromium_shows_the_label_probabilities_and_the_apis_weights(
         export, server, tmp_path):
-    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -298,16 +297,7 @@ def test_page_in_headless_chromium_shows_the_label_probabilities_and_the_apis_we
 
         # Hover the cell (last token, first token) of the last layer's first head.
         Select(driver.find_element(By.ID, "layer")).select_by_value(str(layers - 1))
-        offset = driver.execute_script(
-            "const gd = document.getElementById('heatmap'), L = gd._fullLayout;"
-            "const area = gd.querySelector('.nsewdrag').getBoundingClientRect();"
-            "const y = gd.data[0].y.length - 1;"
-            "return {x: L.xaxis.l2p(0) - area.width / 2, y: L.yaxis.l2p(y) - area.height / 2};")
-        area = driver.find_element(By.CSS_SELECTOR, "#heatmap .nsewdrag")
-        ActionChains(driver).move_to_element_with_offset(
-            area, round(offset["x"]), round(offset["y"])).perform()
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".hoverlayer .hovertext"))
-        hover = driver.find_element(By.CSS_SELECTOR, ".hoverlayer .hovertext").text
+        hover = hover_last_row_first_column(driver, wait)
         assert hover.startswith(f"{api['tokens'][-1]} → {api['tokens'][0]}"), hover
         assert f"weight {weights[layers - 1][0][-1][0]:.4f}" in hover, hover
     finally:

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tests.cli_probe import ROOT, command
-from tests.test_explorer import _env, _tiny_run, post, serving
+from tests.serving import post, serving, tiny_run, tool_env
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
 
@@ -43,7 +43,7 @@ def world(tmp_path_factory):
     from tests.cli_probe import run_cli
 
     root = tmp_path_factory.mktemp("fuzz_serve")
-    _tiny_run(root / "run")
+    tiny_run(root / "run")
     export = root / "export"
     done = run_cli("export", "--run", root / "run", "--format", "onnx", "--with-attention",
                    "--out", export)
@@ -257,7 +257,7 @@ def _start(export: Path, log: Path) -> tuple[subprocess.Popen, tuple[str, int]]:
     with log.open("wb") as out:
         process = subprocess.Popen(
             command("export.serve", "--export", export, "--port", 0, without_tensorflow=True),
-            cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+            cwd=ROOT, env=tool_env(), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
         for word in log.read_text(errors="replace").split():

@@ -1,0 +1,98 @@
+"""The attention explorer's server for the tests: `python -m export.serve` started with
+TensorFlow blocked, JSON posted to it, the bad requests every route refuses, and a tiny
+translator run to serve."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tests.cli_probe import ROOT, command
+
+SEED = 20240611
+WORDS = ["red", "blue", "cat", "dog", "big", "small", "one", "two", "three", "I", "saw"]
+
+
+def tool_env() -> dict:
+    """The environment of a tool started from the tests: the repository on PYTHONPATH,
+    TensorFlow's C++ logging quiet."""
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def tiny_run(run: Path) -> None:
+    """model.keras (random weights, so its attention is far from uniform), model_config.json,
+    spm.model (trained on random sentences of WORDS) and a config.yaml naming the task."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.models.transformer import Transformer
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
+
+    run.mkdir()
+    rng = np.random.default_rng(SEED)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(2, 7))) for _ in range(300)]
+    shutil.copyfile(train_sentencepiece(texts, run.parent / "spm", 60), run / "spm.model")
+    vocab = SentencePieceTokenizer(run / "spm.model").vocab_size
+    model = Transformer(TransformerConfig.preset(
+        "tiny", source_vocab_size=vocab, target_vocab_size=vocab, d_model=32, num_heads=4,
+        d_ff=64, num_encoder_layers=2, num_decoder_layers=2, max_source_length=16,
+        max_target_length=20, dropout=0.0), dtype="float32")
+    model.build()
+    model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    model.save(run / "model.keras")
+    (run / "model_config.json").write_text(json.dumps(model.config.to_dict()))
+    (run / "config.yaml").write_text("task: translation\n")
+
+
+@contextlib.contextmanager
+def serving(export: Path, log: Path):
+    """The base URL of `python -m export.serve --export export` (TensorFlow blocked) on a free
+    port, its output in `log`; stopped on leaving."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command("export.serve", "--export", export, "--port", 0, without_tensorflow=True),
+            cwd=ROOT, env=tool_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while url is None and time.monotonic() < deadline and process.poll() is None:
+            for word in log.read_text(errors="replace").split():
+                if word.startswith("http://"):
+                    url = word.rstrip("/")
+            time.sleep(0.2)
+        assert url is not None, log.read_text(errors="replace")[-3000:]
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def post(url: str, body: bytes, route: str = "/translate", **kwargs):
+    import httpx
+
+    return httpx.post(f"{url}{route}", content=body,
+                      headers={"Content-Type": "application/json"}, timeout=60, **kwargs)
+
+
+BAD_REQUESTS = [
+    (b'{"text": ""}', 422, "empty"),
+    (b'{"text": "   "}', 422, "empty"),
+    (json.dumps({"text": " ".join(["I saw three big dogs"] * 8)}).encode(), 422,
+     "max_source_length=16"),
+    (b'{"text": "one red \xff\xfe cat"}', 400, "not valid UTF-8"),
+    (b'{"text": "one red \\ud800 cat"}', 400, "lone surrogate"),
+    (b"one red cat", 400, "not JSON"),
+    (b'{"text": "one red cat"', 400, "not JSON"),
+    (b'{"sentence": "one red cat"}', 400, '"text" key'),
+    (b'["one red cat"]', 400, '"text" key'),
+    (b'{"text": 7}', 422, "must be a string"),
+    (b'{"text": "one red cat\\ntwo dogs"}', 422, "line break"),
+    (b'{"text": "' + b"a" * 70000 + b'"}', 413, "more than 65536 bytes; send at most 65536"),
+]
