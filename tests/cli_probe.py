@@ -43,6 +43,13 @@ sys.exit(code)
 """
 
 
+def tool_env() -> dict:
+    """The environment of a tool started from the tests: the repository on PYTHONPATH,
+    TensorFlow's C++ logging quiet."""
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
 def command(module: str, *args, without_tensorflow: bool = False) -> list[str]:
     """The command line of `python -m module args...`; with `without_tensorflow`, of the
     module's `main(args)` with TensorFlow, Keras and tensorflow-text unimportable."""

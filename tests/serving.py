@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -14,17 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.cli_probe import ROOT, command
+from tests.cli_probe import ROOT, command, tool_env
 
 SEED = 20240611
 WORDS = ["red", "blue", "cat", "dog", "big", "small", "one", "two", "three", "I", "saw"]
-
-
-def tool_env() -> dict:
-    """The environment of a tool started from the tests: the repository on PYTHONPATH,
-    TensorFlow's C++ logging quiet."""
-    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def tiny_run(run: Path) -> None:

@@ -368,16 +368,12 @@ def test_keras_backend_is_checked_before_keras_is_imported(monkeypatch):
 
 def _train_tiny(out: Path, *extra: str, devices: int = 1) -> subprocess.CompletedProcess:
     """`python -m train` of a tiny demo run under this backend, on `devices` CPU devices."""
-    from tests.test_train_resume import TINY
+    from tests.tiny_runs import train_command
 
-    args = [sys.executable, "-m", "train", "--config", str(ROOT / "train/configs/demo.yaml"),
-            "--out", str(out)]
-    for item in (*TINY, *extra):
-        args += ["--set", item]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(train_command(out, *extra), cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
 
 
 @pytest.mark.slow

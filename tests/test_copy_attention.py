@@ -226,7 +226,8 @@ def copy_run(tmp_path_factory):
 
     import yaml
 
-    from tests.test_summarization import ENV, ROOT, make_article, tiny_run_config, write_tsv
+    from tests.cli_probe import ROOT, tool_env
+    from tests.news_data import make_article, tiny_run_config, write_tsv
 
     data = tmp_path_factory.mktemp("copy_run")
     rng = random.Random(3)
@@ -239,7 +240,7 @@ def copy_run(tmp_path_factory):
     (data / "copy.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
     out = data / "run"
     result = subprocess.run([sys.executable, "-m", "train", "--config", str(data / "copy.yaml"),
-                             "--out", str(out)], cwd=ROOT, env=ENV, capture_output=True,
+                             "--out", str(out)], cwd=ROOT, env=tool_env(), capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return data, out

@@ -23,8 +23,8 @@ import pytest
 
 from keras_transformer.decoding import SearchSettings
 from tests.browser import chrome, hover_last_row_first_column, needs_chromium
-from tests.cli_probe import assert_clean_failure, run_cli
-from tests.serving import BAD_REQUESTS, WORDS, post, serving, tiny_run, tool_env
+from tests.cli_probe import assert_clean_failure, run_cli, tool_env
+from tests.serving import BAD_REQUESTS, WORDS, post, serving, tiny_run
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
 

@@ -18,17 +18,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import classifier_run
 from tests.browser import chrome, hover_last_row_first_column, needs_chromium
+from tests.classifier_run import NAMES, sentences
 from tests.cli_probe import assert_clean_failure, run_cli
 from tests.serving import BAD_REQUESTS, post, serving
-from tests.test_export_classifier import (  # noqa: F401 - data_dir, run_dir: fixtures
-    NAMES,
-    data_dir,
-    run_dir,
-    sentences,
-)
 
 pytestmark = pytest.mark.slow  # trains and exports a classifier
+
+# The module-scoped fixtures of the trained run, shared with the other classifier tests.
+data_dir, run_dir = classifier_run.data_dir, classifier_run.run_dir
 
 MAX_LENGTH = 24  # the run's data.max_source_length
 LONG_TEXT = " ".join(["thầy giảng bài tốt ."] * 8)  # over MAX_LENGTH pieces: truncated

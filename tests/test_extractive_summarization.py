@@ -27,6 +27,7 @@ from keras_transformer.text.extractive import (
     candidate_selections,
     select,
 )
+from tests.news_data import WORDS, write_tsv
 from train.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,8 +213,6 @@ def test_config_refuses_a_bad_selection(overrides, message):
 
 # End to end
 
-WORDS = ["giá_vàng", "tăng", "mạnh", "Hà_Nội", "mưa", "lớn", "người_dân", "đường", "ngập",
-         "bóng_đá", "đội", "thắng", "học_sinh", "thi", "điểm", "cao"]
 KEY = "khẩn_cấp"  # the word that marks the sentence the summary repeats
 
 
@@ -225,13 +224,6 @@ def make_article(rng: random.Random) -> tuple[str, str]:
     key = rng.randrange(len(sentences))
     sentences[key] = f"{KEY} {sentences[key]}"
     return " ".join(sentences), sentences[key]
-
-
-def write_tsv(path: Path, rows) -> Path:
-    text = "\n".join(["article\tsummary\ttitle", *rows]) + "\n"
-    path.write_bytes(gzip.compress(text.encode("utf-8")) if path.name.endswith(".gz")
-                     else text.encode("utf-8"))
-    return path
 
 
 def run_command(*args, timeout=300):

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli_probe import ROOT, command
-from tests.serving import post, serving, tiny_run, tool_env
+from tests.cli_probe import ROOT, command, tool_env
+from tests.serving import post, serving, tiny_run
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
 

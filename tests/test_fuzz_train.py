@@ -22,25 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli_probe import ROOT, assert_clean_failure, call_main, run_cli, tree_digest
+from tests.tiny_runs import DEMO, train_args
 
-DEMO = ROOT / "train" / "configs" / "demo.yaml"
-TINY = [
-    "data.train_size=200", "data.dev_size=10", "data.test_size=5",
-    "data.max_source_length=24", "data.max_target_length=24", "data.tokens_per_batch=576",
-    "tokenizer.vocab_size=120", "model.overrides.d_model=16", "model.overrides.d_ff=32",
-    "model.overrides.num_heads=2", "model.overrides.dropout=0.0",
-    "training.steps_per_epoch=3", "training.epochs=2", "training.save_every_steps=1",
-    "training.verbose=0", "training.tensorboard=false", "eval.dev_score_sentences=3",
-    "eval.beam_size=1", "eval.max_sentences=3", "eval.samples=0",
-]
 SEED = 20240611
-
-
-def train_args(out: Path, *extra: str, config: Path = DEMO) -> list[str]:
-    args = ["--config", str(config), "--out", str(out)]
-    for item in (*TINY, *extra):
-        args += ["--set", item]
-    return args
 
 
 def train_main(*args):

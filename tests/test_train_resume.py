@@ -12,41 +12,22 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "train" / "configs" / "demo.yaml"
-
-# steps_per_epoch makes the training stream replayable, so the resumed run sees exactly the
-# batches the uninterrupted one sees after the backup; dropout 0 leaves no other randomness.
-TINY = [
-    "data.train_size=300", "data.dev_size=20", "data.test_size=10",
-    "data.max_source_length=24", "data.max_target_length=24", "data.tokens_per_batch=576",
-    "tokenizer.vocab_size=200", "model.overrides.d_model=32", "model.overrides.d_ff=64",
-    "model.overrides.dropout=0.0", "training.steps_per_epoch=4", "training.epochs=3",
-    "training.save_every_steps=2", "training.verbose=0", "training.tensorboard=false",
-    "eval.dev_score_sentences=5", "eval.beam_size=1", "eval.max_sentences=3", "eval.samples=0",
-]
-
-
-def command(out: Path, *extra: str) -> list[str]:
-    args = [sys.executable, "-m", "train", "--config", str(DEMO), "--out", str(out)]
-    for item in (*TINY, *extra):
-        args += ["--set", item]
-    return args
-
+from tests.cli_probe import ROOT
+from tests.tiny_runs import train_command
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
        "CUDA_VISIBLE_DEVICES": ""}
 
 
 def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(command(out, *extra), cwd=ROOT, env=ENV, capture_output=True,
+    return subprocess.run(train_command(out, *extra), cwd=ROOT, env=ENV, capture_output=True,
                           text=True, timeout=400)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
-    process = subprocess.Popen(command(out), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen(train_command(out), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     yield out, process
 
@@ -57,7 +38,7 @@ def test_kill_9_mid_run_then_rerun_resumes_and_matches_an_uninterrupted_run(
     full_out, full_process = uninterrupted
     out = tmp_path / "killed"
     state = out / "backup" / "state.json"
-    victim = subprocess.Popen(command(out), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+    victim = subprocess.Popen(train_command(out), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not state.is_file() and victim.poll() is None and time.monotonic() < deadline:
@@ -131,7 +112,7 @@ sys.exit(main(sys.argv[1:]))
 def test_kill_9_after_training_reruns_only_the_scoring(uninterrupted, tmp_path):
     full_out, full_process = uninterrupted
     out = tmp_path / "scoring"
-    victim = subprocess.run([sys.executable, "-c", KILL_WHEN_SCORING, *command(out)[3:]],
+    victim = subprocess.run([sys.executable, "-c", KILL_WHEN_SCORING, *train_command(out)[3:]],
                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=400)
     assert victim.returncode == -signal.SIGKILL, victim.stderr[-3000:]
     state = json.loads((out / "backup" / "state.json").read_text())

@@ -20,7 +20,7 @@ import yaml
 from keras_transformer.decoding import SearchSettings
 from tests import reference
 from tests.cli_probe import assert_clean_failure, call_main, run_cli, tree_digest
-from tests.test_fuzz_train import train_args
+from tests.tiny_runs import train_args
 
 pytestmark = pytest.mark.slow  # trains two runs end to end
 
