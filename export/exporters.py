@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from keras_transformer.command_line import command
+from keras_transformer.command_line import command, first_few
 from keras_transformer.file_safety import staged_directory
 
 from .choice import RECORD
@@ -59,10 +59,8 @@ def check_output(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
                            f"a run's own files: export to a new directory such as "
                            f"{run_dir / 'export'}")
     if foreign and not overwrite:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
-                                          if len(foreign) > 5 else "")
         raise OutputExists(f"--out {out} holds files an export by {command('export')} did "
-                           f"not make ({shown}); pass --overwrite to export there anyway "
+                           f"not make ({first_few(foreign)}); pass --overwrite to export there anyway "
                            f"(they are kept), or choose another --out")
     return foreign
 

@@ -205,6 +205,14 @@ def add_search_constraints(parser, default: str = "the run's") -> None:
                              f"(default: {default})")
 
 
+def first_few(items, shown: int = 5) -> str:
+    """`items` joined by commas for a one-line message, the first `shown` of them and then
+    how many more: "a, b, c, d, e and 3 more"."""
+    items = [str(item) for item in items]
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
 class EachMessageOnce(logging.Filter):
     """A logging filter that passes each distinct message once: a command that runs the same
     input through several runtimes (export.parity) would otherwise repeat the same warning,

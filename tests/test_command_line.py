@@ -14,6 +14,7 @@ from keras_transformer.command_line import (
     add_debug_flag,
     command,
     entry_point,
+    first_few,
     float_in,
     int_in,
 )
@@ -142,3 +143,10 @@ def test_each_message_once_passes_a_repeated_truncation_warning_once_and_a_new_o
         logger.removeHandler(handler)
     assert len(records) == 2
     assert records[0].startswith("1 of 2 sentences") and records[1].startswith("2 of 2 ")
+
+
+def test_first_few_names_the_first_ones_and_counts_the_rest():
+    assert first_few(["a", "b"]) == "a, b"
+    assert first_few(list("abcdefgh")) == "a, b, c, d, e and 3 more"
+    assert first_few([1, 2, 3, 4], 3) == "1, 2, 3 and 1 more"
+    assert first_few([]) == ""

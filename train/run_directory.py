@@ -22,7 +22,7 @@ import json
 import shutil
 from pathlib import Path
 
-from keras_transformer.command_line import CommandError
+from keras_transformer.command_line import CommandError, first_few
 from keras_transformer.file_safety import atomic_write_text
 
 from .config import RunConfig
@@ -71,9 +71,8 @@ def _flat(value, prefix: str = "") -> dict:
 def _differences(recorded: dict, wanted: dict) -> str:
     old, new = _flat(recorded), _flat(wanted)
     keys = sorted(k for k in old.keys() | new.keys() if old.get(k, "-") != new.get(k, "-"))
-    shown = [f"{k}: {old.get(k, '-')!r} -> {new.get(k, '-')!r}" for k in keys[:3]]
-    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-    return f" ({', '.join(shown)}{more})" if shown else ""
+    changes = [f"{k}: {old.get(k, '-')!r} -> {new.get(k, '-')!r}" for k in keys]
+    return f" ({first_few(changes, 3)})" if changes else ""
 
 
 def _recorded(out: Path) -> dict | None:

@@ -43,6 +43,7 @@ from keras_transformer.command_line import (
     add_debug_flag,
     command,
     entry_point,
+    first_few,
     int_in,
     search_bounds,
 )
@@ -114,10 +115,8 @@ def check_output_directory(out: Path, run: Path, overwrite: bool) -> list[str]:
         raise CommandError(f"--out {out} is a file, not a directory")
     foreign = foreign_files(out)
     if foreign and not overwrite:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
-                                          if len(foreign) > 5 else "")
         raise CommandError(f"--out {out} already holds files this command did not make "
-                           f"({shown}); pass --overwrite to write the pictures there anyway "
+                           f"({first_few(foreign)}); pass --overwrite to write the pictures there anyway "
                            f"(those files are kept), or choose another --out")
     return foreign
 
