@@ -89,7 +89,7 @@ def onnx_fp16_backend(manifest):
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    from export.runtime.onnx import OnnxBackend
+    from export.runtime.onnx import OnnxBackend, session_options
 
     # Stepwise only (its runs step from the NumPy search): no search.onnx to convert.
     backend = OnnxBackend(manifest, "float32", search_graph=False)
@@ -101,11 +101,8 @@ def onnx_fp16_backend(manifest):
                                              keep_io_types=True)
             path = Path(tmp) / f"{role}.fp16.onnx"
             onnx.save(model, str(path))
-            options = backend._ort.SessionOptions()
-            options.log_severity_level = 3
-            if role == "encoder":
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            backend.sessions[role] = backend._session(path, options)
+            backend.sessions[role] = backend._session(
+                path, session_options(spinning=role != "encoder"))
     return backend
 
 

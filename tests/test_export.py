@@ -365,6 +365,23 @@ def test_empty_batch_rows_and_ids_roundtrip(manifest, backends):
     assert np.asarray(encoded[0]).dtype.kind == "i"
 
 
+def test_bench_precisions_float16_onnx_backend_encodes_as_float32_does(manifest, backends):
+    """bench.precision --quality runs float16 copies of the stepwise ONNX graphs: their
+    encoder memory stays within float16's error of the float32 graph's."""
+    from bench.precision import onnx_fp16_backend
+
+    fp16, fp32 = onnx_fp16_backend(manifest), backends["onnx"]
+    ids = Translator(manifest, fp32).encode(["five cats", "three red dogs"])
+    source = np.zeros((2, max(map(len, ids))), np.int32)
+    for row, sentence in enumerate(ids):
+        source[row, :len(sentence)] = sentence
+    (memory16, mask16), (memory32, mask32) = fp16.encode(source), fp32.encode(source)
+    np.testing.assert_array_equal(mask16, mask32)
+    for half, full in zip(memory16, memory32, strict=True):
+        np.testing.assert_allclose(half, full, atol=2e-2 * np.abs(full).max())
+    assert sorted(fp16.sessions) == ["decoder_step", "encoder"]
+
+
 def test_tflite_cache_in_the_interpreter_matches_the_signature_runner(manifest):
     """The TFLite backend keeps the cache (and the encoder's output) in the interpreter's input
     tensors between steps. Two searches interleaved on one backend, one with beam reorders,
