@@ -104,6 +104,16 @@ def test_load_config_overrides_and_errors(tmp_path):
         load_config(DEMO, ["training.epochs"])
 
 
+def test_a_number_written_with_an_exponent_and_no_dot_is_a_number_not_a_string():
+    # YAML 1.1 (PyYAML) reads 3e-4 as the string "3e-4"; every float key takes it as 0.0003.
+    config = load_config(DEMO, ["training.lr_scale=3e-4", "eval.alpha=1E0",
+                                "training.epsilon=1e-9"])
+    assert config.training.lr_scale == 3e-4 and config.eval.alpha == 1.0
+    assert config.training.epsilon == 1e-9
+    with pytest.raises(ConfigError, match="training.lr_scale must be a number, got 'e-4'"):
+        load_config(DEMO, ["training.lr_scale=e-4"])
+
+
 @pytest.mark.parametrize("assignment, message", [
     ("eval.batch_size=0", "eval.batch_size must be >= 1 and <= 4096, got 0"),
     ("eval.beam_size=0", "eval.beam_size must be >= 1 and <= 64, got 0"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 import types
 import typing
@@ -91,6 +92,10 @@ class TrainingConfig:
     early_stopping_patience: int = 0  # epochs without a better dev BLEU; 0: never stop early
     max_minutes: float = 0.0  # wall-clock budget for model.fit, kept across resumes; 0: none
     tensorboard: bool = True
+    # Start from another run's weights and tokenizer (train.warm_start): its directory, a
+    # model file in it or one of its checkpoints/epoch_NNNN.npz; "": from a fresh model.
+    init_from: str = ""
+    initial_step: int = 0  # the learning-rate schedule's first step (a fine-tune continues)
 
 
 @dataclass
@@ -133,6 +138,9 @@ class ConfigError(ValueError):
     """A config key or value that does not fit the schema; the message says which."""
 
 
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _check_type(where: str, value: Any, annotation: Any) -> Any:
     hint = typing.get_origin(annotation) or annotation
     if hint is dict:
@@ -156,6 +164,8 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
             raise ConfigError(f"{where} must be an integer, got {value!r}")
         return value
     if hint is float:
+        if isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where} must be a number, got {value!r}")
         return float(value)
@@ -295,6 +305,7 @@ _RANGES = [
     ("training.average_last", 0, None, False),
     ("training.early_stopping_patience", 0, None, False),
     ("training.max_minutes", 0, None, False), ("training.verbose", 0, 2, False),
+    ("training.initial_step", 0, None, False),
     *((f"eval.{key}", *SEARCH_BOUNDS[key], False) for key in SEQ2SEQ_KEYS),
     ("eval.batch_size", 1, 4096, False), ("eval.max_sentences", 0, None, False),
     ("eval.samples", 0, None, False), ("eval.dev_score_sentences", 0, None, False),

@@ -47,6 +47,7 @@ from .distribute import (
 from .precision_probe import fastest_setting
 from .run_directory import fingerprint, prepare_run_directory
 from .tasks.base import Task
+from .warm_start import start_from, weights_file
 
 log = logging.getLogger("train")
 tf = LazyModule("tensorflow")  # tf.data and tf.distribute: imported by those paths only
@@ -223,6 +224,10 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         model._symbolic_build(data_batch=next(iter(make_dev())))
         model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
         state = backup.restore(model)
+        weights = weights_file(config)
+        if state is None and weights is not None:
+            start_from(model, weights, t.initial_step)
+            log.info("started from the weights of %s at step %d", weights, t.initial_step)
     resumed = int(state["step"]) if state else 0
     if state:
         log.info("resumed from %s at step %d", backup.directory / state["weights"], resumed)
@@ -304,6 +309,7 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     tokenizer is used, as the seed frees TF-Text state."""
     t = config.training
     check_precision(t.precision)
+    weights_file(config)  # a bad training.init_from, refused before any work
     strategy = make_strategy(t.strategy)
     candidates = resolve_precision(t.precision, resolve_jit(t.jit_compile))
     if strategy.num_replicas_in_sync > 1:

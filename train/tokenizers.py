@@ -8,6 +8,7 @@ from pathlib import Path
 from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
 
 from .config import RunConfig
+from .warm_start import copy_tokenizers, weights_file
 
 SPECIAL_IDS = ("pad_id", "bos_id", "eos_id")
 
@@ -28,7 +29,12 @@ def train_tokenizer(config: RunConfig, texts, prefix: Path) -> SentencePieceToke
 
 def build_tokenizers(config: RunConfig, sources, targets, out: Path):
     """(source, target) trained on the training side only: with tokenizer.joint one model,
-    spm.model, serves both languages; else spm_source.model and spm_target.model."""
+    spm.model, serves both languages; else spm_source.model and spm_target.model. A run
+    started from another's weights (training.init_from) takes that run's tokenizers."""
+    weights = weights_file(config)
+    if weights is not None:
+        copy_tokenizers(weights, out)
+        return load_run_tokenizers(out)
     if config.tokenizer.joint:
         shared = train_tokenizer(config, list(sources) + list(targets), out / "spm")
         return shared, shared

@@ -1,0 +1,99 @@
+"""A run that starts from another run's weights (`training.init_from`): a fine-tuning phase
+such as See et al.'s coverage phase, which continues a trained summarizer with one more loss.
+
+The new run takes the old run's tokenizers (the weights mean nothing with another vocabulary)
+and its weights, from a saved model (`model.keras`, `average.keras`, ...) or an epoch
+checkpoint (`checkpoints/epoch_NNNN.npz`); the model config must build the same weights
+(a loss weight such as `coverage_loss_weight` may differ, a layer size may not).
+`training.initial_step` starts the learning-rate schedule where the old run's was, so that a
+fine-tune continues its decay instead of warming up again; Adam's moments start afresh (epoch
+checkpoints hold no optimizer state).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from .callbacks import load_weights_npz
+from .config import RunConfig
+
+# The tasks whose tokenizers come from train.tokenizers.build_tokenizers, which this module
+# replaces by the old run's.
+TASKS = ("translation", "summarization")
+TOKENIZER_FILES = ("spm.model", "spm.vocab", "spm_source.model", "spm_source.vocab",
+                   "spm_target.model", "spm_target.vocab")
+
+
+def weights_file(config: RunConfig) -> Path | None:
+    """The file training.init_from names (a run directory means its model.keras), checked:
+    None when it is not set."""
+    given = config.training.init_from
+    if not given:
+        return None
+    if config.task not in TASKS:
+        raise ValueError(f"training.init_from starts a {' or '.join(TASKS)} run from another "
+                         f"run's weights; task {config.task} trains its own")
+    path = Path(given)
+    if path.is_dir():
+        path = path / "model.keras"
+    if not path.is_file():
+        raise FileNotFoundError(f"training.init_from: {path} not found; give a run directory, "
+                                f"a model file in it (model.keras, average.keras) or one of "
+                                f"its checkpoints/epoch_NNNN.npz")
+    if path.suffix not in (".keras", ".npz"):
+        raise ValueError(f"training.init_from: {path} is neither a .keras model nor an epoch "
+                         f"checkpoint (.npz)")
+    source_run(path)
+    return path
+
+
+def source_run(weights: Path) -> Path:
+    """The run directory a weights file belongs to: the nearest folder, its own or its
+    parent's (for checkpoints/), that holds the run's tokenizer."""
+    for folder in (weights.parent, weights.parent.parent):
+        if (folder / "spm.model").is_file() or (folder / "spm_source.model").is_file():
+            return folder
+    raise FileNotFoundError(f"training.init_from: no spm.model beside {weights} or in its "
+                            f"parent folder; give a file inside a trained run's directory")
+
+
+def copy_tokenizers(weights: Path, out: Path) -> None:
+    """The old run's tokenizer files, copied into the new run's directory."""
+    run = source_run(weights)
+    if run.resolve() == out.resolve():
+        raise ValueError(f"training.init_from names a file of the run directory itself ({out}); "
+                         f"start the new run in another --out")
+    for name in TOKENIZER_FILES:
+        if (run / name).is_file():
+            shutil.copyfile(run / name, out / name)
+
+
+def initial_weights(weights: Path) -> list[np.ndarray]:
+    if weights.suffix == ".npz":
+        return load_weights_npz(weights)
+    import keras
+
+    import keras_transformer  # noqa: F401  (registers the layers the file names)
+
+    return keras.saving.load_model(weights, compile=False).get_weights()
+
+
+def start_from(model, weights: Path, initial_step: int) -> None:
+    """Set `model`'s weights from `weights` and its optimizer's step count to initial_step."""
+    values = initial_weights(weights)
+    have = [tuple(w.shape) for w in model.get_weights()]
+    given = [tuple(v.shape) for v in values]
+    if have != given:
+        if len(have) != len(given):
+            where = f"{len(given)} weights against {len(have)}"
+        else:
+            first = next(i for i, (a, b) in enumerate(zip(have, given, strict=True)) if a != b)
+            where = f"weight {first}: {given[first]} against {have[first]}"
+
+        raise ValueError(f"training.init_from: {weights} holds another model's weights "
+                         f"({where}); the config must build the model it was trained as")
+    model.set_weights(values)
+    model.optimizer.iterations.assign(initial_step)
