@@ -351,8 +351,11 @@ def table(rows: list[dict]) -> list[list]:
     for r in rows:
         if "jit_compile" in r or "gflops" in r and "m" in r:
             continue
-        name = r["runtime"] + (f" (MKL {r['ct2_use_mkl']})" if r.get("ct2_use_mkl") else "")
-        head = [name, r["precision"], r["config"], r["batch"], r["beam"]]
+        # A variant that failed before it timed anything (CTranslate2 without its Python,
+        # bench.train_step writing nothing) names only what it knows.
+        name = r.get("runtime", "") + (f" (MKL {r['ct2_use_mkl']})" if r.get("ct2_use_mkl")
+                                       else "")
+        head = [name, *(r.get(key, "") for key in ("precision", "config", "batch", "beam"))]
         if "error" in r:
             out.append(head + ["FAILED", "", "", r["error"].strip().splitlines()[-1][:60]])
             continue

@@ -332,6 +332,22 @@ def test_precision_speedups_compare_like_with_like():
                                                            0.8, None]
 
 
+def test_precision_table_shows_a_variant_that_failed_before_timing_as_a_failed_row():
+    from bench.precision import table
+
+    rows = [{"runtime": "ctranslate2", "precision": "int8",
+             "error": "peers/python not found (--ct2-python)"},
+            {"error": "bench.train_step wrote nothing"},
+            {"runtime": "onnx", "precision": "float32", "config": "small", "batch": 1,
+             "beam": 1, "ms_per_batch": {"median": 12.3}, "tokens_per_s": 1234.5,
+             "speedup_vs_float32": 1.0}]
+    assert table(rows) == [
+        ["ctranslate2", "int8", "", "", "", "FAILED", "", "",
+         "peers/python not found (--ct2-python)"],
+        ["", "", "", "", "", "FAILED", "", "", "bench.train_step wrote nothing"],
+        ["onnx", "float32", "small", 1, 1, "12", "1,234", "1.00", ""]]
+
+
 def test_quantized_bench_exports_live_apart_and_leave_the_plain_meta_as_it_was(tmp_path):
     from bench import export_models as em
 
