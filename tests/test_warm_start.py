@@ -67,3 +67,14 @@ def test_a_warm_start_from_a_missing_file_or_a_non_seq2seq_task_is_refused_befor
     result = run_cli("train", *train_args(out, "task=language_model",
                                           f"training.init_from={tmp_path / 'weights.txt'}"))
     assert_clean_failure(result, 2, "training.init_from", "task language_model")
+
+
+def test_a_warm_start_from_the_run_directory_itself_is_refused_before_it_is_replaced(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "spm.model").write_bytes(b"tokenizer")
+    (out / "model.keras").write_bytes(b"weights")
+    result = run_cli("train", *train_args(out, f"training.init_from={out}"), "--overwrite")
+    assert_clean_failure(result, 2, "training.init_from", "run directory itself")
+    assert (out / "model.keras").read_bytes() == b"weights"
+    assert (out / "spm.model").read_bytes() == b"tokenizer"

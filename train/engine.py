@@ -309,7 +309,7 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     tokenizer is used, as the seed frees TF-Text state."""
     t = config.training
     check_precision(t.precision)
-    weights_file(config)  # a bad training.init_from, refused before any work
+    weights_file(config, out)  # a bad training.init_from, refused before any work
     strategy = make_strategy(t.strategy)
     candidates = resolve_precision(t.precision, resolve_jit(t.jit_compile))
     if strategy.num_replicas_in_sync > 1:

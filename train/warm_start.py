@@ -27,9 +27,10 @@ TOKENIZER_FILES = ("spm.model", "spm.vocab", "spm_source.model", "spm_source.voc
                    "spm_target.model", "spm_target.vocab")
 
 
-def weights_file(config: RunConfig) -> Path | None:
+def weights_file(config: RunConfig, out: Path | None = None) -> Path | None:
     """The file training.init_from names (a run directory means its model.keras), checked:
-    None when it is not set."""
+    None when it is not set. With `out`, the new run's directory, also refused when the file
+    belongs to that directory, which the new run would replace (checked before it does)."""
     given = config.training.init_from
     if not given:
         return None
@@ -46,7 +47,10 @@ def weights_file(config: RunConfig) -> Path | None:
     if path.suffix not in (".keras", ".npz"):
         raise ValueError(f"training.init_from: {path} is neither a .keras model nor an epoch "
                          f"checkpoint (.npz)")
-    source_run(path)
+    run = source_run(path)
+    if out is not None and run.resolve() == Path(out).resolve():
+        raise ValueError(f"training.init_from names a file of the run directory itself ({out}); "
+                         f"start the new run in another --out")
     return path
 
 
@@ -63,9 +67,6 @@ def source_run(weights: Path) -> Path:
 def copy_tokenizers(weights: Path, out: Path) -> None:
     """The old run's tokenizer files, copied into the new run's directory."""
     run = source_run(weights)
-    if run.resolve() == out.resolve():
-        raise ValueError(f"training.init_from names a file of the run directory itself ({out}); "
-                         f"start the new run in another --out")
     for name in TOKENIZER_FILES:
         if (run / name).is_file():
             shutil.copyfile(run / name, out / name)
