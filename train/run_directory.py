@@ -28,14 +28,15 @@ from keras_transformer.file_safety import atomic_write_text
 from .config import RunConfig
 
 RUN_FILE = "run.json"
+# A run's SentencePiece files: spm.* for a joint vocabulary, else spm_source.* and spm_target.*.
+TOKENIZER_FILES = ("spm.model", "spm.vocab", "spm_source.model", "spm_source.vocab",
+                   "spm_target.model", "spm_target.vocab")
 # What `python -m train` writes in a run directory (the chief; each other worker of a
 # multi-worker run writes its own .worker<N>/), and what `train.evaluate` adds to it.
 RUN_ENTRIES = {
-    RUN_FILE, "config.yaml", "model_config.json", "spm.model", "spm.vocab",
-    "spm_source.model", "spm_source.vocab", "spm_target.model", "spm_target.vocab",
-    "model.keras", "best.keras", "best.npz", "metrics.json", "dev.src", "dev.ref", "dev.hyp",
-    "test.src", "test.ref", "test.hyp", "checkpoints", "logs", "backup", "eval", "attention",
-    "labels.json",
+    RUN_FILE, "config.yaml", "model_config.json", *TOKENIZER_FILES, "model.keras",
+    "best.keras", "best.npz", "metrics.json", "dev.src", "dev.ref", "dev.hyp", "test.src",
+    "test.ref", "test.hyp", "checkpoints", "logs", "backup", "eval", "attention", "labels.json",
 }
 
 

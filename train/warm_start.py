@@ -19,12 +19,11 @@ import numpy as np
 
 from .callbacks import load_weights_npz
 from .config import RunConfig
+from .run_directory import TOKENIZER_FILES
 
 # The tasks whose tokenizers come from train.tokenizers.build_tokenizers, which this module
 # replaces by the old run's.
 TASKS = ("translation", "summarization")
-TOKENIZER_FILES = ("spm.model", "spm.vocab", "spm_source.model", "spm_source.vocab",
-                   "spm_target.model", "spm_target.vocab")
 
 
 def weights_file(config: RunConfig, out: Path | None = None) -> Path | None:
@@ -58,7 +57,7 @@ def source_run(weights: Path) -> Path:
     """The run directory a weights file belongs to: the nearest folder, its own or its
     parent's (for checkpoints/), that holds the run's tokenizer."""
     for folder in (weights.parent, weights.parent.parent):
-        if (folder / "spm.model").is_file() or (folder / "spm_source.model").is_file():
+        if any((folder / name).is_file() for name in TOKENIZER_FILES if name.endswith(".model")):
             return folder
     raise FileNotFoundError(f"training.init_from: no spm.model beside {weights} or in its "
                             f"parent folder; give a file inside a trained run's directory")
