@@ -8,9 +8,10 @@ Batch: 32 sentences x 32 source x 32 target tokens (the peers' workload), random
 (config, XLA, precision) cell runs in its own process (unless --in-process) so that the peak
 RSS reported is that cell's alone. With --token-budget the shapes are the demo's buckets
 (batch = budget // length for each of --lengths) and the JSON is train_step_budget.json.
-With --keras-hub the same cells of keras-hub's step run next, in the peer environment
-(bench/train_step_keras_hub.py), and the table ends with ours / keras-hub, each side's best
-cell against the other's for each config.
+With --keras-hub keras-hub's step runs in the same cells, in the peer environment
+(bench/train_step_keras_hub.py), each right after ours (interleaved, so that a load that changes
+during the run falls on both sides alike), and the table ends with ours / keras-hub, each side's
+best cell against the other's for each config.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def main(argv=None) -> None:
     meta = payload("train_step", quick=quick, in_process=args.in_process, roofline_gflops=peak)
     cells = [(c, j, p, b, n) for c in configs for (b, n) in shapes for p in precisions
              for j in jits]
-    results = []
+    results, theirs = [], []
     for cell in cells:
         if args.in_process:
             row = measure(*cell, timing)
@@ -203,12 +204,14 @@ def main(argv=None) -> None:
             row["roofline_gflops"] = peak
             row["pct_roofline"] = 100 * row["gflops"] / peak if peak else None
         results.append(row)
+        if args.keras_hub:
+            theirs.extend(keras_hub_rows(args.peer_python, [cell[0]], [cell[1]], [cell[2]]))
     print_table(["config", "batch", "XLA", "precision", "first call s", "ms/step", "p25-p75",
                  "runs", "target tok/s", "GFLOP/s", "% roofline", "peak RSS MiB"],
                 [fmt_row(r) for r in results])
     extra = {}
     if args.keras_hub:
-        extra["keras_hub"] = keras_hub_rows(args.peer_python, configs, jits, precisions)
+        extra["keras_hub"] = theirs
         extra["ratios"] = best_ratios(results, extra["keras_hub"])
         print("keras-hub:")
         print_table(["config", "XLA", "precision", "ms/step", "target tok/s"],

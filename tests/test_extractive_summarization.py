@@ -274,6 +274,7 @@ def test_extractive_run_learns_and_scores_beside_the_baselines(extractive_run):
     # The key sentence is anywhere: Lead-1 finds it in about a quarter of the articles, the
     # model learns the marker.
     assert metrics["rouge2"] > metrics["lead1"]["rouge2"] + 20, metrics
+    assert metrics["scored_split"] == "test"
     assert metrics["empty_skipped"]["train"] == 2
     assert metrics["articles_cut"]["train"] > 0 and metrics["sentences_cut"]["train"] > 0
     assert len(metrics["epoch_dev"]["rouge"]) == 2

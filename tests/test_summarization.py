@@ -27,6 +27,7 @@ from tests.news_data import HEADER, WORDS, make_article, tiny_run_config, write_
 from train.config import ConfigError, load_config
 from train.data import load_summaries, split_sentences, word_joints
 from train.scoring import lead, lead_baselines
+from train.tasks.base import score_prefix
 from train.tasks.summarization import count_longer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,6 +239,7 @@ def test_summarization_run_writes_rouge_and_lead_baselines(summary_run):
     scores = rouge(hypotheses, test.summaries)
     assert {k: metrics[k] for k in ("rouge1", "rouge2", "rougeL")} == \
         {k: scores[k] for k in ("rouge1", "rouge2", "rougeL")}
+    assert metrics["scored_split"] == "test" and metrics["articles"] == 30
     assert metrics["lead1"] == {"rouge1": 100.0, "rouge2": 100.0, "rougeL": 100.0}
     assert metrics["lead3"] == lead_baselines(test.articles, test.summaries)["lead3"]
     # A 120-piece vocabulary cuts words into several pieces: nearly every article is longer
@@ -403,3 +405,10 @@ def test_coverage_recall_is_the_summary_share_in_the_first_pieces():
     assert r2 == pytest.approx(100 * (1 / 3 + 0) / 2)
     # Whole articles: every summary token is there.
     assert recall(articles, summaries, Words(), 6)[0] == pytest.approx(100.0)
+
+
+def test_unprefixed_scores_name_their_split_so_dev_is_not_taken_for_test():
+    with_test, without_test = {}, {}
+    assert [score_prefix(name, with_test, True) for name in ("dev", "test")] == ["dev_", ""]
+    assert [score_prefix(name, without_test, False) for name in ("dev",)] == [""]
+    assert (with_test["scored_split"], without_test["scored_split"]) == ("test", "dev")

@@ -35,7 +35,7 @@ def test_small_demo_run_writes_the_run_directory(tmp_path):
     for key in ("bleu", "chrf", "sacrebleu_signature", "train_seconds", "dev_bleu"):
         assert key in metrics
     assert metrics["sacrebleu_signature"].startswith("nrefs:1|")
-    assert 0.0 <= metrics["bleu"] <= 100.0
+    assert 0.0 <= metrics["bleu"] <= 100.0 and metrics["scored_split"] == "test"
     resolved = yaml.safe_load((out / "config.yaml").read_text())
     assert resolved["data"]["train_size"] == 300
     assert resolved["training"]["epochs"] == 1

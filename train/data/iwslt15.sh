@@ -5,13 +5,17 @@
 #   train/data/iwslt15.sh [DEST]     DEST defaults to $KT_DATA_DIR/iwslt15_en_vi, else
 #                                    ../shared/data/iwslt15_en_vi
 #
+# IWSLT15_URL replaces the Stanford address: another mirror's URL, or a local folder holding
+# the files (copied from a machine with network), which is copied from instead. A file already
+# in DEST is not fetched again, only checked.
+#
 # Then train on the full set with
 #   python -m train --config train/configs/iwslt15_envi_small.yaml --out runs/iwslt15_envi_small \
 #     --set data.train_source=iwslt15_en_vi/train.en --set data.train_target=iwslt15_en_vi/train.vi
 # The TED transcripts are CC BY-NC-ND: non-commercial use, attribute TED.
 set -euo pipefail
 
-BASE_URL="https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi"
+BASE_URL="${IWSLT15_URL:-https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi}"
 DEST="${1:-${KT_DATA_DIR:-../shared/data}/iwslt15_en_vi}"
 
 # name  sha256 (tst2013 has no published reference checksum: it is downloaded unchecked)
@@ -27,16 +31,35 @@ vocab.vi 383628b92b1dcbce472fa9857724add8b2976c2ed2bbe1d76ea8dca108c3396a
 "
 
 if command -v sha256sum >/dev/null; then SHA="sha256sum"; else SHA="shasum -a 256"; fi
-if command -v curl >/dev/null; then FETCH="curl -fL --retry 3 -o"; else FETCH="wget -O"; fi
+if [ -d "$BASE_URL" ]; then FETCH="cp"; elif command -v curl >/dev/null; then
+  FETCH="curl -fsSL --retry 3 -o"; else FETCH="wget -q -O"; fi
 
+# fetch NAME TARGET: BASE_URL/NAME into TARGET through TARGET.part, so that an interrupted
+# fetch leaves no partial file under the final name.
+fetch() {
+  if [ "$FETCH" = "cp" ]; then
+    cp "$BASE_URL/$1" "$2.part" 2>/dev/null
+  else
+    $FETCH "$2.part" "$BASE_URL/$1" 2>/dev/null
+  fi
+}
+
+created=""
+[ -d "$DEST" ] || created=1
 mkdir -p "$DEST"
 failed=0
 while read -r name expected; do
   [ -z "$name" ] && continue
   target="$DEST/$name"
   if [ ! -s "$target" ]; then
-    echo "downloading $BASE_URL/$name"
-    $FETCH "$target.part" "$BASE_URL/$name"
+    echo "fetching $BASE_URL/$name"
+    if ! fetch "$name" "$target"; then
+      rm -f "$target.part"
+      [ -z "$created" ] || rmdir "$DEST" 2>/dev/null || true  # only if still empty
+      echo "could not fetch $BASE_URL/$name: without network, set IWSLT15_URL to a folder" \
+           "holding the files" >&2
+      exit 1
+    fi
     mv "$target.part" "$target"
   fi
   if [ "$expected" = "-" ]; then

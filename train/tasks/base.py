@@ -49,6 +49,22 @@ class FileScores:
     scored: list[int] = field(default_factory=list)
 
 
+def final_split(has_test: bool) -> str:
+    """The split whose scores metrics.json keeps under the unprefixed keys (`bleu`, `rouge2`,
+    ...): test, or dev in a run without a test split; `scored_split` names it."""
+    return "test" if has_test else "dev"
+
+
+def score_prefix(name: str, metrics: dict, has_test: bool) -> str:
+    """The key prefix of split `name`'s scores in metrics.json: none for the final split
+    (recorded as `scored_split`, so that a run without a test split does not pass its dev
+    scores off as test scores), `<split>_` for the other."""
+    if name != final_split(has_test):
+        return f"{name}_"
+    metrics["scored_split"] = name
+    return ""
+
+
 class Task:
     """One kind of training run. `train.engine.train` calls, in this order: prepare,
     datasets, build_model, (compile with) loss_and_metrics, dev_score, then after model.fit

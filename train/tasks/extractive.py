@@ -32,7 +32,7 @@ from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 from ..data import load_summarization, split_sentences, word_joints
 from ..engine import replayable, replica_mean
 from ..scoring import lead_baselines, oracle
-from ..tasks.base import DevScore, FileScores, Task, transformer_config
+from ..tasks.base import DevScore, FileScores, Task, final_split, score_prefix, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer
 
 log = logging.getLogger("train")
@@ -241,7 +241,7 @@ class ExtractiveSummarizationTask(Task):
         metrics["selection"] = selection.to_dict()
         metrics["selection_dev"] = table
         print(f"selection (best of {len(table)} on dev): {selection.describe()}")
-        last = "test" if "test" in splits else "dev"
+        last = final_split("test" in splits)
         for name, extractions in extracted.items():
             articles, references = splits[name].articles, splits[name].summaries
             chosen = [select(scores, sentences, selection) for sentences, scores in extractions]
@@ -250,7 +250,7 @@ class ExtractiveSummarizationTask(Task):
             for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
                 atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores, lines = self.score(hypotheses, references, articles, selection)
-            prefix = "" if name == last else f"{name}_"
+            prefix = score_prefix(name, metrics, "test" in splits)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             metrics[f"{prefix}articles"] = len(articles)
             metrics[f"{prefix}summary_sentences_mean"] = round(

@@ -18,7 +18,7 @@ from keras_transformer.translator import translate
 
 from ..data import load_summarization, split_sentences, word_joints
 from ..scoring import lead_baselines
-from ..tasks.base import DevScore, transformer_config
+from ..tasks.base import DevScore, final_split, score_prefix, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
 
@@ -111,7 +111,7 @@ class SummarizationTask(Seq2SeqTask):
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         e, splits = self.config.eval, self.splits
-        last = "test" if "test" in splits else "dev"
+        last = final_split("test" in splits)
         for name in ("dev", "test"):
             if name not in splits:
                 continue
@@ -125,7 +125,7 @@ class SummarizationTask(Seq2SeqTask):
             for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
                 atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores, lines = self.score(hypotheses, references, articles)
-            prefix = "" if name == last else f"{name}_"
+            prefix = score_prefix(name, metrics, "test" in splits)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             metrics[f"{prefix}articles"] = len(articles)
             for line in lines:

@@ -12,7 +12,7 @@ from keras_transformer.translator import translate
 
 from ..data import load_corpus
 from ..scoring import bleu_chrf, fitting_mask, fitting_pairs, score_translations
-from ..tasks.base import DevScore, transformer_config
+from ..tasks.base import DevScore, final_split, score_prefix, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
 
@@ -107,12 +107,12 @@ class TranslationTask(Seq2SeqTask):
                                         references, self.search_settings(),
                                         batch_size=e.batch_size,
                                         hypotheses_path=out / f"{name}.hyp")
-            prefix = "" if name == "test" or corpus.test is None else f"{name}_"
+            prefix = score_prefix(name, metrics, corpus.test is not None)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             print(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
                   f"({len(sources)} sentences, beam {e.beam_size})")
             print(f"  {scores['sacrebleu_signature']}")
-            if name == "test" or corpus.test is None:
+            if name == final_split(corpus.test is not None):
                 hypotheses = read_lines(out / f"{name}.hyp")
                 for src, hyp, ref in list(zip(sources, hypotheses, references, strict=True))[
                         : e.samples]:
