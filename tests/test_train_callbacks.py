@@ -55,6 +55,10 @@ def test_batch_tap_records_every_tensors_shape_and_counts_only_token_labels():
     numpy_batches = BatchTap()
     numpy_batches((source, target_in), target_out)
     assert (numpy_batches.shapes, numpy_batches.target_tokens) == (translator.shapes, 3)
+    # The py_function's arguments as plain Python or NumPy values count the same.
+    plain = BatchTap()
+    plain._add((2, 3, 2, 2, 2, 2), (3,), [2, 2, 2])
+    assert (plain.shapes, plain.target_tokens) == (translator.shapes, 3)
     # A classifier's labels are classes, not tokens: its ids' length is in the shape.
     classifier = BatchTap()
     list(tf.data.Dataset.from_tensors((source, np.array([0, 1], np.int32))).map(classifier))

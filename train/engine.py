@@ -141,13 +141,15 @@ class BatchTap:
         self.target_tokens = None
 
     def _add(self, shape, tokens, ranks):
-        dims, shapes = [int(v) for v in shape.numpy()], []
+        # np.asarray, not .numpy(): once, under load, the py_function's argument arrived as a
+        # tuple (AutoGraph had converted the lambda), which has no .numpy().
+        dims, shapes = [int(v) for v in np.asarray(shape).reshape(-1)], []
         for rank in ranks:
             shapes.append(tuple(dims[:rank]))
             dims = dims[rank:]
         self.shapes.add(tuple(shapes))
         if tokens is not None:
-            self.target_tokens = (self.target_tokens or 0) + int(tokens.numpy())
+            self.target_tokens = (self.target_tokens or 0) + int(np.asarray(tokens).sum())
         return 0
 
     @staticmethod
@@ -164,13 +166,14 @@ class BatchTap:
             return inputs, labels
         ranks = [len(x.shape) for x in tensors]
         shape = tf.concat([tf.shape(x) for x in tensors], 0)
+        # Plain Python, never converted by the AutoGraph of the dataset's map.
+        add = tf.autograph.experimental.do_not_convert(self._add)
         if counted:
             tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
-            done = tf.py_function(lambda shape, tokens: self._add(shape, tokens, ranks),
+            done = tf.py_function(lambda shape, tokens: add(shape, tokens, ranks),
                                   [shape, tokens], tf.int32)
         else:
-            done = tf.py_function(lambda shape: self._add(shape, None, ranks), [shape],
-                                  tf.int32)
+            done = tf.py_function(lambda shape: add(shape, None, ranks), [shape], tf.int32)
         with tf.control_dependencies([done]):
             labels = tf.identity(labels)
         return inputs, labels
