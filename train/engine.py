@@ -166,14 +166,13 @@ class BatchTap:
             return inputs, labels
         ranks = [len(x.shape) for x in tensors]
         shape = tf.concat([tf.shape(x) for x in tensors], 0)
-        # Plain Python, never converted by the AutoGraph of the dataset's map.
-        add = tf.autograph.experimental.do_not_convert(self._add)
         if counted:
             tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
-            done = tf.py_function(lambda shape, tokens: add(shape, tokens, ranks),
-                                  [shape, tokens], tf.int32)
+            func, args = (lambda shape, tokens: self._add(shape, tokens, ranks)), [shape, tokens]
         else:
-            done = tf.py_function(lambda shape: add(shape, None, ranks), [shape], tf.int32)
+            func, args = (lambda shape: self._add(shape, None, ranks)), [shape]
+        # Plain Python, never converted by the AutoGraph of the dataset's map.
+        done = tf.py_function(tf.autograph.experimental.do_not_convert(func), args, tf.int32)
         with tf.control_dependencies([done]):
             labels = tf.identity(labels)
         return inputs, labels
