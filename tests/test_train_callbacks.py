@@ -1,6 +1,8 @@
 """The wall-clock budget of a run: stops after the budget, counting the time before a resume;
-the batch tap: the shapes the train step gets and the target tokens it trains on."""
+the batch tap: the shapes the train step gets and the target tokens it trains on; when the
+backup reads the model."""
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -64,3 +66,38 @@ def test_batch_tap_records_every_tensors_shape_and_counts_only_token_labels():
     list(tf.data.Dataset.from_tensors((source, np.array([0, 1], np.int32))).map(classifier))
     assert classifier.shapes == {((2, 3), (2,))}
     assert classifier.target_tokens is None
+
+
+def test_backup_reads_the_model_only_when_training_starts_and_when_it_saves(tmp_path):
+    # Under JAX each read of Callback.model copies the training state back into the
+    # variables: a read per step would cost a GPU run that copy and a device wait each step.
+    import keras
+
+    from train.callbacks import ResumableBackup
+
+    class Watched(ResumableBackup):
+        reads = 0
+
+        @property
+        def model(self):
+            self.reads += 1
+            return self._model
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    model.optimizer.iterations.assign(7)
+    backup = Watched(tmp_path / "backup", 5, "fp")
+    backup.set_model(model)
+    backup.on_train_begin()
+    backup.on_epoch_begin(0)
+    read_at = {}
+    for batch in range(8):
+        model.optimizer.iterations.assign_add(1)  # what the train step does
+        before = backup.reads
+        backup.on_train_batch_end(batch, {"loss": 1.0})
+        read_at[8 + batch] = backup.reads > before
+    assert [step for step, read in read_at.items() if read] == [10, 15]
+    state = json.loads(backup.state_path.read_text())
+    assert (state["step"], state["batch"]) == (15, 8)  # 8 batches of the epoch trained
+    assert (backup.directory / "step_15.weights.h5").is_file()

@@ -60,6 +60,7 @@ class ResumableBackup(keras.callbacks.Callback):
         self.epoch = 0
         self.batch_offset = 0  # batches of the current epoch trained before a resume
         self.batches_in_epoch = 0
+        self.step = 0  # the optimizer's, counted from its value at the start of training
 
     @property
     def state_path(self) -> Path:
@@ -99,14 +100,20 @@ class ResumableBackup(keras.callbacks.Callback):
                 f"scratch") from err
         return state
 
+    def on_train_begin(self, logs=None):
+        self.step = int(self.model.optimizer.iterations.numpy())
+
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
         self.batches_in_epoch = self.batch_offset
 
     def on_train_batch_end(self, batch, logs=None):
+        # The step is counted here, not read from the model: under JAX every read of
+        # `self.model` copies the whole training state back into the variables, and reading
+        # the step waits for the device, which would stall a GPU once a step.
         self.batches_in_epoch += 1
-        step = int(self.model.optimizer.iterations.numpy())
-        if self.save_every and step % self.save_every == 0 and _finite(logs):
+        self.step += 1
+        if self.save_every and self.step % self.save_every == 0 and _finite(logs):
             self.save(self.epoch, self.batches_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -121,7 +128,7 @@ class ResumableBackup(keras.callbacks.Callback):
 
     def save(self, epoch: int, batch: int, **extra) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        step = int(self.model.optimizer.iterations.numpy())
+        step = self.step = int(self.model.optimizer.iterations.numpy())
         name = f"step_{step}.weights.h5"
         previous = self._previous_weights()
         # Under a temporary name, then renamed: the epoch-end save of a step already saved
