@@ -29,6 +29,18 @@ def test_scaled_dot_product_matches_reference_with_mask():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(weights).sum(-1), 1.0, atol=1e-6)
 
 
+def test_one_key_gets_weight_one_without_a_softmax_warning(recwarn):
+    rng = np.random.default_rng(2)
+    q = rng.normal(size=(2, 3, 4, 8)).astype("float32")
+    k = rng.normal(size=(2, 3, 1, 8)).astype("float32")
+    v = rng.normal(size=(2, 3, 1, 4)).astype("float32")
+    out, weights = scaled_dot_product_attention(q, k, v, np.ones((2, 1, 4, 1), bool))
+    ref_out, ref_weights = attention(q, k, v)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(weights), ref_weights)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), ref_out, atol=1e-6)
+    assert not [w for w in recwarn if "softmax" in str(w.message)]
+
+
 def test_scale_is_one_over_sqrt_dk():
     # One query, two keys: weights are softmax([q.k1, q.k2] / sqrt(d_k)).
     q = np.array([[[[1.0, 1.0, 1.0, 1.0]]]], "float32")

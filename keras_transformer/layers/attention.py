@@ -24,7 +24,12 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     logits = ops.cast(logits, "float32")
     if mask is not None:
         logits = ops.where(mask, logits, MASKED_LOGIT)
-    weights = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
+    if logits.shape[-1] == 1:
+        # One key (a one-sentence article between sentences): its weight is 1, which
+        # ops.softmax would return too, with a warning that it always does.
+        weights = ops.ones_like(logits, dtype=value.dtype)
+    else:
+        weights = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
     if dropout is not None:
         weights = dropout(weights, training=training)
     return ops.einsum("bhqk,bhkd->bhqd", weights, value), weights
