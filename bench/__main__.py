@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -99,9 +100,14 @@ def main(argv=None) -> None:
         env = peer_env(args) if step == "peers" else os.environ
         for cmd in commands(step, args):
             print(f"=== {time.strftime('%H:%M:%S')} {step}: {' '.join(cmd)}", flush=True)
-            if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
+            code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+            if code != 0:
                 failed.append(step)
-                print(f"!!! {step} failed", flush=True)
+                # A child killed by a signal (the kernel's OOM killer sends SIGKILL) prints
+                # nothing itself: say how it ended.
+                how = (f"killed by {signal.Signals(-code).name}" if code < 0
+                       else f"exit status {code}")
+                print(f"!!! {step} failed ({how})", flush=True)
     print(f"results in {results_dir(args)}")
     if failed:
         print(f"FAILED steps: {' '.join(dict.fromkeys(failed))}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import time
 
 import numpy as np
@@ -374,3 +375,19 @@ def test_extractive_reach_is_the_oracle_among_the_first_k_sentences():
     assert reach(articles, references, whole, 2) == {"rouge1": 100.0, "rouge2": 100.0,
                                               "rougeL": 100.0,
                                               "oracle_sentences_inside_pct": 100.0}
+
+
+def test_a_step_killed_by_a_signal_is_reported_with_the_signal(monkeypatch, capsys):
+    import bench.__main__ as bench_main
+
+    suicide = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    exits = [sys.executable, "-c", "raise SystemExit(3)"]
+    monkeypatch.setattr(bench_main, "commands",
+                        lambda step, args: [suicide] if step == "roofline" else [exits])
+    with pytest.raises(SystemExit) as raised:
+        bench_main.main(["--only", "roofline", "report", "--no-peers"])
+    out = capsys.readouterr().out
+    assert raised.value.code == 1
+    assert "!!! roofline failed (killed by SIGKILL)" in out
+    assert "!!! report failed (exit status 3)" in out
+    assert "FAILED steps: roofline report" in out
