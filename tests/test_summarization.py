@@ -27,7 +27,7 @@ from tests.news_data import HEADER, WORDS, make_article, tiny_run_config, write_
 from train.config import ConfigError, load_config
 from train.data import load_summaries, split_sentences, word_joints
 from train.scoring import lead, lead_baselines
-from train.tasks.base import score_prefix
+from train.tasks.base import final_split, score_prefix
 from train.tasks.summarization import count_longer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -409,6 +409,7 @@ def test_coverage_recall_is_the_summary_share_in_the_first_pieces():
 
 def test_unprefixed_scores_name_their_split_so_dev_is_not_taken_for_test():
     with_test, without_test = {}, {}
-    assert [score_prefix(name, with_test, True) for name in ("dev", "test")] == ["dev_", ""]
-    assert [score_prefix(name, without_test, False) for name in ("dev",)] == [""]
+    final = final_split(True)
+    assert [score_prefix(name, final, with_test) for name in ("dev", "test")] == ["dev_", ""]
+    assert score_prefix("dev", final_split(False), without_test) == ""
     assert (with_test["scored_split"], without_test["scored_split"]) == ("test", "dev")

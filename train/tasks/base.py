@@ -55,11 +55,11 @@ def final_split(has_test: bool) -> str:
     return "test" if has_test else "dev"
 
 
-def score_prefix(name: str, metrics: dict, has_test: bool) -> str:
+def score_prefix(name: str, final: str, metrics: dict) -> str:
     """The key prefix of split `name`'s scores in metrics.json: none for the final split
-    (recorded as `scored_split`, so that a run without a test split does not pass its dev
-    scores off as test scores), `<split>_` for the other."""
-    if name != final_split(has_test):
+    (`final_split`; recorded as `scored_split`, so that a run without a test split does not
+    pass its dev scores off as test scores), `<split>_` for the other."""
+    if name != final:
         return f"{name}_"
     metrics["scored_split"] = name
     return ""

@@ -250,7 +250,7 @@ class ExtractiveSummarizationTask(Task):
             for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
                 atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores, lines = self.score(hypotheses, references, articles, selection)
-            prefix = score_prefix(name, metrics, "test" in splits)
+            prefix = score_prefix(name, last, metrics)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             metrics[f"{prefix}articles"] = len(articles)
             metrics[f"{prefix}summary_sentences_mean"] = round(

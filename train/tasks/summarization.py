@@ -125,7 +125,7 @@ class SummarizationTask(Seq2SeqTask):
             for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
                 atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores, lines = self.score(hypotheses, references, articles)
-            prefix = score_prefix(name, metrics, "test" in splits)
+            prefix = score_prefix(name, last, metrics)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             metrics[f"{prefix}articles"] = len(articles)
             for line in lines:

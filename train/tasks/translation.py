@@ -87,6 +87,7 @@ class TranslationTask(Seq2SeqTask):
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         e, corpus = self.config.eval, self.corpus
         max_source_length = self.model_config.max_source_length
+        last = final_split(corpus.test is not None)
         for name, split in (("dev", corpus.dev), ("test", corpus.test)):
             if split is None:
                 continue
@@ -107,12 +108,12 @@ class TranslationTask(Seq2SeqTask):
                                         references, self.search_settings(),
                                         batch_size=e.batch_size,
                                         hypotheses_path=out / f"{name}.hyp")
-            prefix = score_prefix(name, metrics, corpus.test is not None)
+            prefix = score_prefix(name, last, metrics)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             print(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
                   f"({len(sources)} sentences, beam {e.beam_size})")
             print(f"  {scores['sacrebleu_signature']}")
-            if name == final_split(corpus.test is not None):
+            if name == last:
                 hypotheses = read_lines(out / f"{name}.hyp")
                 for src, hyp, ref in list(zip(sources, hypotheses, references, strict=True))[
                         : e.samples]:
