@@ -220,16 +220,23 @@ class DevScoring(keras.callbacks.Callback):
         self.patience = patience
         self.best = -math.inf  # scores may be negative (minus a perplexity)
         self.best_epoch = 0
+        # The optimizer's step and the training minutes (TimeBudget's, in the logs) when the
+        # best weights were saved: how far a time-budgeted run had to train for them.
+        self.best_step = 0
+        self.best_minutes = None
         self.bad_epochs = 0
 
     def state(self) -> dict:
         return {"best_score": self.best, "best_epoch": self.best_epoch,
+                "best_step": self.best_step, "best_minutes": self.best_minutes,
                 "bad_epochs": self.bad_epochs}
 
     def load_state(self, state: dict) -> None:
         # "best_bleu": backups written before the score was named by its task.
         self.best = state.get("best_score", state.get("best_bleu", -math.inf))
         self.best_epoch = state.get("best_epoch", 0)
+        self.best_step = state.get("best_step", 0)
+        self.best_minutes = state.get("best_minutes")
         self.bad_epochs = state.get("bad_epochs", 0)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -243,6 +250,8 @@ class DevScoring(keras.callbacks.Callback):
         parts = "".join(f", {k} {v:.2f}" for k, v in values.items() if k != name)
         if score > self.best:
             self.best, self.best_epoch, self.bad_epochs = score, epoch + 1, 0
+            self.best_step = int(self.model.optimizer.iterations.numpy())
+            self.best_minutes = (logs or {}).get("minutes")
             if self.best_path is not None:
                 save_weights_npz(self.model, self.best_path)
             log.info("epoch %d: %s %.2f%s (best so far)", epoch + 1, label, score, parts)
@@ -275,6 +284,10 @@ class EpochHistory(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(float(value))
+        # The step count beside the minutes: the x axis of a score-vs-steps curve. Kept here,
+        # not in the logs, so that TensorBoard does not plot it as a metric.
+        self.history.setdefault("steps", []).append(
+            float(self.model.optimizer.iterations.numpy()))
 
 
 class TimeBudget(keras.callbacks.Callback):

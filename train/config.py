@@ -74,6 +74,10 @@ class TrainingConfig:
     epochs: int = 10
     steps_per_epoch: int = 0  # 0: one pass over the data
     warmup_steps: int = 4000
+    # > 0: a run planned for fewer steps than warmup_steps / warmup_fraction (a short run)
+    # ends its warm-up at this fraction of the plan, at the highest rate its plan reached
+    # before, and decays after it (train.warmup); 0: warmup_steps, however short the run.
+    warmup_fraction: float = 0.0
     lr_scale: float = 1.0
     label_smoothing: float = 0.1
     beta_1: float = 0.9
@@ -89,6 +93,11 @@ class TrainingConfig:
     # The final model is the mean of the last N epoch checkpoints (the paper's section 6.1);
     # 0 or 1: the weights after the last step. At most keep_checkpoints.
     average_last: int = 0
+    # Which weights are model.keras, the ones metrics.json scores: last (after the last step),
+    # average (the mean of average_last checkpoints), best (best.keras, by the per-epoch dev
+    # score: a time budget that buys more steps on a faster CPU cannot then lose quality
+    # past the dev peak); auto: average when average_last is 2 or more, else last.
+    final_model: str = "auto"
     early_stopping_patience: int = 0  # epochs without a better dev BLEU; 0: never stop early
     max_minutes: float = 0.0  # wall-clock budget for model.fit, kept across resumes; 0: none
     tensorboard: bool = True
@@ -264,6 +273,11 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     config = _build(RunConfig, values, "")
     _check_ranges(config)
     _check_model(config)
+    _check_final_model(config)
+    if config.training.warmup_fraction and config.training.initial_step:
+        raise ConfigError("training.warmup_fraction shortens a fresh run's warm-up; a run "
+                          "that continues another's schedule (training.initial_step) keeps "
+                          "training.warmup_steps")
     if config.training.average_last > max(config.training.keep_checkpoints, 1):
         raise ConfigError(f"training.average_last ({config.training.average_last}) must be at "
                           f"most training.keep_checkpoints ({config.training.keep_checkpoints}), "
@@ -288,6 +302,24 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
 
 
 WORD_JOINTS = ("keep", "split")
+FINAL_MODELS = ("auto", "last", "average", "best")
+
+
+def _check_final_model(config: RunConfig) -> None:
+    t = config.training
+    if t.final_model not in FINAL_MODELS:
+        raise ConfigError(f"training.final_model must be one of {FINAL_MODELS}, got "
+                          f"{t.final_model!r}")
+    # average_last is what averages: with another explicit choice it would silently not.
+    if t.final_model == "average" and t.average_last < 2:
+        raise ConfigError(f"training.final_model: average needs training.average_last of 2 "
+                          f"or more (the checkpoints to average), got {t.average_last}")
+    if t.final_model in ("last", "best") and t.average_last >= 2:
+        raise ConfigError(f"training.average_last ({t.average_last}) makes the final model a "
+                          f"mean, training.final_model says {t.final_model}; set one")
+    if t.final_model == "best" and not config.eval.dev_score_sentences:
+        raise ConfigError("training.final_model: best needs the per-epoch dev score "
+                          "(eval.dev_score_sentences > 0), which picks the best weights")
 
 # (section.key, lowest, highest or None, whether the lowest is excluded): checked when the
 # config is loaded, so that a bad value fails before the corpus is read and training starts,
@@ -298,7 +330,8 @@ _RANGES = [
     ("data.max_target_length", 2, 4096, False), ("data.tokens_per_batch", 1, None, False),
     ("data.num_buckets", 1, None, False), ("tokenizer.vocab_size", 8, 1_000_000, False),
     ("training.epochs", 1, None, False), ("training.steps_per_epoch", 0, None, False),
-    ("training.warmup_steps", 1, None, False), ("training.lr_scale", 0, None, True),
+    ("training.warmup_steps", 1, None, False), ("training.warmup_fraction", 0, 1, False),
+    ("training.lr_scale", 0, None, True),
     ("training.label_smoothing", 0, 1, False), ("training.beta_1", 0, 1, False),
     ("training.beta_2", 0, 1, False), ("training.epsilon", 0, None, True),
     ("training.save_every_steps", 0, None, False), ("training.keep_checkpoints", 0, None, False),

@@ -20,7 +20,6 @@ import numpy as np
 from keras_transformer.file_safety import atomic_write_text, written_in_place_of
 from keras_transformer.lazy_import import LazyModule
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
-from keras_transformer.schedules import TransformerSchedule
 
 from .callbacks import (
     DevScoring,
@@ -48,6 +47,7 @@ from .precision_probe import fastest_setting
 from .run_directory import fingerprint, prepare_run_directory
 from .tasks.base import Task
 from .warm_start import start_from, weights_file
+from .warmup import make_schedule, planned_steps, schedule_warmup
 
 log = logging.getLogger("train")
 tf = LazyModule("tensorflow")  # tf.data and tf.distribute: imported by those paths only
@@ -108,9 +108,10 @@ def token_loss(label_smoothing: float, pad_id: int, replicas: int):
     return kind(label_smoothing, pad_id)
 
 
-def make_optimizer(config: RunConfig, d_model: int):
+def make_optimizer(config: RunConfig, d_model: int, planned: int | None = None):
+    """`planned`: the run's planned steps, which a short run's warm-up follows (train.warmup)."""
     t = config.training
-    schedule = TransformerSchedule(d_model, t.warmup_steps, t.lr_scale)
+    schedule = make_schedule(t, d_model, planned)
     optimizer = keras.optimizers.Adam(schedule, beta_1=t.beta_1, beta_2=t.beta_2,
                                       epsilon=t.epsilon)
     # precision: auto was resolved into the global policy before the model was built.
@@ -122,10 +123,11 @@ def make_optimizer(config: RunConfig, d_model: int):
     return optimizer
 
 
-def compile_model(model, config: RunConfig, loss, metrics, jit_compile: bool | None = None):
+def compile_model(model, config: RunConfig, loss, metrics, jit_compile: bool | None = None,
+                  planned: int | None = None):
     """Call inside the strategy scope: the optimizer's variables must be mirrored too."""
     jit = resolve_jit(config.training.jit_compile) if jit_compile is None else jit_compile
-    model.compile(optimizer=make_optimizer(config, model.config.d_model), loss=loss,
+    model.compile(optimizer=make_optimizer(config, model.config.d_model, planned), loss=loss,
                   metrics=metrics, jit_compile=jit)
 
 
@@ -355,6 +357,8 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
                             for k, values in history.items() if k.startswith("val_")}
     if history.get("minutes"):
         metrics["epoch_minutes"] = [float(v) for v in history["minutes"]]
+    if history.get("steps"):
+        metrics["epoch_steps"] = [int(v) for v in history["steps"]]
     if result["distinct_batch_shapes"] is not None:
         metrics["distinct_batch_shapes"] = result["distinct_batch_shapes"]
     if result["target_tokens"]:
@@ -393,11 +397,13 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
     model_cfg = task.prepare(out)
     atomic_write_text(out / "model_config.json", json.dumps(model_cfg.to_dict(), indent=2))
     make_train, make_dev = task.datasets()
+    planned = (planned_steps(config.training, make_train) if config.training.warmup_fraction
+               else None)
     precision, jit = candidates[0]
     if len(candidates) > 1:
         def build_and_compile(jit):
             model = task.build_model(model_cfg)
-            compile_model(model, config, *task.loss_and_metrics(model, 1), jit)
+            compile_model(model, config, *task.loss_and_metrics(model, 1), jit, planned)
             return model
 
         # The probe's models draw from the run's seed before the run's own model: still one
@@ -409,7 +415,7 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
     with strategy.scope():
         model = task.build_model(model_cfg)
         loss, metrics = task.loss_and_metrics(model, strategy.num_replicas_in_sync)
-        compile_model(model, config, loss, metrics, jit)
+        compile_model(model, config, loss, metrics, jit, planned)
     log.info("model: %s parameters%s", f"{model.count_params():,}", task.describe(model))
 
     dev_score = task.dev_score()
@@ -421,20 +427,42 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
                  chief=chief)
     metrics = base_metrics(config, strategy, jit, result, model)
     metrics.update(task.data_metrics())
-    averaged = average_last(model, out / "checkpoints", config.training.average_last)
+    metrics["warmup_steps"] = schedule_warmup(config.training, planned)[0]
+    if planned is not None:
+        metrics["planned_steps"] = planned
+    final_model = config.training.final_model
+    averaged = []
+    if final_model in ("auto", "average"):
+        averaged = average_last(model, out / "checkpoints", config.training.average_last)
     if averaged:
         metrics["averaged_checkpoints"] = averaged
     if not chief:
         finish(out)
         return metrics
-    save_model(model, out / "model.keras")
+    best = None
     if dev_scoring is not None and (out / "best.npz").is_file():
         metrics.update({f"best_dev_{dev_score.name}": dev_scoring.best,
-                        "best_epoch": dev_scoring.best_epoch, **dev_score.metrics})
-        last = model.get_weights()
-        model.set_weights(load_weights_npz(out / "best.npz"))
+                        "best_epoch": dev_scoring.best_epoch, "best_step": dev_scoring.best_step,
+                        "best_minutes": dev_scoring.best_minutes, **dev_score.metrics})
+        best = load_weights_npz(out / "best.npz")
+    if final_model == "best" and best is None:
+        # Every epoch's dev score was NaN (or none ran): nothing was ever best.
+        log.warning("training.final_model: best, but no epoch had a dev score: the final "
+                    "model is the last weights")
+    last = model.get_weights()
+    if final_model == "best" and best is not None:
+        model.set_weights(best)
+        log.info("final model: the best by dev (epoch %d, step %d)", dev_scoring.best_epoch,
+                 dev_scoring.best_step)
+    # Which weights model.keras holds, and so what the scores below are of.
+    metrics["final_model"] = ("best" if final_model == "best" and best is not None
+                              else "average" if averaged else "last")
+    save_model(model, out / "model.keras")
+    if best is not None:
+        model.set_weights(best)
         save_model(model, out / "best.keras")
-        model.set_weights(last)
+        if metrics["final_model"] != "best":
+            model.set_weights(last)
     task.evaluate(model, out, strategy, metrics)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False))
     finish(out)
