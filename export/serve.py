@@ -86,9 +86,9 @@ class RequestError(InputError):
         self.status = status
 
 
-def too_large() -> RequestError:
-    return RequestError(413, f"the request body has more than {MAX_BODY} bytes; send at most "
-                             f"{MAX_BODY} (one sentence)")
+def too_large(limit: int = MAX_BODY, what: str = "one sentence") -> RequestError:
+    return RequestError(413, f"the request body has more than {limit} bytes; send at most "
+                             f"{limit} ({what})")
 
 
 # JSON's strings (a final unterminated one runs to the end: no backtracking) and brackets.
@@ -109,11 +109,13 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
-def parse_body(body: bytes) -> str:
-    """The "text" of a request body, or RequestError (with its HTTP status) saying what to
-    send."""
-    if len(body) > MAX_BODY:
-        raise too_large()
+def decode_json(body: bytes, example: str, limit: int = MAX_BODY,
+                what: str = "one sentence"):
+    """The JSON value of a request body, or RequestError (with its HTTP status) saying what
+    is wrong and naming `example`, the shape to send: a body over `limit` bytes, not UTF-8,
+    nested over MAX_DEPTH, or not JSON."""
+    if len(body) > limit:
+        raise too_large(limit, what)
     try:
         decoded = body.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -121,40 +123,53 @@ def parse_body(body: bytes) -> str:
                                 f"{body[err.start]:#04x} at position {err.start}); send "
                                 f"UTF-8 JSON") from None
     if nesting_depth(decoded) > MAX_DEPTH:
-        raise RequestError(400, f'the JSON nests arrays or objects more than {MAX_DEPTH} deep; '
-                                f'send {{"text": "..."}}')
+        raise RequestError(400, f"the JSON nests arrays or objects more than {MAX_DEPTH} deep; "
+                                f"send {example}")
     try:
-        data = json.loads(decoded)
+        return json.loads(decoded)
     except json.JSONDecodeError as err:
-        raise RequestError(400, f'the request body is not JSON ({err.msg} at position '
-                                f'{err.pos}); send {{"text": "..."}}') from None
+        raise RequestError(400, f"the request body is not JSON ({err.msg} at position "
+                                f"{err.pos}); send {example}") from None
+
+
+def check_encodable(text: str, where: str) -> str:
+    """`text`, or RequestError 400 when it holds a lone surrogate (JSON's \\ud800 escapes
+    decode to them), which is no text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise RequestError(400, f'{where} holds a lone surrogate ({text[err.start]!r} at '
+                                f'position {err.start}), which is not text; send UTF-8 '
+                                f'text') from None
+    return text
+
+
+def parse_body(body: bytes) -> str:
+    """The "text" of a request body, or RequestError (with its HTTP status) saying what to
+    send."""
+    data = decode_json(body, '{"text": "..."}')
     if not isinstance(data, dict) or "text" not in data:
         raise RequestError(400, 'the JSON has no "text" key; send {"text": "..."}')
     text = data["text"]
     if isinstance(text, str):
-        try:  # JSON's \ud800 escapes decode to lone surrogates, which are no text
-            text.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise RequestError(400, f'"text" holds a lone surrogate ({text[err.start]!r} at '
-                                    f'position {err.start}), which is not text; send UTF-8 '
-                                    f'text') from None
+        check_encodable(text, '"text"')
     return text
 
 
-async def capped_body(request) -> bytes:
+async def capped_body(request, limit: int = MAX_BODY, what: str = "one sentence") -> bytes:
     """The request body, or RequestError: 413 when its Content-Length says it is over
-    MAX_BODY (before a byte of it is read) or when it grows past MAX_BODY (a chunked one: no
+    `limit` (before a byte of it is read) or when it grows past `limit` (a chunked one: no
     more is read), 408 when it has not all arrived within BODY_SECONDS."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
-        raise too_large()
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(limit, what)
     body = bytearray()
 
     async def read() -> None:
         async for chunk in request.stream():
             body.extend(chunk)
-            if len(body) > MAX_BODY:
-                raise too_large()
+            if len(body) > limit:
+                raise too_large(limit, what)
 
     try:
         await asyncio.wait_for(read(), BODY_SECONDS)
@@ -228,8 +243,9 @@ def create_app(explorer: Explorer | ClassifierExplorer | ExtractorExplorer,
     ])
 
 
-def server_class():
-    """uvicorn.Server, stopping within SHUTDOWN_SECONDS of Ctrl-C whatever the clients do.
+def server_class(grace: float = SHUTDOWN_SECONDS):
+    """uvicorn.Server, stopping within `grace` seconds of Ctrl-C (or SIGTERM) whatever the
+    clients do.
 
     uvicorn waits on shutdown until every connection is done, and a client holding a
     half-sent request never is; after the grace its connection is closed, so that its
@@ -239,7 +255,7 @@ def server_class():
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None):
-            closer = asyncio.ensure_future(self._close_connections_after(SHUTDOWN_SECONDS))
+            closer = asyncio.ensure_future(self._close_connections_after(grace))
             try:
                 await super().shutdown(sockets)
             finally:

@@ -1,4 +1,4 @@
-"""The attention explorer's server for the tests: `python -m export.serve` started with
+"""The servers for the tests: `python -m export.serve` (or export.api) started with
 TensorFlow blocked, JSON posted to it, the bad requests every route refuses, and a tiny
 translator run to serve."""
 
@@ -43,23 +43,30 @@ def tiny_run(run: Path) -> None:
     (run / "config.yaml").write_text("task: translation\n")
 
 
-@contextlib.contextmanager
-def serving(export: Path, log: Path):
-    """The base URL of `python -m export.serve --export export` (TensorFlow blocked) on a free
-    port, its output in `log`; stopped on leaving."""
+def start_server(export: Path, log: Path, *args, module: str = "export.serve"
+                 ) -> tuple[subprocess.Popen, str]:
+    """`python -m module --export export --port 0 args...` (TensorFlow blocked), its output
+    in `log`: the process and its base URL once it prints it."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            command("export.serve", "--export", export, "--port", 0, without_tensorflow=True),
+            command(module, "--export", export, "--port", 0, *args, without_tensorflow=True),
             cwd=ROOT, env=tool_env(), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        for word in log.read_text(errors="replace").split():
+            if word.startswith("http://"):
+                return process, word.rstrip("/")
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError(log.read_text(errors="replace")[-3000:])
+
+
+@contextlib.contextmanager
+def serving(export: Path, log: Path, *args, module: str = "export.serve"):
+    """The base URL of `python -m module --export export args...` (TensorFlow blocked) on a
+    free port, its output in `log`; stopped on leaving."""
+    process, url = start_server(export, log, *args, module=module)
     try:
-        url = None
-        deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline and process.poll() is None:
-            for word in log.read_text(errors="replace").split():
-                if word.startswith("http://"):
-                    url = word.rstrip("/")
-            time.sleep(0.2)
-        assert url is not None, log.read_text(errors="replace")[-3000:]
         yield url
     finally:
         process.terminate()

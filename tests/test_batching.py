@@ -1,0 +1,103 @@
+"""export.batching's Batcher without a model: an engine that records every batch it runs and
+answers each item with (key, item), so that the tests see which inputs ran together, in what
+order, and that every answer went to its own request."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from export.batching import Batcher, Overloaded, Ticket
+
+
+class Recorder:
+    def __init__(self, fail_on=None, pause: float = 0.0):
+        self.batches: list[tuple] = []
+        self.fail_on = fail_on
+        self.pause = pause
+
+    def run(self, key, items, emit=None):
+        time.sleep(self.pause)
+        self.batches.append((key, list(items)))
+        if self.fail_on in items:
+            raise RuntimeError(f"cannot run {self.fail_on}")
+        if emit is not None:
+            for j, item in enumerate(items):
+                emit(j, {"seen": item})
+        return [(key, item) for item in items]
+
+
+def request(batcher, key, items, **ticket_options):
+    """Submit items (their length: len(item)) -> (ticket, event set when done, result box)."""
+    done, box = threading.Event(), []
+    ticket = Ticket(len(items), lambda result: (box.append(result), done.set()),
+                    **ticket_options)
+    batcher.submit([(key, item, len(item)) for item in items], ticket)
+    return ticket, done, box
+
+
+def test_requests_in_one_wait_run_together_by_key_sorted_by_length_capped_in_size():
+    engine = Recorder()
+    batcher = Batcher([engine], max_batch_size=4, wait_s=0.3, max_queue=100)
+    try:
+        asked = [("greedy", ["ccc", "a"]), ("beam", ["bb"]), ("greedy", ["dddd", "ee"]),
+                 ("greedy", ["f"])]
+        pending = [(key, items, *request(batcher, key, items)) for key, items in asked]
+        for key, items, _, done, box in pending:
+            assert done.wait(10)
+            assert box[0] == [(key, item) for item in items]  # its own, in its order
+    finally:
+        batcher.close(timeout=10)
+    # The four oldest greedy inputs, shortest first; then the beam's; then the last greedy.
+    assert engine.batches == [("greedy", ["a", "ee", "ccc", "dddd"]), ("beam", ["bb"]),
+                              ("greedy", ["f"])]
+
+
+def test_a_full_queue_refuses_the_whole_request_and_a_cancelled_one_is_dropped():
+    engine = Recorder()
+    batcher = Batcher([engine], max_batch_size=8, wait_s=0.5, max_queue=3)
+    try:
+        first, first_done, first_box = request(batcher, "k", ["a", "b"])
+        with pytest.raises(Overloaded, match="queue is full"):
+            request(batcher, "k", ["c", "d"])
+        assert batcher.queued == 2
+        batcher.cancel(first)
+        assert batcher.queued == 0
+        _, done, box = request(batcher, "k", ["e"])
+        assert done.wait(10) and box[0] == [("k", "e")]
+        assert not first_done.is_set()
+    finally:
+        batcher.close(timeout=10)
+    assert engine.batches == [("k", ["e"])]
+
+
+def test_a_failed_batch_fails_its_requests_only_and_a_stream_runs_alone():
+    engine = Recorder(fail_on="bad")
+    batcher = Batcher([engine], max_batch_size=8, wait_s=0.2, max_queue=100)
+    events = []
+    try:
+        _, bad_done, bad_box = request(batcher, "k", ["bad", "x"])
+        _, streamed_done, streamed_box = request(
+            batcher, "k", ["s1", "s2"], on_event=lambda i, e: events.append((i, e)))
+        assert bad_done.wait(10) and streamed_done.wait(10)
+        assert isinstance(bad_box[0], RuntimeError)
+        assert streamed_box[0] == [("k", "s1"), ("k", "s2")]
+        _, done, box = request(batcher, "k", ["y"])
+        assert done.wait(10) and box[0] == [("k", "y")]
+    finally:
+        batcher.close(timeout=10)
+    assert sorted(events) == [(0, {"seen": "s1"}), (1, {"seen": "s2"})]
+    assert ("k", ["s1", "s2"]) in engine.batches  # the stream's inputs ran apart
+
+
+def test_close_finishes_what_is_queued_then_refuses():
+    engine = Recorder(pause=0.05)
+    batcher = Batcher([engine, Recorder(pause=0.05)], max_batch_size=1, wait_s=0.0,
+                      max_queue=100)
+    pending = [request(batcher, "k", [f"i{n}"]) for n in range(10)]
+    batcher.close(timeout=30)
+    assert all(done.is_set() for _, done, _ in pending)
+    with pytest.raises(Overloaded, match="shutting down"):
+        request(batcher, "k", ["late"])
