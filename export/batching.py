@@ -201,12 +201,16 @@ class Batcher:
             for ticket in {id(row.ticket): row.ticket for row in batch}.values():
                 self._finish(ticket, err)
             return
-        for row, output in zip(batch, outputs, strict=True):
-            ticket = row.ticket
-            ticket.outputs[row.index] = output
-            ticket.remaining -= 1
-            if ticket.remaining == 0:
-                self._finish(ticket, ticket.outputs)
+        complete = []
+        with self._lock:  # another worker may be running other inputs of the same request
+            for row, output in zip(batch, outputs, strict=True):
+                ticket = row.ticket
+                ticket.outputs[row.index] = output
+                ticket.remaining -= 1
+                if ticket.remaining == 0:
+                    complete.append(ticket)
+        for ticket in complete:
+            self._finish(ticket, ticket.outputs)
 
     def _finish(self, ticket: Ticket, result) -> None:
         with self._lock:

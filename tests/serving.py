@@ -95,3 +95,35 @@ BAD_REQUESTS = [
     (b'{"text": "one red cat\\ntwo dogs"}', 422, "line break"),
     (b'{"text": "' + b"a" * 70000 + b'"}', 413, "more than 65536 bytes; send at most 65536"),
 ]
+
+
+def batched(engine, requests: list[list[str]], options: dict | None = None,
+            stream: bool = False, max_batch_size: int = 32):
+    """Every request (a list of inputs) prepared by an API engine (export.engines) and
+    submitted at once to one Batcher over it -> (each request's outputs, each request's
+    streamed events [(index, event)], the sizes of the batches run)."""
+    import threading
+
+    from export.batching import Batcher, Ticket
+
+    sizes: list[int] = []
+    batcher = Batcher([engine], max_batch_size=max_batch_size, wait_s=0.2,
+                      on_batch=sizes.append)
+    results: list = [None] * len(requests)
+    events: list[list] = [[] for _ in requests]
+    done = [threading.Event() for _ in requests]
+    try:
+        for n, inputs in enumerate(requests):
+            def finish(result, n=n):
+                results[n] = result
+                done[n].set()
+
+            ticket = Ticket(len(inputs), finish, on_event=(
+                (lambda i, e, n=n: events[n].append((i, e))) if stream else None))
+            batcher.submit(engine.prepare(inputs, dict(options or {}), stream), ticket)
+        assert all(event.wait(120) for event in done)
+    finally:
+        batcher.close(timeout=60)
+    for result in results:
+        assert not isinstance(result, BaseException), result
+    return results, events, sizes

@@ -333,3 +333,30 @@ def test_onnx_step_of_an_lm_equals_its_keras_step(overrides):
         np.testing.assert_allclose(rows, np.asarray(want_rows), atol=1e-5)
         wide = logits.astype(np.float64)
         np.testing.assert_allclose(normalizer, np.log(np.exp(wide).sum(1)), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_api_batches_prompts_and_answers_each_as_export_generate_alone(lm_export):
+    """export.api's engine for a language model: prompts of several lengths from concurrent
+    requests batched greedily, each answer the Generator's text of that prompt alone; a
+    seeded sample (run alone) the Generator's sample; a stream's tokens spell its answer."""
+    from export.engines import GeneratorEngine
+    from tests.serving import batched
+
+    generator = load_generator(lm_export, "onnx")
+    engine = GeneratorEngine(Manifest(lm_export))
+    requests = [[PROMPTS[0]], [PROMPTS[1], PROMPTS[2]], [PROMPTS[2] + " " + PROMPTS[0]]]
+    outputs, _, sizes = batched(engine, requests, {"max_new_tokens": 12})
+    for inputs, answer in zip(requests, outputs, strict=True):
+        assert answer == [generator.generate(p, 12, SearchSettings(temperature=0.0))[0]
+                          for p in inputs]
+    assert sizes == [4]  # one batch for every prompt of the three requests
+    sampled = {"max_new_tokens": 12, "temperature": 0.8, "top_k": 40, "seed": 5}
+    outputs, _, sizes = batched(engine, [[PROMPTS[0], PROMPTS[1]]], sampled)
+    assert outputs[0] == [generator.generate(p, 12, SearchSettings(
+        temperature=0.8, top_k=40, seed=5))[0] for p in PROMPTS[:2]]
+    assert sizes == [1, 1]
+    outputs, events, _ = batched(engine, [[PROMPTS[1]]], {"max_new_tokens": 12}, stream=True)
+    tokens = [event["token"] for _, event in events[0]]
+    assert tokens and generator.sp.decode_pieces(tokens) == events[0][-1][1]["text"]
+    assert outputs[0][0].endswith(events[0][-1][1]["text"])

@@ -161,6 +161,13 @@ def test_a_stream_gives_each_token_then_the_whole_answer(api, world):
                if line.startswith("data: ") and '"output"' in line]
     assert [o["output"] for o in outputs] == [single(world, t, beam_size=4) for t in texts]
     assert '"token"' not in answer.text
+    # A client that hangs up after the first event: the others are answered as before.
+    with httpx.stream("POST", f"{url}/v1/translate", timeout=60,
+                      json={"inputs": texts * 5, "beam_size": 1, "stream": True}) as answer:
+        assert next(answer.iter_lines()).startswith("data: ")
+    assert post(url, {"inputs": texts}).json()["outputs"] == [single(world, t) for t in texts]
+    time.sleep(0.5)
+    _log_is_clean(api[1])
 
 
 BAD = [
