@@ -13,6 +13,10 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         warmup_steps: int. Steps of linear warm-up before the inverse square-root decay;
             defaults to `4000`, the paper's value.
         scale: float. Multiplies the whole schedule; defaults to `1.0`.
+        accumulate_steps: int. The batches of one update when the optimizer accumulates
+            gradients (Keras' `gradient_accumulation_steps`); defaults to `1`. Keras hands a
+            schedule its count of batches, not of updates, so the schedule divides it: the
+            warm-up and decay then count updates, as the paper's step_num does.
 
     Example:
 
@@ -22,14 +26,20 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     ```
     """
 
-    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
+                 accumulate_steps: int = 1):
         if d_model < 1 or warmup_steps < 1:
             raise ValueError(f"d_model and warmup_steps must be >= 1, got {d_model}, {warmup_steps}")
+        if accumulate_steps < 1:
+            raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}")
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale
+        self.accumulate_steps = int(accumulate_steps)
 
     def __call__(self, step):
+        if self.accumulate_steps > 1:
+            step = ops.floor_divide(step, self.accumulate_steps)
         # The optimizer counts updates from 0; the paper's step_num starts at 1.
         step = ops.cast(step, "float32") + 1.0
         warmup = float(self.warmup_steps)
@@ -37,4 +47,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return self.scale * float(self.d_model) ** -0.5 * rate
 
     def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+        config = {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+        if self.accumulate_steps > 1:  # saved models without accumulation keep their config
+            config["accumulate_steps"] = self.accumulate_steps
+        return config

@@ -21,6 +21,8 @@ from keras_transformer.file_safety import (
     written_in_place_of,
 )
 
+from .accumulation import batches_done, updates_done
+
 log = logging.getLogger("train")
 
 
@@ -51,7 +53,7 @@ class ResumableBackup(keras.callbacks.Callback):
     """
 
     def __init__(self, directory: Path, save_every: int, fingerprint: str,
-                 extra_state=None):
+                 extra_state=None, batches_per_step: int = 1):
         super().__init__()
         self.directory = Path(directory)
         self.save_every = save_every
@@ -60,7 +62,10 @@ class ResumableBackup(keras.callbacks.Callback):
         self.epoch = 0
         self.batch_offset = 0  # batches of the current epoch trained before a resume
         self.batches_in_epoch = 0
-        self.step = 0  # the optimizer's, counted from its value at the start of training
+        # Steps are optimizer updates, each `batches_per_step` batches (gradient
+        # accumulation): a save comes at the end of an update, never inside its window.
+        self.batches_per_step = batches_per_step
+        self.batches = 0  # the optimizer's, counted from its value at the start of training
 
     @property
     def state_path(self) -> Path:
@@ -101,7 +106,7 @@ class ResumableBackup(keras.callbacks.Callback):
         return state
 
     def on_train_begin(self, logs=None):
-        self.step = int(self.model.optimizer.iterations.numpy())
+        self.batches = batches_done(self.model.optimizer)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -112,8 +117,9 @@ class ResumableBackup(keras.callbacks.Callback):
         # `self.model` copies the whole training state back into the variables, and reading
         # the step waits for the device, which would stall a GPU once a step.
         self.batches_in_epoch += 1
-        self.step += 1
-        if self.save_every and self.step % self.save_every == 0 and _finite(logs):
+        self.batches += 1
+        every = self.save_every * self.batches_per_step
+        if every and self.batches % every == 0 and _finite(logs):
             self.save(self.epoch, self.batches_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -128,7 +134,7 @@ class ResumableBackup(keras.callbacks.Callback):
 
     def save(self, epoch: int, batch: int, **extra) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        step = self.step = int(self.model.optimizer.iterations.numpy())
+        step = updates_done(self.model.optimizer)
         name = f"step_{step}.weights.h5"
         previous = self._previous_weights()
         # Under a temporary name, then renamed: the epoch-end save of a step already saved
@@ -318,7 +324,7 @@ class TimeBudget(keras.callbacks.Callback):
             self.fired = True
             self.model.stop_training = True
             log.info("time budget of %.1f minutes spent: stopping after step %d",
-                     self.budget / 60, int(self.model.optimizer.iterations.numpy()))
+                     self.budget / 60, updates_done(self.model.optimizer))
 
     def on_epoch_end(self, epoch, logs=None):
         # Wall clock of training at each epoch's end (including earlier epochs' validation,

@@ -73,6 +73,8 @@ class ModelConfig:
 class TrainingConfig:
     epochs: int = 10
     steps_per_epoch: int = 0  # 0: one pass over the data
+    # Batches per optimizer update: their gradients are averaged into one (train.accumulation).
+    accumulate_steps: int = 1
     warmup_steps: int = 4000
     # > 0: a run planned for fewer steps than warmup_steps / warmup_fraction (a short run)
     # ends its warm-up at this fraction of the plan, at the highest rate its plan reached
@@ -330,6 +332,7 @@ _RANGES = [
     ("data.max_target_length", 2, 4096, False), ("data.tokens_per_batch", 1, None, False),
     ("data.num_buckets", 1, None, False), ("tokenizer.vocab_size", 8, 1_000_000, False),
     ("training.epochs", 1, None, False), ("training.steps_per_epoch", 0, None, False),
+    ("training.accumulate_steps", 1, None, False),
     ("training.warmup_steps", 1, None, False), ("training.warmup_fraction", 0, 1, False),
     ("training.lr_scale", 0, None, True),
     ("training.label_smoothing", 0, 1, False), ("training.beta_1", 0, 1, False),

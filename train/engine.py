@@ -21,6 +21,7 @@ from keras_transformer.file_safety import atomic_write_text, written_in_place_of
 from keras_transformer.lazy_import import LazyModule
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
 
+from .accumulation import updates_done
 from .callbacks import (
     DevScoring,
     EpochCheckpoints,
@@ -111,9 +112,13 @@ def token_loss(label_smoothing: float, pad_id: int, replicas: int):
 def make_optimizer(config: RunConfig, d_model: int, planned: int | None = None):
     """`planned`: the run's planned steps, which a short run's warm-up follows (train.warmup)."""
     t = config.training
+    k = t.accumulate_steps
+    # k batches, one update of their mean gradient (train.accumulation); the schedule counts
+    # updates (train.warmup.make_schedule). Keras refuses 1: no accumulation is None.
     schedule = make_schedule(t, d_model, planned)
     optimizer = keras.optimizers.Adam(schedule, beta_1=t.beta_1, beta_2=t.beta_2,
-                                      epsilon=t.epsilon)
+                                      epsilon=t.epsilon,
+                                      gradient_accumulation_steps=k if k > 1 else None)
     # precision: auto was resolved into the global policy before the model was built.
     precision = (keras.mixed_precision.global_policy().name if t.precision == "auto"
                  else t.precision)
@@ -212,8 +217,12 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
     budget = TimeBudget(t.max_minutes)
     epoch_history = EpochHistory()
     tap = BatchTap() if strategy.num_replicas_in_sync == 1 else None
+    # model.fit, the skipped batches of a resume and the backup's place in an epoch count
+    # batches; an update is `accumulate_steps` of them (train.accumulation).
+    batches_per_epoch = t.steps_per_epoch * t.accumulate_steps
     backup = ResumableBackup(
         out / "backup", t.save_every_steps, fingerprint(config),
+        batches_per_step=t.accumulate_steps,
         extra_state=lambda: {**budget.state(), **epoch_history.state(),
                              **(dev_scoring.state() if dev_scoring else {})})
     with strategy.scope():
@@ -258,7 +267,7 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
 
     epochs_done = int(state["epoch"]) if state else 0
     start = time.perf_counter()
-    for initial, epochs, steps, skip, offset in segments(state, t.epochs, t.steps_per_epoch):
+    for initial, epochs, steps, skip, offset in segments(state, t.epochs, batches_per_epoch):
         def make_segment(skip=skip):
             data = make_train()
             data = data.skip(skip) if skip else data
@@ -278,7 +287,7 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         if nan_guard.fired or model.stop_training or budget.fired:
             break
     seconds = time.perf_counter() - start
-    step = int(model.optimizer.iterations.numpy())
+    step = updates_done(model.optimizer)
     if nan_guard.fired:
         raise TrainingDiverged(
             f"the training loss became NaN or infinite near step {step}; lower "
@@ -339,7 +348,7 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
     metrics = {
         "train_seconds": round(result["train_seconds"], 1),
         "epochs": result["epochs"],
-        "steps": result["steps"],
+        "steps": result["steps"],  # optimizer updates, each of accumulate_steps batches
         "resumed_from_step": result["resumed_from_step"],
         "parameters": int(model.count_params()),
         "strategy": strategy_name(strategy),
@@ -366,6 +375,8 @@ def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) ->
         metrics["train_target_tokens"] = result["target_tokens"]
         metrics["target_tokens_per_second"] = round(
             result["target_tokens"] / max(result["process_seconds"], 1e-9), 1)
+    if config.training.accumulate_steps > 1:
+        metrics["accumulate_steps"] = config.training.accumulate_steps
     if config.training.max_minutes:
         metrics["max_minutes"] = config.training.max_minutes
         metrics["stopped_by_time_budget"] = result["stopped_by_time_budget"]

@@ -46,6 +46,8 @@ def fingerprint_fields(config: RunConfig) -> dict:
     keyed = {k: d[k] for k in ("task", "data", "tokenizer", "model")}
     keyed["steps_per_epoch"] = d["training"]["steps_per_epoch"]
     keyed["seed"] = d["training"]["seed"]
+    if d["training"]["accumulate_steps"] != 1:  # absent, so older backups keep their print
+        keyed["accumulate_steps"] = d["training"]["accumulate_steps"]
     return keyed
 
 

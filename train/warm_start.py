@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .accumulation import set_updates
 from .callbacks import load_weights_npz
 from .config import RunConfig
 from .run_directory import TOKENIZER_FILES
@@ -96,4 +97,4 @@ def start_from(model, weights: Path, initial_step: int) -> None:
         raise ValueError(f"training.init_from: {weights} holds another model's weights "
                          f"({where}); the config must build the model it was trained as")
     model.set_weights(values)
-    model.optimizer.iterations.assign(initial_step)
+    set_updates(model.optimizer, initial_step)

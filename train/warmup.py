@@ -27,7 +27,8 @@ def planned_steps(training: TrainingConfig, make_train) -> int:
         per_pass = int(data.cardinality())
         if per_pass < 0:
             per_pass = int(data.reduce(0, lambda count, *_: count + 1))
-    return training.epochs * per_pass
+    # Updates, not batches: accumulate_steps batches make one (train.accumulation).
+    return training.epochs * per_pass // training.accumulate_steps
 
 
 def schedule_warmup(training: TrainingConfig, planned: int | None) -> tuple[int, float]:
@@ -56,4 +57,4 @@ def make_schedule(training: TrainingConfig, d_model: int,
         log.info("training.warmup_fraction: a plan of %d steps warms up over %d steps (not "
                  "%d), to the highest rate the plan reached before, then decays", planned,
                  warmup, training.warmup_steps)
-    return TransformerSchedule(d_model, warmup, scale)
+    return TransformerSchedule(d_model, warmup, scale, accumulate_steps=training.accumulate_steps)
