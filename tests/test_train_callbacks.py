@@ -14,7 +14,7 @@ from train.callbacks import TimeBudget
 
 def _model():
     return SimpleNamespace(stop_training=False,
-                           optimizer=SimpleNamespace(iterations=SimpleNamespace(numpy=lambda: 7)))
+                           optimizer=SimpleNamespace(iterations=np.int64(7)))
 
 
 def test_time_budget_counts_time_spent_before_a_resume(monkeypatch):
