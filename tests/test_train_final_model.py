@@ -30,7 +30,7 @@ def test_dev_scoring_keeps_the_step_and_minutes_of_the_best_epoch():
     scoring.set_model(model)
     for epoch, minutes in enumerate([1.5, 3.25, 5.0, 7.5]):
         step = next(steps)
-        model.optimizer = SimpleNamespace(iterations=SimpleNamespace(numpy=lambda s=step: s))
+        model.optimizer = SimpleNamespace(iterations=np.int64(step))
         scoring.on_epoch_end(epoch, {"minutes": minutes})
     # Epoch 2 was best; neither the lower epoch 3 nor the NaN of epoch 4 replaced it.
     assert (scoring.best, scoring.best_epoch, scoring.best_step, scoring.best_minutes) == (

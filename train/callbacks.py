@@ -256,7 +256,7 @@ class DevScoring(keras.callbacks.Callback):
         parts = "".join(f", {k} {v:.2f}" for k, v in values.items() if k != name)
         if score > self.best:
             self.best, self.best_epoch, self.bad_epochs = score, epoch + 1, 0
-            self.best_step = int(self.model.optimizer.iterations.numpy())
+            self.best_step = updates_done(self.model.optimizer)
             self.best_minutes = (logs or {}).get("minutes")
             if self.best_path is not None:
                 save_weights_npz(self.model, self.best_path)
@@ -293,7 +293,7 @@ class EpochHistory(keras.callbacks.Callback):
         # The step count beside the minutes: the x axis of a score-vs-steps curve. Kept here,
         # not in the logs, so that TensorBoard does not plot it as a metric.
         self.history.setdefault("steps", []).append(
-            float(self.model.optimizer.iterations.numpy()))
+            float(updates_done(self.model.optimizer)))
 
 
 class TimeBudget(keras.callbacks.Callback):
