@@ -58,6 +58,8 @@ def main(argv) -> int:
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} is a file, not a run directory")
     inputs = data_files(config.data)  # every input before the run directory is touched
+    if config.tokenizer.model:
+        inputs.append(Path(config.tokenizer.model))
     check_inputs_outside(out, [Path(args.config), *inputs])
     from .run import TASKS, check_task_backend, run
 

@@ -58,6 +58,11 @@ class TokenizerConfig:
     vocab_size: int = 2000
     joint: bool = True
     model_type: str = "unigram"
+    # A SentencePiece .model to use instead of training one (copied into the run as
+    # spm.model); "": train one on the training text, or on a seeded sample of this many
+    # training sentences (0: all of them).
+    model: str = ""
+    sample_sentences: int = 0
 
 
 @dataclass
@@ -284,6 +289,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         raise ConfigError(f"training.average_last ({config.training.average_last}) must be at "
                           f"most training.keep_checkpoints ({config.training.keep_checkpoints}), "
                           f"the epoch checkpoints it averages")
+    _check_given_tokenizer(config)
     labels = config.data.labels
     if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
         raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
@@ -331,6 +337,7 @@ _RANGES = [
     ("data.test_size", 0, None, False), ("data.max_source_length", 2, 4096, False),
     ("data.max_target_length", 2, 4096, False), ("data.tokens_per_batch", 1, None, False),
     ("data.num_buckets", 1, None, False), ("tokenizer.vocab_size", 8, 1_000_000, False),
+    ("tokenizer.sample_sentences", 0, None, False),
     ("training.epochs", 1, None, False), ("training.steps_per_epoch", 0, None, False),
     ("training.accumulate_steps", 1, None, False),
     ("training.warmup_steps", 1, None, False), ("training.warmup_fraction", 0, 1, False),
@@ -378,6 +385,22 @@ def _check_model(config: RunConfig) -> None:
                 "translation", "summarization"):
             raise ConfigError(f"model.overrides.{name} needs one vocabulary for source and "
                               f"target: set tokenizer.joint: true (or {name}: false)")
+
+
+def _check_given_tokenizer(config: RunConfig) -> None:
+    """tokenizer.model brings the run's one tokenizer: nothing else may make it."""
+    tok = config.tokenizer
+    if not tok.model:
+        return
+    if tok.sample_sentences:
+        raise ConfigError("tokenizer.model brings a tokenizer and tokenizer.sample_sentences "
+                          "trains one; set only one of them")
+    if config.training.init_from:
+        raise ConfigError("tokenizer.model and training.init_from both give the tokenizer "
+                          "(a warm start takes its run's); set only one of them")
+    if not tok.joint and config.task in ("translation", "summarization"):
+        raise ConfigError("tokenizer.model is one model for source and target: set "
+                          "tokenizer.joint: true")
 
 
 def _check_ranges(config: RunConfig) -> None:

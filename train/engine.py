@@ -47,6 +47,7 @@ from .distribute import (
 from .precision_probe import fastest_setting
 from .run_directory import fingerprint, prepare_run_directory
 from .tasks.base import Task
+from .tokenizer_sources import given_model
 from .warm_start import start_from, weights_file
 from .warmup import make_schedule, planned_steps, schedule_warmup
 
@@ -323,6 +324,7 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     t = config.training
     check_precision(t.precision)
     weights_file(config, out)  # a bad training.init_from, refused before any work
+    given_model(config)  # and a bad tokenizer.model
     strategy = make_strategy(t.strategy)
     candidates = resolve_precision(t.precision, resolve_jit(t.jit_compile))
     if strategy.num_replicas_in_sync > 1:

@@ -8,6 +8,7 @@ from pathlib import Path
 from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
 
 from .config import RunConfig
+from .tokenizer_sources import copy_given_model, sample_sentences
 from .warm_start import copy_tokenizers, weights_file
 
 SPECIAL_IDS = ("pad_id", "bos_id", "eos_id")
@@ -20,8 +21,14 @@ def configured_special_ids(config: RunConfig) -> dict[str, int]:
 
 
 def train_tokenizer(config: RunConfig, texts, prefix: Path) -> SentencePieceTokenizer:
-    """SentencePiece on `texts` by config.tokenizer, written to <prefix>.model."""
+    """SentencePiece on `texts` by config.tokenizer, written to <prefix>.model: on a sample of
+    them with tokenizer.sample_sentences, or the model tokenizer.model names, copied there
+    (train.tokenizer_sources)."""
     tok = config.tokenizer
+    if tok.model:
+        return copy_given_model(config, prefix)
+    if tok.sample_sentences:
+        texts = sample_sentences(texts, tok.sample_sentences, config.data.seed)
     return SentencePieceTokenizer(train_sentencepiece(
         texts, prefix, tok.vocab_size, model_type=tok.model_type,
         **configured_special_ids(config)))
