@@ -45,6 +45,11 @@ class DataConfig:
     word_joints: str = "keep"  # keep | split
     tokens_per_batch: int = 4096
     num_buckets: int = 4
+    # task translation: read data.train_source (a TSV file or a glob of shards, gzip or not)
+    # as training consumes it, shuffled in a buffer of shuffle_buffer pairs (train.shards);
+    # false: read every split into memory.
+    stream: bool = False
+    shuffle_buffer: int = 10000
     # task classification: the class names in id order (class i is labels[i]); label files
     # may then hold the names or the ids. Empty: integer ids, named by their digits.
     labels: list[str] = field(default_factory=list)
@@ -290,6 +295,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
                           f"most training.keep_checkpoints ({config.training.keep_checkpoints}), "
                           f"the epoch checkpoints it averages")
     _check_given_tokenizer(config)
+    _check_stream(config)
     labels = config.data.labels
     if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
         raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
@@ -336,7 +342,8 @@ _RANGES = [
     ("data.train_size", 1, None, False), ("data.dev_size", 1, None, False),
     ("data.test_size", 0, None, False), ("data.max_source_length", 2, 4096, False),
     ("data.max_target_length", 2, 4096, False), ("data.tokens_per_batch", 1, None, False),
-    ("data.num_buckets", 1, None, False), ("tokenizer.vocab_size", 8, 1_000_000, False),
+    ("data.num_buckets", 1, None, False), ("data.shuffle_buffer", 1, None, False),
+    ("tokenizer.vocab_size", 8, 1_000_000, False),
     ("tokenizer.sample_sentences", 0, None, False),
     ("training.epochs", 1, None, False), ("training.steps_per_epoch", 0, None, False),
     ("training.accumulate_steps", 1, None, False),
@@ -401,6 +408,28 @@ def _check_given_tokenizer(config: RunConfig) -> None:
     if not tok.joint and config.task in ("translation", "summarization"):
         raise ConfigError("tokenizer.model is one model for source and target: set "
                           "tokenizer.joint: true")
+
+
+def _check_stream(config: RunConfig) -> None:
+    """data.stream's needs, each refused in one line before anything is read."""
+    d = config.data
+    if not d.stream:
+        return
+    needs = [
+        (config.task == "translation", f"is for task translation, not {config.task}"),
+        (d.corpus == "tsv" and not d.tsv, "reads data.corpus tsv with data.train_source, "
+                                          "data.dev_source (and data.test_source), not data.tsv"),
+        (bool(d.train_source and d.dev_source), "needs data.train_source (a TSV file or a "
+                                                 "glob of shards) and data.dev_source"),
+        (config.training.steps_per_epoch > 0, "counts training in steps: set "
+                                              "training.steps_per_epoch"),
+        (bool(config.tokenizer.sample_sentences or config.tokenizer.model),
+         "trains the tokenizer on a sample: set tokenizer.sample_sentences (or give "
+         "tokenizer.model)"),
+    ]
+    for met, message in needs:
+        if not met:
+            raise ConfigError(f"data.stream {message}")
 
 
 def _check_ranges(config: RunConfig) -> None:

@@ -67,6 +67,11 @@ def data_files(config: DataConfig) -> list[Path]:
                  config.dev_target]
         if config.test_source:
             names += [config.test_source, config.test_target]
+    elif config.corpus == "tsv" and config.stream:
+        from .shards import shard_files
+
+        names = [config.dev_source] + ([config.test_source] if config.test_source else [])
+        return shard_files(config) + [resolve(config, name) for name in names]
     elif config.corpus == "tsv":
         names = [config.tsv] if config.tsv else [config.train_source, config.dev_source]
         if not config.tsv and config.test_source:
@@ -107,6 +112,17 @@ def load_corpus(config: DataConfig) -> Corpus:
         if config.test_source:
             test, test_dropped = load(config.test_source, config.test_target)
         return Corpus(train, dev, test, train_dropped + dev_dropped + test_dropped)
+    if config.corpus == "tsv" and config.stream:
+        # The training pairs stay in their shards (train.shards); dev and test are small.
+        def load(name: str) -> tuple[Split, int]:
+            loaded = load_tsv_pairs(resolve(config, name))
+            return _nonempty(Split(loaded.sources, loaded.targets), resolve(config, name)), \
+                loaded.dropped
+
+        (dev, dev_dropped), (test, test_dropped) = load(config.dev_source), (None, 0)
+        if config.test_source:
+            test, test_dropped = load(config.test_source)
+        return Corpus(Split([], []), dev, test, dev_dropped + test_dropped)
     if config.corpus == "tsv":
         tsv = resolve(config, config.tsv)
         loaded = load_tsv_pairs(tsv)

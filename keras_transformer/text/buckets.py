@@ -77,6 +77,17 @@ def pair_buckets(sources, targets, *, max_source_length: int, max_target_length:
                          f"{len(targets)}")
     if len(sources) == 0:
         raise ValueError(f"{what} got no sentence pairs")
+    return budget_buckets(max_source_length=max_source_length,
+                          max_target_length=max_target_length,
+                          tokens_per_batch=tokens_per_batch,
+                          bucket_boundaries=bucket_boundaries,
+                          fixed_target_length=fixed_target_length)
+
+
+def budget_buckets(*, max_source_length: int, max_target_length: int, tokens_per_batch: int,
+                   bucket_boundaries: Sequence[int] | None, fixed_target_length: bool
+                   ) -> tuple[list[int], list[int]]:
+    """pair_buckets' boundaries and batch sizes, for pairs not held in memory (a stream)."""
     check_length_limits(max_source_length, max_target_length)
     if tokens_per_batch < 1:
         raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")

@@ -18,6 +18,7 @@ import tensorflow as tf
 from keras_transformer.text.buckets import (  # noqa: F401
     bucket_batch_sizes_for,
     bucket_boundaries_for,
+    budget_buckets,
     check_boundaries,
     check_length_limits,
     count_too_long,
@@ -113,7 +114,17 @@ def make_translation_dataset(
     ds = _tokenized_pairs(
         sources, targets, source_tokenizer, target_tokenizer, shuffle, seed, repeat
     )
+    return _bucketed(ds, boundaries, batch_sizes, max_source_length=max_source_length,
+                     max_target_length=max_target_length, drop_long=drop_long,
+                     drop_remainder=drop_remainder, fixed_target_length=fixed_target_length,
+                     pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
+
+def _bucketed(ds, boundaries, batch_sizes, *, max_source_length, max_target_length, drop_long,
+              drop_remainder, fixed_target_length, pad_id, bos_id, eos_id):
+    """Tokenized (source ids, target ids) pairs -> make_translation_dataset's batches: the
+    rules for too-long pairs, the special tokens and the length buckets, whatever the pairs
+    were read from."""
     if drop_long:
         ds = ds.filter(
             lambda s, t: tf.logical_and(
@@ -159,6 +170,90 @@ def make_translation_dataset(
         drop_remainder=drop_remainder,
     )
     return ds.prefetch(AUTOTUNE)
+
+
+def _shard_lines(files: Sequence[str], compressions: Sequence[str], shuffle: bool, seed: int,
+                 repeat: bool, cycle_length: int):
+    """The lines of TSV shards, `cycle_length` shards read at a time, a line of each in turn;
+    the shard order shuffled anew each pass when `shuffle`."""
+    ds = tf.data.Dataset.from_tensor_slices((tf.constant(list(files), tf.string),
+                                             tf.constant(list(compressions), tf.string)))
+    if shuffle:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    return ds.interleave(
+        lambda path, compression: tf.data.TextLineDataset(path, compression_type=compression),
+        cycle_length=max(1, min(cycle_length, len(files))), block_length=1,
+        num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def tsv_pairs(lines: tf.data.Dataset) -> tf.data.Dataset:
+    """`source<TAB>target` lines -> (source, target) strings, each side stripped; lines
+    without exactly two columns and pairs with an empty side dropped, as the in-memory reader
+    (`tokenizer.load_tsv_pairs`) drops blank lines and empty sides. A caller that must
+    refuse other column counts checks the files first (train.shards does)."""
+    def split(line):
+        line = tf.strings.regex_replace(line, "^\ufeff", "")  # a byte-order mark
+        columns = tf.strings.split(line, "\t")
+        fits = tf.size(columns) == 2
+        padded = tf.concat([columns, tf.constant(["", ""])], 0)
+        return tf.strings.strip(padded[0]), tf.strings.strip(padded[1]), fits
+
+    pairs = lines.map(split, num_parallel_calls=AUTOTUNE, deterministic=True)
+    pairs = pairs.filter(lambda s, t, fits: fits & (tf.strings.length(s) > 0)
+                         & (tf.strings.length(t) > 0))
+    return pairs.map(lambda s, t, fits: (s, t))
+
+
+def make_tsv_stream_dataset(
+    files: Sequence[str],
+    compressions: Sequence[str],
+    source_tokenizer,
+    target_tokenizer,
+    *,
+    max_source_length: int,
+    max_target_length: int,
+    tokens_per_batch: int,
+    shuffle_buffer: int,
+    bucket_boundaries: Sequence[int] | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    repeat: bool = True,
+    cycle_length: int = 4,
+    drop_long: bool = True,
+    drop_remainder: bool = False,
+    pad_id: int | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> tf.data.Dataset:
+    """make_translation_dataset's batches from `source<TAB>target` TSV shards read as they
+    are consumed: `files` with their `compressions` ("GZIP" or ""), shard order shuffled
+    each pass, `cycle_length` shards interleaved, pairs shuffled in a buffer of
+    `shuffle_buffer` (memory: the buffer, not the corpus), tokenized in the graph, then
+    bucketed under the token budget by the same rules. Nothing is cached: a pass reads the
+    files again."""
+    if not files or len(files) != len(compressions):
+        raise ValueError(f"make_tsv_stream_dataset needs files, each with its compression; got "
+                         f"{len(files)} files and {len(compressions)} compressions")
+    if shuffle_buffer < 1:
+        raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
+    boundaries, batch_sizes = budget_buckets(
+        max_source_length=max_source_length, max_target_length=max_target_length,
+        tokens_per_batch=tokens_per_batch, bucket_boundaries=bucket_boundaries,
+        fixed_target_length=False)
+    pad_id, bos_id, eos_id = special_ids_of((source_tokenizer, target_tokenizer), pad_id, bos_id,
+                                          eos_id)
+    ds = tsv_pairs(_shard_lines(files, compressions, shuffle, seed, repeat, cycle_length))
+    if shuffle:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.batch(_TOKENIZE_CHUNK).map(
+        lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
+        num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+    return _bucketed(ds, boundaries, batch_sizes, max_source_length=max_source_length,
+                     max_target_length=max_target_length, drop_long=drop_long,
+                     drop_remainder=drop_remainder, fixed_target_length=False,
+                     pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
 
 def make_classification_dataset(

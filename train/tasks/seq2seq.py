@@ -58,6 +58,33 @@ class Seq2SeqTask(Task):
 
         return make_train, make_dev
 
+    def stream_datasets(self, shards, dev: tuple[Sequence[str], Sequence[str]], **pipeline):
+        """(make_train, make_dev) with the training pairs read from `shards` (a
+        train.shards.ShardScan) as they are consumed, an endless stream; dev from memory.
+        tf.data only: the NumPy path has no streamed reader."""
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError(f"data.stream reads with tf.data: TensorFlow only, not "
+                             f"KERAS_BACKEND={keras.backend.backend()}")
+        from keras_transformer.text.pipeline import (
+            make_translation_dataset,
+            make_tsv_stream_dataset,
+        )
+
+        config = self.config
+        files = [str(path) for path in shards.files]
+
+        def make_train():
+            return replayable(lambda: make_tsv_stream_dataset(
+                files, shards.compressions, self.source_tok, self.target_tok,
+                shuffle_buffer=config.data.shuffle_buffer, seed=config.training.seed,
+                repeat=True, **pipeline), True)
+
+        def make_dev():
+            return make_translation_dataset(*dev, self.source_tok, self.target_tok,
+                                            shuffle=False, **pipeline)
+
+        return make_train, make_dev
+
     def build_model(self, model_config):
         model = Transformer(model_config)
         model.build()

@@ -10,8 +10,9 @@ from keras_transformer.text.buckets import bucket_boundaries_for, count_too_long
 from keras_transformer.text.lines import read_lines
 from keras_transformer.translator import translate
 
-from ..data import load_corpus
+from ..data import Split, load_corpus
 from ..scoring import bleu_chrf, fitting_mask, fitting_pairs, score_translations
+from ..shards import scan_shards, shard_files
 from ..tasks.base import DevScore, final_split, score_prefix, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
@@ -25,21 +26,34 @@ class TranslationTask(Seq2SeqTask):
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
         self.corpus = corpus = load_corpus(d)
+        self.shards = None
+        train = corpus.train
+        if d.stream:
+            # The training pairs are read as training consumes them; this pass checks and
+            # counts them and draws the tokenizer's sample (train.shards).
+            self.shards = scan_shards(shard_files(d), config.tokenizer.sample_sentences,
+                                      d.seed)
+            corpus.dropped_empty += self.shards.dropped_empty
+            train = Split(self.shards.sample_sources, self.shards.sample_targets)
+            log.info("streamed training pairs: %d in %d shards (%d empty lines dropped); the "
+                     "tokenizer and the too-long count use a sample of %d", self.shards.pairs,
+                     len(self.shards.files), self.shards.dropped_empty, len(train))
         log.info("corpus: %d train, %d dev, %s test pairs (%d empty lines dropped)",
-                 len(corpus.train), len(corpus.dev), len(corpus.test) if corpus.test else 0,
-                 corpus.dropped_empty)
-        self.source_tok, self.target_tok = build_tokenizers(
-            config, corpus.train.sources, corpus.train.targets, out)
+                 self.shards.pairs if self.shards else len(train), len(corpus.dev),
+                 len(corpus.test) if corpus.test else 0, corpus.dropped_empty)
+        self.source_tok, self.target_tok = build_tokenizers(config, train.sources,
+                                                            train.targets, out)
         limits = dict(max_source_length=d.max_source_length,
                       max_target_length=d.max_target_length)
-        self.too_long = count_too_long(corpus.train.sources, corpus.train.targets,
-                                       self.source_tok, self.target_tok, **limits)
-        log.info("%d of %d training pairs are longer than max_source_length=%d / "
-                 "max_target_length=%d tokens and are left out", self.too_long,
-                 len(corpus.train), d.max_source_length, d.max_target_length)
+        self.too_long = count_too_long(train.sources, train.targets, self.source_tok,
+                                       self.target_tok, **limits) if len(train) else 0
+        log.info("%d of %d training pairs%s are longer than max_source_length=%d / "
+                 "max_target_length=%d tokens and are left out", self.too_long, len(train),
+                 " (of the sample)" if self.shards else "", d.max_source_length,
+                 d.max_target_length)
         dev_too_long = count_too_long(corpus.dev.sources, corpus.dev.targets, self.source_tok,
                                       self.target_tok, **limits)
-        for split, count, total in (("training", self.too_long, len(corpus.train)),
+        for split, count, total in (("training", self.too_long, len(train) or 1),
                                     ("dev", dev_too_long, len(corpus.dev))):
             if count == total:  # an empty stream: training would wait forever for a batch
                 raise ValueError(
@@ -56,6 +70,12 @@ class TranslationTask(Seq2SeqTask):
     def datasets(self):
         d, corpus = self.config.data, self.corpus
         longest = max(d.max_source_length, d.max_target_length)
+        if self.shards is not None:
+            return self.stream_datasets(
+                self.shards, (corpus.dev.sources, corpus.dev.targets),
+                max_source_length=d.max_source_length, max_target_length=d.max_target_length,
+                tokens_per_batch=d.tokens_per_batch,
+                bucket_boundaries=bucket_boundaries_for(longest, d.num_buckets))
         return self.pair_datasets(
             (corpus.train.sources, corpus.train.targets), (corpus.dev.sources, corpus.dev.targets),
             max_source_length=d.max_source_length, max_target_length=d.max_target_length,
@@ -82,6 +102,10 @@ class TranslationTask(Seq2SeqTask):
         return DevScore(score, {"dev_score_sentences": min(e.dev_score_sentences, len(dev))})
 
     def data_metrics(self):
+        if self.shards is not None:  # the too-long count is the sample's
+            return {"streamed_train_pairs": self.shards.pairs, "stream_shards":
+                    len(self.shards.files), "too_long_dropped_in_sample": self.too_long,
+                    "empty_dropped": self.corpus.dropped_empty}
         return {"too_long_dropped": self.too_long, "empty_dropped": self.corpus.dropped_empty}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
