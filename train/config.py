@@ -21,7 +21,7 @@ from keras_transformer.file_safety import atomic_write_text, check_input_file
 
 @dataclass
 class DataConfig:
-    corpus: str = "demo"  # demo | parallel | tsv
+    corpus: str = "demo"  # demo | parallel | tsv | text (task masked_lm: data.texts)
     data_dir: str = ""  # base for relative paths; else $KT_DATA_DIR, else ../shared/data
     train_source: str = ""
     train_target: str = ""
@@ -56,6 +56,14 @@ class DataConfig:
     # task extractive_summarization: the article's first K sentences are read (each its first
     # max_source_length - 1 pieces + EOS); a summary is picked among them.
     article_sentences: int = 16
+    # task masked_lm: the unlabelled text, files of training splits only (a dev or test split
+    # is refused): VNDS-style TSV (.tsv, .tsv.gz: articles' sentences and summaries) or one
+    # text per line; dev_texts score the masked perplexity. One row per sentence.
+    texts: list[str] = field(default_factory=list)
+    dev_texts: list[str] = field(default_factory=list)
+    lowercase: bool = False  # task masked_lm: lower-case the text (for lower-cased fine-tunes)
+    mask_rate: float = 0.15  # task masked_lm: the share of pieces hidden (BERT: 15%)
+    whole_word_masking: bool = False  # task masked_lm: hide every piece of a chosen word
 
 
 @dataclass
@@ -363,9 +371,11 @@ _RANGES = [
     ("model.num_classes", 0, 100_000, False),
     ("data.article_sentences", 1, 512, False), ("model.sentence_layers", 1, 64, False),
     ("eval.summary_sentences", 0, 512, False), ("eval.summary_syllables", 0, None, False),
+    ("data.mask_rate", 0, 1, True),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
-_BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2"}
+_BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2",
+               "data.mask_rate"}
 
 
 def _check_model(config: RunConfig) -> None:

@@ -76,10 +76,13 @@ def data_files(config: DataConfig) -> list[Path]:
         names = [config.tsv] if config.tsv else [config.train_source, config.dev_source]
         if not config.tsv and config.test_source:
             names.append(config.test_source)
+    elif config.corpus == "text":
+        names = [*config.texts, *config.dev_texts]
     elif config.corpus == "demo":
         return []
     else:
-        raise ConfigError(f"data.corpus must be demo, parallel or tsv, got {config.corpus!r}")
+        raise ConfigError(f"data.corpus must be demo, parallel, tsv or text, got "
+                          f"{config.corpus!r}")
     return [resolve(config, name) for name in names]
 
 

@@ -240,8 +240,10 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         state = backup.restore(model)
         weights = weights_file(config)
         if state is None and weights is not None:
-            start_from(model, weights, t.initial_step)
+            report = start_from(model, weights, t.initial_step)
             log.info("started from the weights of %s at step %d", weights, t.initial_step)
+            if report is not None:
+                log_weight_report(report)
     resumed = int(state["step"]) if state else 0
     if state:
         log.info("resumed from %s at step %d", backup.directory / state["weights"], resumed)
@@ -310,6 +312,27 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
     # while saving or scoring resumes here instead of training again from step 0.
     backup.save_finished(epochs_done, result)
     return {**result, "resumed_from_step": resumed}
+
+
+def log_weight_report(report: dict) -> None:
+    """What a fine-tune took from a pre-trained model of another class (warm_start.load_by_name),
+    as the libraries users know print it: loaded, newly initialized, left unused."""
+    log.info("loaded %d pre-trained weights (%s)", len(report["loaded"]),
+             summarize_names(report["loaded"]))
+    if report["new"]:
+        log.warning("%d weights are newly initialized, not pre-trained: %s; train them "
+                    "(this fine-tune does)", len(report["new"]), ", ".join(report["new"]))
+    if report["left"]:
+        log.info("%d pre-trained weights left unused: %s", len(report["left"]),
+                 ", ".join(report["left"]))
+
+
+def summarize_names(names: list[str]) -> str:
+    """Weight names grouped by their first part: `embedding: 1, encoder: 32`."""
+    groups: dict[str, int] = {}
+    for name in names:
+        groups[name.split("/")[0]] = groups.get(name.split("/")[0], 0) + 1
+    return ", ".join(f"{k}: {n}" for k, n in groups.items())
 
 
 def finish(out: Path) -> None:

@@ -16,7 +16,8 @@ TASKS = {"translation": ("translation", "TranslationTask"),
          "classification": ("classification", "ClassificationTask"),
          "summarization": ("summarization", "SummarizationTask"),
          "language_model": ("language_model", "LanguageModelTask"),
-         "extractive_summarization": ("extractive", "ExtractiveSummarizationTask")}
+         "extractive_summarization": ("extractive", "ExtractiveSummarizationTask"),
+         "masked_lm": ("masked_lm", "MaskedLMTask")}
 # The tasks with a NumPy input path, which train under every Keras backend.
 ANY_BACKEND_TASKS = ("translation", "summarization")
 

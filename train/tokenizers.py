@@ -20,10 +20,24 @@ def configured_special_ids(config: RunConfig) -> dict[str, int]:
     return {k: config.model.overrides[k] for k in SPECIAL_IDS if k in config.model.overrides}
 
 
-def train_tokenizer(config: RunConfig, texts, prefix: Path) -> SentencePieceTokenizer:
-    """SentencePiece on `texts` by config.tokenizer, written to <prefix>.model: on a sample of
-    them with tokenizer.sample_sentences, or the model tokenizer.model names, copied there
-    (train.tokenizer_sources)."""
+def train_tokenizer(config: RunConfig, texts, prefix: Path,
+                    symbols: tuple[str, ...] = ()) -> SentencePieceTokenizer:
+    """SentencePiece on `texts` by config.tokenizer, written to <prefix>.model, with the
+    pieces `symbols` of its own: on a sample of them with tokenizer.sample_sentences, or the
+    model tokenizer.model names, copied there (train.tokenizer_sources). A run started from
+    another's weights (training.init_from: a fine-tune of a pre-trained run) takes that run's
+    one tokenizer instead: the weights mean nothing with another vocabulary."""
+    weights = weights_file(config)
+    if weights is not None:
+        if config.tokenizer.model:
+            raise ValueError(f"training.init_from and tokenizer.model both give the tokenizer; "
+                             f"a run started from {weights} takes that run's (drop "
+                             f"tokenizer.model)")
+        copy_tokenizers(weights, prefix.parent)
+        if not (prefix.parent / "spm.model").is_file():
+            raise ValueError(f"training.init_from: the run of {weights} has a source and a "
+                             f"target tokenizer; a {config.task} run reads one (spm.model)")
+        return load_run_tokenizers(prefix.parent)[0]
     tok = config.tokenizer
     if tok.model:
         return copy_given_model(config, prefix)
@@ -31,7 +45,7 @@ def train_tokenizer(config: RunConfig, texts, prefix: Path) -> SentencePieceToke
         texts = sample_sentences(texts, tok.sample_sentences, config.data.seed)
     return SentencePieceTokenizer(train_sentencepiece(
         texts, prefix, tok.vocab_size, model_type=tok.model_type,
-        **configured_special_ids(config)))
+        user_defined_symbols=symbols, **configured_special_ids(config)))
 
 
 def build_tokenizers(config: RunConfig, sources, targets, out: Path):

@@ -1,10 +1,16 @@
 """A run that starts from another run's weights (`training.init_from`): a fine-tuning phase
-such as See et al.'s coverage phase, which continues a trained summarizer with one more loss.
+such as See et al.'s coverage phase, which continues a trained summarizer with one more loss,
+or a fine-tune of a pre-trained run (a masked language model's encoder in a classifier or an
+extractive summarizer).
 
 The new run takes the old run's tokenizers (the weights mean nothing with another vocabulary)
 and its weights, from a saved model (`model.keras`, `average.keras`, ...) or an epoch
-checkpoint (`checkpoints/epoch_NNNN.npz`); the model config must build the same weights
-(a loss weight such as `coverage_loss_weight` may differ, a layer size may not).
+checkpoint (`checkpoints/epoch_NNNN.npz`). A model of the same class takes every weight (the
+config must build the same weights: a loss weight such as `coverage_loss_weight` may differ, a
+layer size may not); a model of another class (a fine-tune) takes the weights whose names
+match, like a Hugging Face or keras-hub checkpoint loaded into a task model: what was loaded,
+what is new (the task's head) and what was left (the pre-training head) is logged, and a
+same-named weight of another shape is refused.
 `training.initial_step` starts the learning-rate schedule where the old run's was, so that a
 fine-tune continues its decay instead of warming up again; Adam's moments start afresh (epoch
 checkpoints hold no optimizer state).
@@ -15,16 +21,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from .accumulation import set_updates
 from .callbacks import load_weights_npz
 from .config import RunConfig
 from .run_directory import TOKENIZER_FILES
-
-# The tasks whose tokenizers come from train.tokenizers.build_tokenizers, which this module
-# replaces by the old run's.
-TASKS = ("translation", "summarization")
 
 
 def weights_file(config: RunConfig, out: Path | None = None) -> Path | None:
@@ -34,9 +34,6 @@ def weights_file(config: RunConfig, out: Path | None = None) -> Path | None:
     given = config.training.init_from
     if not given:
         return None
-    if config.task not in TASKS:
-        raise ValueError(f"training.init_from starts a {' or '.join(TASKS)} run from another "
-                         f"run's weights; task {config.task} trains its own")
     path = Path(given)
     if path.is_dir():
         path = path / "model.keras"
@@ -72,19 +69,55 @@ def copy_tokenizers(weights: Path, out: Path) -> None:
             shutil.copyfile(run / name, out / name)
 
 
-def initial_weights(weights: Path) -> list[np.ndarray]:
-    if weights.suffix == ".npz":
-        return load_weights_npz(weights)
+def load_source_model(weights: Path):
     import keras
 
     import keras_transformer  # noqa: F401  (registers the layers the file names)
 
-    return keras.saving.load_model(weights, compile=False).get_weights()
+    return keras.saving.load_model(weights, compile=False)
 
 
-def start_from(model, weights: Path, initial_step: int) -> None:
-    """Set `model`'s weights from `weights` and its optimizer's step count to initial_step."""
-    values = initial_weights(weights)
+def local_name(variable) -> str:
+    """A weight's path without its model's name: the same layer has the same name in a masked
+    LM, a classifier and an extractor (`embedding/token_embedding/embeddings`)."""
+    return variable.path.split("/", 1)[-1]
+
+
+def load_by_name(model, source, weights: Path) -> dict[str, list[str]]:
+    """Copy every weight of `source` whose local name `model` has too; {"loaded", "new",
+    "left"}: the names copied, those of `model` not in `source`, those of `source` unused."""
+    given = {local_name(v): v for v in source.weights}
+    have = {local_name(v): v for v in model.weights}
+    loaded = [name for name in have if name in given]
+    if not loaded:
+        raise ValueError(f"training.init_from: {weights} ({type(source).__name__}) shares no "
+                         f"weight with a {type(model).__name__}; start from a run whose model "
+                         f"has the same trunk (a masked_lm run for an encoder-only model)")
+    for name in loaded:
+        want, got = tuple(have[name].shape), tuple(given[name].shape)
+        if want != got:
+            raise ValueError(f"training.init_from: {weights} holds {name} of shape {got}, this "
+                             f"model {want}; the fine-tune's model section must build the "
+                             f"pre-trained run's sizes (its preset, overrides and vocabulary)")
+    for name in loaded:
+        have[name].assign(given[name].numpy())
+    return {"loaded": loaded, "new": [n for n in have if n not in given],
+            "left": [n for n in given if n not in have]}
+
+
+def start_from(model, weights: Path, initial_step: int) -> dict | None:
+    """Set `model`'s weights from `weights` and its optimizer's step count to initial_step.
+    From a saved model of another class: the weights that match by name (load_by_name, whose
+    report is returned); otherwise every weight, in order, or None."""
+    if weights.suffix == ".npz":
+        values = load_weights_npz(weights)
+    else:
+        source = load_source_model(weights)
+        if type(source) is not type(model):
+            report = load_by_name(model, source, weights)
+            set_updates(model.optimizer, initial_step)
+            return report
+        values = source.get_weights()
     have = [tuple(w.shape) for w in model.get_weights()]
     given = [tuple(v.shape) for v in values]
     if have != given:
@@ -98,3 +131,4 @@ def start_from(model, weights: Path, initial_step: int) -> None:
                          f"({where}); the config must build the model it was trained as")
     model.set_weights(values)
     set_updates(model.optimizer, initial_step)
+    return None

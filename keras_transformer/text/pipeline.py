@@ -348,3 +348,59 @@ def make_language_model_dataset(
         return batch[:, :-1], tf.where(targets == bos_id, tf.constant(pad_id, tf.int32), targets)
 
     return ds.map(split, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
+
+
+def make_masked_lm_dataset(
+    rows: Sequence[Sequence[int]],
+    *,
+    max_length: int,
+    tokens_per_batch: int,
+    pad_id: int,
+    masking: dict,
+    num_buckets: int = 4,
+    word_starts: np.ndarray | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    repeat: bool = False,
+) -> tf.data.Dataset:
+    """Batches ``(inputs, targets)`` (B, L) int32 for a masked language model.
+
+    ``rows``: each text's ids, EOS included, at most ``max_length`` long. Rows are shuffled
+    (seeded, a new order each pass), bucketed by length under ``tokens_per_batch`` like the
+    translation batches, then masked by ``keras_transformer.text.masking.mask_batch`` with
+    the keyword arguments ``masking`` (rate, mask_id, vocab_size, special_ids, seed);
+    ``word_starts`` (V,) bool, where given, masks whole words.
+    """
+    from keras_transformer.text.masking import mask_batch
+
+    lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
+    if len(rows) == 0 or lengths.min() < 1:
+        raise ValueError("make_masked_lm_dataset needs at least one row, none of them empty")
+    if lengths.max() > max_length:
+        raise ValueError(f"a row of {lengths.max()} ids is longer than max_length={max_length}")
+    flat = np.fromiter((i for r in rows for i in r), np.int32, count=int(lengths.sum()))
+    # Rows as (start, length) into one flat constant: one tensor for the whole text.
+    flat = tf.constant(flat)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    ds = tf.data.Dataset.from_tensor_slices((starts, lengths)).map(
+        lambda start, length: flat[start: start + length])
+    if shuffle:
+        ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    boundaries = bucket_boundaries_for(max_length, num_buckets)
+    ds = ds.bucket_by_sequence_length(
+        element_length_func=lambda r: tf.shape(r)[0],
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=bucket_batch_sizes_for(boundaries, tokens_per_batch),
+        padding_values=pad_id,
+        pad_to_bucket_boundary=True,
+    )
+    table = None if word_starts is None else tf.constant(np.asarray(word_starts, bool))
+
+    def masked(index, batch):
+        starts = None if table is None else tf.gather(table, batch)
+        return mask_batch(batch, index, pad_id=pad_id, word_starts=starts, **masking)
+
+    ds = ds.enumerate().map(masked, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return ds.prefetch(AUTOTUNE)

@@ -45,6 +45,7 @@ def train_sentencepiece(
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    user_defined_symbols: Sequence[str] = (),
 ) -> Path:
     """Train a SentencePiece model on in-memory ``texts``; return the ``<prefix>.model`` path.
 
@@ -52,7 +53,8 @@ def train_sentencepiece(
     and ``eos_id`` as given (by default PAD=0, BOS=2, EOS=3), and UNK at the smallest id
     below 4 none of them takes (by default 1). ``vocab_size`` is an upper bound: a corpus
     too small to support it yields a smaller vocabulary (read it back from
-    ``SentencePieceTokenizer.vocab_size``).
+    ``SentencePieceTokenizer.vocab_size``). ``user_defined_symbols`` are pieces of their own
+    (a masked language model's ``[MASK]``), never split, at the ids after the special ones.
     """
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"model_type must be one of {_MODEL_TYPES}, got {model_type!r}")
@@ -96,6 +98,7 @@ def train_sentencepiece(
             # Use every sentence; sampling would make the result depend on the RNG.
             input_sentence_size=0,
             shuffle_input_sentence=False,
+            user_defined_symbols=list(user_defined_symbols),
             minloglevel=2,
         )
     except RuntimeError as err:
@@ -188,6 +191,16 @@ class SentencePieceTokenizer:
     def special_ids(self) -> dict[str, int]:
         """{"pad_id", "bos_id", "eos_id"}: the ids a TransformerConfig must hold to match."""
         return {"pad_id": self._pad_id, "bos_id": self._bos_id, "eos_id": self._eos_id}
+
+    def piece_id(self, piece: str) -> int | None:
+        """The id of a whole piece (e.g. ``[MASK]``), or None when the model lacks it."""
+        found = self._sp.piece_to_id(piece)
+        return None if found == self._unk_id and piece != self._sp.id_to_piece(found) else found
+
+    @property
+    def pieces(self) -> list[str]:
+        """Every piece, in id order."""
+        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
 
     @property
     def model_path(self) -> Path | None:

@@ -1,0 +1,88 @@
+"""Encoder-only masked language model (BERT's pre-training task): the encoder stack reads
+ids with some pieces replaced by [MASK], and a head tied to the input embedding predicts the
+original piece at every position.
+
+The trunk's layers carry the names the classifier's and the extractor's do (`embedding`,
+`encoder`), so that their weights load into those models by name
+(`train.warm_start`): a masked LM is pre-trained once and fine-tuned into either.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.embedding import PositionalEmbedding
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.masks import padding_mask
+from keras_transformer.models.transformer import as_config, check_ids, stack_options, vocab_logits
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerMaskedLM(keras.Model):
+    """ids (B,S) int -> logits (B,S,V) float32 of the piece at every position (source side).
+
+    The head is BERT's: a dense layer with GELU and a LayerNorm, then the transposed input
+    embedding (tied, section 3.4 of the paper) plus a bias per piece. Padding positions are
+    masked out of attention; the loss reads only the masked positions' targets.
+
+    Args:
+        config: `TransformerConfig`, or its `to_dict()`; the source vocabulary and length, the
+            encoder sizes and the padding id are read from it. Defaults to `None`,
+            `TransformerConfig()`.
+        **kwargs: other `keras.Model` arguments (`name`, `dtype` for a mixed-precision policy).
+
+    Example:
+
+    ```python
+    config = TransformerConfig.preset("tiny", source_vocab_size=8000)
+    model = TransformerMaskedLM(config)
+    logits = model(ids)  # (B, S, 8000)
+    ```
+    """
+
+    def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.config = as_config(config)
+        c = self.config
+        policy = self.dtype_policy
+        self.embedding = PositionalEmbedding(c.source_vocab_size, c.d_model, c.max_source_length,
+                                             c.positional, c.dropout, dtype=policy,
+                                             name="embedding")
+        self.encoder = Encoder(c.num_encoder_layers, name="encoder", **stack_options(c, policy))
+        self.head_transform = keras.layers.Dense(c.d_model, activation="gelu", dtype=policy,
+                                                 name="mlm_transform")
+        self.head_norm = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon,
+                                                         dtype=policy, name="mlm_norm")
+
+    def build(self, input_shape=None):
+        c = self.config
+        self.embedding.build((None, None))
+        self.encoder.build((None, None, c.d_model))
+        self.head_transform.build((None, None, c.d_model))
+        self.head_norm.build((None, None, c.d_model))
+        self.head_bias = self.add_weight(name="mlm_bias", shape=(c.source_vocab_size,),
+                                         initializer="zeros")
+        self.built = True
+
+    def encode(self, ids, training=None):
+        """ids (B,S) -> encoder states (B,S,d_model) and their padding mask (B,S) bool."""
+        check_ids(ids, "ids")
+        mask = padding_mask(ids, self.config.pad_id)
+        return self.encoder(self.embedding(ids, training=training), mask,
+                            training=training), mask
+
+    def call(self, ids, training=None):
+        states, _ = self.encode(ids, training=training)
+        hidden = self.head_norm(self.head_transform(states))
+        return vocab_logits(hidden, self.embedding) + ops.cast(self.head_bias, "float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(config=self.config.to_dict())
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,192 @@
+"""Masked language modelling (BERT's pre-training): unlabelled text from training splits, an
+encoder-only `TransformerMaskedLM` trained to restore hidden pieces, dev perplexity and
+accuracy over the masked pieces. Its run is what the classifier and the extractive
+summarizer fine-tune from (`training.init_from`, `train.warm_start`)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.models.masked_lm import TransformerMaskedLM
+from keras_transformer.text.buckets import encode_in_chunks
+from keras_transformer.text.lines import read_lines
+from keras_transformer.text.masking import MASK_PIECE, check_rate, word_start_table
+from keras_transformer.text.pipeline import make_masked_lm_dataset
+from keras_transformer.text.sentences import split_sentences
+
+from ..config import ConfigError
+from ..data import load_summaries, resolve, word_joints
+from ..engine import replayable, token_loss
+from ..tasks.base import DevScore, Task, transformer_config
+from ..tokenizers import train_tokenizer
+from .language_model import summed_nll
+
+log = logging.getLogger("train")
+
+# Path parts and file-name starts that name a dev or test split in the corpora this project
+# reads (uit_vsfc/dev/, sst2/dev.tsv, vietnews/test.tsv.gz, iwslt15 tst2012.en, ...).
+HELD_OUT_PARTS = ("dev", "test", "tst", "valid", "validation")
+# The dev batches are masked once, the same way at every epoch, by this seed.
+DEV_MASK_SEED = 12345
+
+
+def check_training_text(path: Path) -> None:
+    """Refuse a file that is a dev or test split: pre-training on it would leak the text the
+    fine-tunes are tuned and scored on."""
+    names = [part.lower() for part in path.parts[-3:]]
+    held_out = [n for n in names[:-1] if n in HELD_OUT_PARTS]
+    stem = names[-1].split(".")[0]
+    if held_out or any(stem.startswith(p) for p in HELD_OUT_PARTS):
+        raise ConfigError(f"data.texts: {path} is a dev or test split; pre-train on training "
+                          f"splits only (the fine-tunes are tuned and scored on the others)")
+
+
+def read_texts(path: Path, joints: str, lowercase: bool) -> list[str]:
+    """The sentences of one text file: VNDS-style TSV (.tsv, .tsv.gz: each article's
+    sentences and its summary), or any other file one text per line (blank lines skipped)."""
+    if path.name.endswith((".tsv", ".tsv.gz")):
+        loaded = load_summaries(path)
+        texts = [s for article in loaded.articles for s in split_sentences(article)]
+        texts += loaded.summaries
+    else:
+        texts = [line.strip() for line in read_lines(path, what="text file") if line.strip()]
+    texts = [word_joints(t, joints) for t in texts]
+    return [t.lower() for t in texts] if lowercase else texts
+
+
+class MaskedLMTask(Task):
+    """data.texts (training text files) and data.dev_texts: one row per sentence (its first
+    max_source_length - 1 pieces + EOS), masked by keras_transformer.text.masking
+    (data.mask_rate, data.whole_word_masking). Loss: cross-entropy over the masked pieces
+    (training.label_smoothing 0 makes the dev loss ln of the masked perplexity). The dev
+    perplexity over masked pieces picks best.keras."""
+
+    def prepare(self, out: Path):
+        config, d = self.config, self.config.data
+        check_rate(d.mask_rate)
+        if d.corpus != "text":
+            raise ConfigError(f"task masked_lm reads data.corpus text (files in data.texts and "
+                              f"data.dev_texts), got {d.corpus!r}")
+        if not d.texts or not d.dev_texts:
+            raise ConfigError("task masked_lm needs data.texts (training text files) and "
+                              "data.dev_texts (dev text files)")
+        texts = {"train": [], "dev": []}
+        for split, names in (("train", d.texts), ("dev", d.dev_texts)):
+            for name in names:
+                path = resolve(d, name)
+                if split == "train":
+                    check_training_text(path)
+                read = read_texts(path, d.word_joints, d.lowercase)
+                log.info("masked_lm %s text: %s, %d sentences", split, path, len(read))
+                texts[split] += read
+        if config.eval.dev_score_sentences:
+            texts["dev"] = texts["dev"][: config.eval.dev_score_sentences]
+        self.tok = train_tokenizer(config, texts["train"], out / "spm", symbols=(MASK_PIECE,))
+        self.mask_id = self.tok.piece_id(MASK_PIECE)
+        if self.mask_id is None:
+            raise ConfigError(f"the tokenizer has no {MASK_PIECE} piece; a masked_lm run trains "
+                              f"its own tokenizer, or starts from another masked_lm run's")
+        self.rows = {split: self.text_rows(t) for split, t in texts.items()}
+        for split, rows in self.rows.items():
+            if not rows:
+                raise ValueError(f"the {split} text holds no piece to mask (every line is "
+                                 f"empty or special); give text files with sentences")
+        self.counts = {"sentences": {k: len(v) for k, v in self.rows.items()},
+                       "pieces": {k: int(sum(map(len, v))) for k, v in self.rows.items()}}
+        log.info("rows: %s", ", ".join(f"{n} {k}" for k, n in self.counts["sentences"].items()))
+        return transformer_config(config, self.tok, self.tok,
+                                  max_source_length=d.max_source_length,
+                                  max_target_length=d.max_source_length)
+
+    def text_rows(self, texts: list[str]) -> list[list[int]]:
+        """Each text's first max_source_length - 1 pieces + EOS; texts with no piece left out."""
+        limit, eos = self.config.data.max_source_length - 1, self.tok.eos_id
+        return [ids[:limit] + [eos] for ids in encode_in_chunks(self.tok, texts) if ids]
+
+    def dataset(self, rows, *, seed: int, shuffle: bool, repeat: bool = False):
+        d = self.config.data
+        tok = self.tok
+        masking = dict(rate=d.mask_rate, mask_id=self.mask_id, vocab_size=tok.vocab_size,
+                       special_ids=(tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id), seed=seed)
+        starts = word_start_table(tok.pieces) if d.whole_word_masking else None
+        return make_masked_lm_dataset(
+            rows, max_length=d.max_source_length, tokens_per_batch=d.tokens_per_batch,
+            pad_id=tok.pad_id, masking=masking, num_buckets=d.num_buckets, word_starts=starts,
+            shuffle=shuffle, seed=self.config.training.seed, repeat=repeat)
+
+    def datasets(self):
+        repeat = self.config.training.steps_per_epoch > 0
+        seed = self.config.training.seed
+
+        def make_train():
+            return replayable(lambda: self.dataset(self.rows["train"], seed=seed, shuffle=True,
+                                                   repeat=repeat), repeat)
+
+        return make_train, lambda: self.dataset(self.rows["dev"], seed=DEV_MASK_SEED,
+                                                shuffle=False)
+
+    def build_model(self, model_config):
+        model = TransformerMaskedLM(model_config)
+        model.build()
+        return model
+
+    def loss_and_metrics(self, model, replicas: int):
+        pad = model.config.pad_id
+        return (token_loss(self.config.training.label_smoothing, pad, replicas),
+                [MaskedAccuracy(pad, name="masked_accuracy")])
+
+    def describe(self, model) -> str:
+        d = self.config.data
+        return (f", mask rate {d.mask_rate}{', whole words' if d.whole_word_masking else ''}, "
+                f"{d.tokens_per_batch} tokens a batch")
+
+    def scores(self, model) -> dict:
+        """Perplexity and accuracy over the dev split's masked pieces (masked by DEV_MASK_SEED,
+        the same pieces at every call)."""
+        pad = model.config.pad_id
+        data = self.dataset(self.rows["dev"], seed=DEV_MASK_SEED, shuffle=False)
+        nll, count = summed_nll(model, data, pad)
+        metric = MaskedAccuracy(pad)
+        for inputs, targets in data:
+            metric.update_state(targets, model(inputs, training=False))
+        return {"masked_perplexity": math.exp(nll / max(count, 1)),
+                "masked_accuracy": round(100 * float(metric.result()), 2),
+                "masked_pieces": count}
+
+    def dev_score(self):
+        def score(model):
+            s = self.scores(model)
+            return {"neg_masked_perplexity": -s["masked_perplexity"],
+                    "masked_perplexity": s["masked_perplexity"],
+                    "masked_accuracy_percent": s["masked_accuracy"]}
+
+        return DevScore(score, {"dev_sentences": len(self.rows["dev"])},
+                        name="neg_masked_perplexity", label="-masked perplexity")
+
+    def data_metrics(self):
+        return dict(self.counts)
+
+    def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
+        s = self.scores(model)
+        metrics.update({"scored_split": "dev", "dev_masked_perplexity": s["masked_perplexity"],
+                        "dev_masked_accuracy": s["masked_accuracy"],
+                        "dev_masked_pieces": s["masked_pieces"]})
+        print(f"dev: masked perplexity {s['masked_perplexity']:.2f}, masked-piece accuracy "
+              f"{s['masked_accuracy']:.2f}% ({s['masked_pieces']} masked pieces)")
+        self.show_fills(model)
+
+    def show_fills(self, model, count: int = 3) -> None:
+        """A few dev sentences with one piece in five hidden, and the model's fills."""
+        rows = self.rows["dev"][:count]
+        for row in rows:
+            ids = np.array([row], np.int32)
+            hidden = ids.copy()
+            hidden[0, : len(row) - 1: 5] = self.mask_id
+            best = np.argmax(np.asarray(model(hidden, training=False)), axis=-1)
+            filled = np.where(hidden == self.mask_id, best, ids)
+            print(f"  IN   {self.tok.decode(hidden)[0]}\n  OUT  {self.tok.decode(filled)[0]}")
