@@ -33,6 +33,7 @@ _PUBLIC = {
     "TransformerClassifier": "keras_transformer.models.classifier",
     "TransformerLM": "keras_transformer.models.language_model",
     "TransformerExtractor": "keras_transformer.models.extractor",
+    "TransformerMaskedLM": "keras_transformer.models.masked_lm",
     "AddNorm": "keras_transformer.layers.add_norm",
     "MultiHeadAttention": "keras_transformer.layers.attention",
     "DecoderLayer": "keras_transformer.layers.decoder",

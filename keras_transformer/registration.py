@@ -33,6 +33,7 @@ SERIALIZABLE_MODULES = (
     "keras_transformer.models.classifier",
     "keras_transformer.models.language_model",
     "keras_transformer.models.extractor",
+    "keras_transformer.models.masked_lm",
     "keras_transformer.losses",
     "keras_transformer.metrics",
     "keras_transformer.schedules",

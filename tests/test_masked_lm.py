@@ -1,0 +1,264 @@
+"""Masked language modelling and fine-tuning from it: BERT's masking rule against a count of
+what it did, the tied head against NumPy, the .keras round trip, weights loaded by name into
+the classifier, and the runs end to end (pre-train, then fine-tune) with their refusals."""
+
+import json
+from math import erf
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli_probe import ROOT, assert_clean_failure, run_cli
+
+tf = pytest.importorskip("tensorflow")
+
+MASK, PAD, UNK, BOS, EOS = 4, 0, 1, 2, 3
+SPECIALS = (PAD, UNK, BOS, EOS)
+
+
+def masked(ids, index=0, seed=7, rate=0.15, vocab=500, word_starts=None):
+    from keras_transformer.text.masking import mask_batch
+
+    inputs, targets = mask_batch(tf.constant(ids, tf.int32), index, rate=rate, mask_id=MASK,
+                                 pad_id=PAD, vocab_size=vocab, special_ids=SPECIALS, seed=seed,
+                                 word_starts=word_starts)
+    return inputs.numpy(), targets.numpy()
+
+
+def ordinary_ids(rng, rows=200, length=60, vocab=500):
+    ids = rng.integers(5, vocab, size=(rows, length)).astype(np.int32)
+    ids[:, -1] = EOS
+    ids[:50, 40:] = PAD  # some padded rows
+    return ids
+
+
+def test_masking_follows_berts_rule_and_never_touches_special_pieces():
+    ids = ordinary_ids(np.random.default_rng(0))
+    inputs, targets = masked(ids)
+    chosen = targets != PAD
+    ordinary = ~np.isin(ids, [*SPECIALS, MASK])
+    # Targets: the original piece where chosen, padding elsewhere; specials never chosen.
+    np.testing.assert_array_equal(targets[chosen], ids[chosen])
+    assert not (chosen & ~ordinary).any()
+    np.testing.assert_array_equal(inputs[~chosen], ids[~chosen])
+    # 15% of the ordinary pieces; of those 80% [MASK], 10% another piece, 10% unchanged.
+    n = chosen.sum()
+    assert abs(n / ordinary.sum() - 0.15) < 0.01
+    as_mask = (inputs[chosen] == MASK).mean()
+    unchanged = (inputs[chosen] == ids[chosen]).mean()
+    assert abs(as_mask - 0.8) < 0.03 and abs(unchanged - 0.1 - 1 / 495) < 0.03
+    assert not np.isin(inputs[chosen & (inputs != MASK)], SPECIALS).any()
+
+
+def test_masking_is_a_function_of_seed_and_batch_index():
+    ids = ordinary_ids(np.random.default_rng(1))
+    np.testing.assert_array_equal(masked(ids, index=3)[0], masked(ids, index=3)[0])
+    assert (masked(ids, index=3)[1] != masked(ids, index=4)[1]).any()
+    assert (masked(ids, seed=1)[1] != masked(ids, seed=2)[1]).any()
+
+
+def test_whole_word_masking_hides_every_piece_of_a_chosen_word_and_only_those():
+    rng = np.random.default_rng(2)
+    ids = ordinary_ids(rng, rows=100)
+    starts = rng.random(ids.shape) < 0.4
+    starts[:, 0] = True
+    inputs, targets = masked(ids, rate=0.3, word_starts=tf.constant(starts))
+    chosen = targets != PAD
+    ordinary = ~np.isin(ids, [*SPECIALS, MASK])
+    for row in range(len(ids)):
+        word = np.cumsum(starts[row]) - 1
+        for w in np.unique(word):
+            pieces = (word == w) & ordinary[row]
+            # One decision per word: all of its ordinary pieces chosen, or none.
+            assert chosen[row][pieces].all() or not chosen[row][pieces].any()
+    share = chosen.sum() / ordinary.sum()
+    assert 0.2 < share < 0.4
+
+
+@pytest.mark.parametrize("rate", [0.0, 1.0, -0.1])
+def test_a_mask_rate_of_0_or_1_is_refused(rate):
+    from keras_transformer.text.masking import check_rate
+
+    with pytest.raises(ValueError, match="mask rate"):
+        check_rate(rate)
+
+
+def test_the_head_is_the_tied_embedding_plus_a_bias_after_a_gelu_layer_norm(tiny_config):
+    from keras_transformer.models.masked_lm import TransformerMaskedLM
+
+    model = TransformerMaskedLM(tiny_config)
+    model.build()
+    bias = np.random.default_rng(3).normal(size=model.head_bias.shape).astype("float32")
+    model.head_bias.assign(bias)
+    ids = np.array([[5, 6, 7, EOS, PAD], [8, 9, EOS, PAD, PAD]], np.int32)
+    states, _ = model.encode(ids)
+    dense = model.head_transform
+    h = np.asarray(states) @ np.asarray(dense.kernel) + np.asarray(dense.bias)
+    h = 0.5 * h * (1 + np.vectorize(erf)(h / np.sqrt(2)))
+    mean, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
+    norm = model.head_norm
+    h = (h - mean) / np.sqrt(var + norm.epsilon) * np.asarray(norm.gamma) + np.asarray(norm.beta)
+    expected = h @ np.asarray(model.embedding.embeddings).T + bias
+    np.testing.assert_allclose(np.asarray(model(ids)), expected, atol=2e-4)
+
+
+def test_a_masked_lm_round_trips_through_a_keras_file(tiny_config, tmp_path):
+    import keras
+
+    import keras_transformer  # noqa: F401
+    from keras_transformer.models.masked_lm import TransformerMaskedLM
+
+    model = TransformerMaskedLM(tiny_config)
+    model.build()
+    ids = np.array([[5, 6, 7, EOS]], np.int32)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert type(loaded).__name__ == "TransformerMaskedLM"
+    np.testing.assert_allclose(np.asarray(loaded(ids)), np.asarray(model(ids)), atol=1e-6)
+
+
+def test_a_classifier_takes_the_embedding_and_encoder_by_name_and_only_those(tiny_config):
+    from keras_transformer.models.classifier import TransformerClassifier
+    from keras_transformer.models.language_model import TransformerLM
+    from keras_transformer.models.masked_lm import TransformerMaskedLM
+    from train.warm_start import load_by_name
+
+    source = TransformerMaskedLM(tiny_config)
+    source.build()
+    target = TransformerClassifier(tiny_config, num_classes=3)
+    target.build()
+    head_before = np.asarray(target.head.kernel).copy()
+    report = load_by_name(target, source, Path("pre.keras"))
+    assert sorted(report["new"]) == ["classifier/bias", "classifier/kernel"]
+    assert "mlm_bias" in report["left"] and "mlm_transform/kernel" in report["left"]
+    np.testing.assert_array_equal(np.asarray(target.embedding.embeddings),
+                                  np.asarray(source.embedding.embeddings))
+    for a, b in zip(target.encoder.weights, source.encoder.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(target.head.kernel), head_before)
+    ids = np.array([[5, 6, EOS, PAD]], np.int32)
+    np.testing.assert_allclose(np.asarray(target.encode(ids)[0]),
+                               np.asarray(source.encode(ids)[0]), atol=1e-6)
+
+    wider = TransformerClassifier(tiny_config.replace(d_ff=2 * tiny_config.d_ff), num_classes=3)
+    wider.build()
+    with pytest.raises(ValueError, match="of shape"):
+        load_by_name(wider, source, Path("pre.keras"))
+    # A decoder-only model shares only the token embedding's name; with another vocabulary
+    # even that one is refused.
+    other = TransformerLM(tiny_config.replace(target_vocab_size=tiny_config.source_vocab_size
+                                              + 1))
+    other.build()
+    with pytest.raises(ValueError, match="embedding"):
+        load_by_name(other, source, Path("pre.keras"))
+
+
+@pytest.mark.parametrize("path, refused", [
+    ("uit_vsfc/train/sents.txt", False), ("vietnews/train.tsv.gz", False),
+    ("uit_vsfc/dev/sents.txt", True), ("sst2/dev.tsv", True), ("vietnews/test.tsv.gz", True),
+    ("iwslt15_en_vi/tst2012.en", True), ("corpus/valid.txt", True)])
+def test_pre_training_text_from_a_dev_or_test_split_is_refused(path, refused):
+    from train.config import ConfigError
+    from train.tasks.masked_lm import check_training_text
+
+    if refused:
+        with pytest.raises(ConfigError, match="dev or test split"):
+            check_training_text(Path("/data") / path)
+    else:
+        check_training_text(Path("/data") / path)
+
+
+# -- end to end: pre-train on a small text, fine-tune a classifier from it ----------------
+
+WORDS = ("rất hay giảng viên nhiệt tình bài tập khó phòng học nóng thầy dạy dễ hiểu môn "
+         "này chán quá tài liệu đầy đủ").split()
+SMALL = ["tokenizer.vocab_size=60", "model.preset=tiny", "model.overrides.d_model=16",
+         "model.overrides.d_ff=32", "model.overrides.num_heads=2", "data.max_source_length=16",
+         "data.tokens_per_batch=256", "training.epochs=1", "training.steps_per_epoch=3",
+         "training.verbose=0", "training.tensorboard=false", "training.warmup_steps=10"]
+
+
+def write_text(folder: Path, rng, lines=300) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(3, 9))) for _ in range(lines)]
+    (folder / "train").mkdir(exist_ok=True)
+    (folder / "dev").mkdir(exist_ok=True)
+    (folder / "train" / "sents.txt").write_text("\n".join(texts[:240]) + "\n")
+    (folder / "dev" / "sents.txt").write_text("\n".join(texts[240:]) + "\n")
+    labels = [str(i % 3) for i in range(len(texts))]
+    (folder / "train" / "labels.txt").write_text("\n".join(labels[:240]) + "\n")
+    (folder / "dev" / "labels.txt").write_text("\n".join(labels[240:]) + "\n")
+
+
+def args(config: str, out: Path, data: Path, *extra: str) -> list[str]:
+    result = ["--config", str(ROOT / "train" / "configs" / config), "--out", str(out)]
+    for item in (f"data.data_dir={data}", *SMALL, *extra):
+        result += ["--set", item]
+    return result
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlm")
+    write_text(root / "corpus", np.random.default_rng(4))
+    out = root / "pre"
+    result = run_cli("train", *args("vi_masked_lm.yaml", out, root / "corpus",
+                                    "data.texts=[train/sents.txt]",
+                                    "data.dev_texts=[dev/sents.txt]"))
+    assert result.code == 0, result.stderr[-3000:]
+    return root, out
+
+
+def fine_tune_args(root: Path, out: Path, pre: Path, *extra: str) -> list[str]:
+    return args("uit_vsfc_pretrained.yaml", out, root / "corpus",
+                "data.train_source=train/sents.txt", "data.train_target=train/labels.txt",
+                "data.dev_source=dev/sents.txt", "data.dev_target=dev/labels.txt",
+                'data.test_source=""', 'data.test_target=""', f"training.init_from={pre}",
+                *extra)
+
+
+@pytest.mark.slow
+def test_pre_training_then_fine_tuning_takes_the_tokenizer_and_the_trunk(pretrained):
+    root, pre = pretrained
+    metrics = json.loads((pre / "metrics.json").read_text())
+    assert metrics["dev_masked_pieces"] > 0
+    assert 1 < metrics["dev_masked_perplexity"] < 60  # below a uniform guess over the pieces
+    out = root / "fine"
+    # A learning rate near zero: the fine-tuned trunk still holds the pre-trained weights.
+    result = run_cli("train", *fine_tune_args(root, out, pre, "training.lr_scale=1e-12"))
+    assert result.code == 0, result.stderr[-3000:]
+    assert "newly initialized" in result.stderr and "classifier/kernel" in result.stderr
+    assert (out / "spm.model").read_bytes() == (pre / "spm.model").read_bytes()
+
+    import keras
+
+    import keras_transformer  # noqa: F401
+
+    source = keras.models.load_model(pre / "model.keras", compile=False)
+    tuned = keras.models.load_model(out / "model.keras", compile=False)
+    np.testing.assert_allclose(np.asarray(tuned.embedding.embeddings),
+                               np.asarray(source.embedding.embeddings), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_fine_tune_of_other_sizes_or_from_a_run_sharing_nothing_is_refused_in_one_line(
+        pretrained):
+    root, pre = pretrained
+    out = root / "wide"
+    result = run_cli("train", *fine_tune_args(root, out, pre, "model.overrides.d_ff=64"))
+    assert_clean_failure(result, 2, "training.init_from", "of shape")
+
+
+def test_pre_training_on_a_dev_split_or_at_a_mask_rate_of_1_is_refused_before_work(tmp_path):
+    root = tmp_path
+    write_text(root / "corpus", np.random.default_rng(5), lines=20)
+    out = root / "run"
+    result = run_cli("train", *args("vi_masked_lm.yaml", out, root / "corpus",
+                                    "data.texts=[dev/sents.txt]",
+                                    "data.dev_texts=[dev/sents.txt]"))
+    assert_clean_failure(result, 2, "dev or test split")
+    result = run_cli("train", *args("vi_masked_lm.yaml", out, root / "corpus",
+                                    "data.mask_rate=1"))
+    assert_clean_failure(result, 2, "data.mask_rate")
+    assert not (out / "model.keras").exists()
