@@ -171,8 +171,7 @@ def test_pre_training_text_from_a_dev_or_test_split_is_refused(path, refused):
 
 # -- end to end: pre-train on a small text, fine-tune a classifier from it ----------------
 
-WORDS = ("rất hay giảng viên nhiệt tình bài tập khó phòng học nóng thầy dạy dễ hiểu môn "
-         "này chán quá tài liệu đầy đủ").split()
+WORDS = ["rất", "hay", "giảng", "viên", "nhiệt", "tình", "bài", "tập", "khó", "phòng", "học", "nóng", "thầy", "dạy", "dễ", "hiểu", "môn", "này", "chán", "quá", "tài", "liệu", "đầy", "đủ"]
 SMALL = ["tokenizer.vocab_size=60", "model.preset=tiny", "model.overrides.d_model=16",
          "model.overrides.d_ff=32", "model.overrides.num_heads=2", "data.max_source_length=16",
          "data.tokens_per_batch=256", "training.epochs=1", "training.steps_per_epoch=3",
