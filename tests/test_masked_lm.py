@@ -122,14 +122,14 @@ def test_a_classifier_takes_the_embedding_and_encoder_by_name_and_only_those(tin
     from keras_transformer.models.classifier import TransformerClassifier
     from keras_transformer.models.language_model import TransformerLM
     from keras_transformer.models.masked_lm import TransformerMaskedLM
-    from train.warm_start import load_by_name
+    from keras_transformer.models.presets import load_by_name
 
     source = TransformerMaskedLM(tiny_config)
     source.build()
     target = TransformerClassifier(tiny_config, num_classes=3)
     target.build()
     head_before = np.asarray(target.head.kernel).copy()
-    report = load_by_name(target, source, Path("pre.keras"))
+    report = load_by_name(target, source, "pre.keras")
     assert sorted(report["new"]) == ["classifier/bias", "classifier/kernel"]
     assert "mlm_bias" in report["left"] and "mlm_transform/kernel" in report["left"]
     np.testing.assert_array_equal(np.asarray(target.embedding.embeddings),
@@ -144,14 +144,14 @@ def test_a_classifier_takes_the_embedding_and_encoder_by_name_and_only_those(tin
     wider = TransformerClassifier(tiny_config.replace(d_ff=2 * tiny_config.d_ff), num_classes=3)
     wider.build()
     with pytest.raises(ValueError, match="of shape"):
-        load_by_name(wider, source, Path("pre.keras"))
+        load_by_name(wider, source, "pre.keras")
     # A decoder-only model shares only the token embedding's name; with another vocabulary
     # even that one is refused.
     other = TransformerLM(tiny_config.replace(target_vocab_size=tiny_config.source_vocab_size
                                               + 1))
     other.build()
     with pytest.raises(ValueError, match="embedding"):
-        load_by_name(other, source, Path("pre.keras"))
+        load_by_name(other, source, "pre.keras")
 
 
 @pytest.mark.parametrize("path, refused", [
@@ -261,3 +261,26 @@ def test_pre_training_on_a_dev_split_or_at_a_mask_rate_of_1_is_refused_before_wo
                                     "data.mask_rate=1"))
     assert_clean_failure(result, 2, "data.mask_rate")
     assert not (out / "model.keras").exists()
+
+
+def test_from_preset_builds_the_runs_sizes_and_takes_its_trunk(tiny_config, tmp_path):
+    from keras_transformer.models.classifier import TransformerClassifier
+    from keras_transformer.models.extractor import TransformerExtractor
+    from keras_transformer.models.masked_lm import TransformerMaskedLM
+
+    source = TransformerMaskedLM(tiny_config)
+    source.build()
+    source.save(tmp_path / "model.keras")
+    (tmp_path / "model_config.json").write_text(json.dumps(tiny_config.to_dict()))
+    ids = np.array([[5, 6, EOS, PAD]], np.int32)
+    for model in (TransformerClassifier.from_preset(tmp_path, num_classes=3),
+                  TransformerExtractor.from_preset(tmp_path)):
+        assert model.config == tiny_config
+        trunk = [*model.embedding.weights, *model.encoder.weights]
+        given = [*source.embedding.weights, *source.encoder.weights]
+        for a, b in zip(trunk, given, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    again = TransformerMaskedLM.from_preset(tmp_path)
+    np.testing.assert_allclose(np.asarray(again(ids)), np.asarray(source(ids)), atol=1e-6)
+    with pytest.raises(FileNotFoundError, match="model_config.json"):
+        TransformerClassifier.from_preset(tmp_path / "nothing")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from keras_transformer.models.presets import load_by_name
+
 from .accumulation import set_updates
 from .callbacks import load_weights_npz
 from .config import RunConfig
@@ -77,34 +79,6 @@ def load_source_model(weights: Path):
     return keras.saving.load_model(weights, compile=False)
 
 
-def local_name(variable) -> str:
-    """A weight's path without its model's name: the same layer has the same name in a masked
-    LM, a classifier and an extractor (`embedding/token_embedding/embeddings`)."""
-    return variable.path.split("/", 1)[-1]
-
-
-def load_by_name(model, source, weights: Path) -> dict[str, list[str]]:
-    """Copy every weight of `source` whose local name `model` has too; {"loaded", "new",
-    "left"}: the names copied, those of `model` not in `source`, those of `source` unused."""
-    given = {local_name(v): v for v in source.weights}
-    have = {local_name(v): v for v in model.weights}
-    loaded = [name for name in have if name in given]
-    if not loaded:
-        raise ValueError(f"training.init_from: {weights} ({type(source).__name__}) shares no "
-                         f"weight with a {type(model).__name__}; start from a run whose model "
-                         f"has the same trunk (a masked_lm run for an encoder-only model)")
-    for name in loaded:
-        want, got = tuple(have[name].shape), tuple(given[name].shape)
-        if want != got:
-            raise ValueError(f"training.init_from: {weights} holds {name} of shape {got}, this "
-                             f"model {want}; the fine-tune's model section must build the "
-                             f"pre-trained run's sizes (its preset, overrides and vocabulary)")
-    for name in loaded:
-        have[name].assign(given[name].numpy())
-    return {"loaded": loaded, "new": [n for n in have if n not in given],
-            "left": [n for n in given if n not in have]}
-
-
 def start_from(model, weights: Path, initial_step: int) -> dict | None:
     """Set `model`'s weights from `weights` and its optimizer's step count to initial_step.
     From a saved model of another class: the weights that match by name (load_by_name, whose
@@ -114,7 +88,7 @@ def start_from(model, weights: Path, initial_step: int) -> dict | None:
     else:
         source = load_source_model(weights)
         if type(source) is not type(model):
-            report = load_by_name(model, source, weights)
+            report = load_by_name(model, source, f"training.init_from: {weights}")
             set_updates(model.optimizer, initial_step)
             return report
         values = source.get_weights()

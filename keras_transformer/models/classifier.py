@@ -10,13 +10,14 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import masked_mean, padding_mask
+from keras_transformer.models.presets import FromPreset
 from keras_transformer.models.transformer import as_config, check_ids, stack_options
 
 POOLINGS = ("mean", "first")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerClassifier(keras.Model):
+class TransformerClassifier(FromPreset, keras.Model):
     """ids (B,S) int -> class logits (B,num_classes) float32 (uses the source-side config).
 
     Args:

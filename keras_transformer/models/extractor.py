@@ -11,11 +11,12 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import masked_mean, padding_mask
+from keras_transformer.models.presets import FromPreset
 from keras_transformer.models.transformer import as_config, check_ids, stack_options
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerExtractor(keras.Model):
+class TransformerExtractor(FromPreset, keras.Model):
     """ids (B,K,S) int -> sentence logits (B,K) float32 (uses the source-side config).
 
     Row k of an article is its k-th sentence's pieces + EOS, right-padded with PAD to S; an

@@ -10,11 +10,12 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import SearchSettings, sample_search
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
+from keras_transformer.models.presets import FromPreset
 from keras_transformer.models.transformer import as_config, check_ids, stack_options, vocab_logits
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerLM(keras.Model):
+class TransformerLM(FromPreset, keras.Model):
     """ids (B,T) int -> next-token logits (B,T,V) float32 (uses the target-side config).
 
     Args:

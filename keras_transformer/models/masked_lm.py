@@ -16,11 +16,12 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import padding_mask
+from keras_transformer.models.presets import FromPreset
 from keras_transformer.models.transformer import as_config, check_ids, stack_options, vocab_logits
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerMaskedLM(keras.Model):
+class TransformerMaskedLM(FromPreset, keras.Model):
     """ids (B,S) int -> logits (B,S,V) float32 of the piece at every position (source side).
 
     The head is BERT's: a dense layer with GELU and a LayerNorm, then the transposed input

@@ -17,6 +17,7 @@ from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import padding_mask
+from keras_transformer.models.presets import FromPreset
 
 
 def as_config(config: TransformerConfig | dict | None) -> TransformerConfig:
@@ -58,7 +59,7 @@ def vocab_logits(hidden, embedding: PositionalEmbedding, output_projection=None)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(FromPreset, keras.Model):
     """(source_ids (B,S), target_in_ids (B,T)) int -> logits (B,T,target_vocab) float32.
 
     With `config.copy_attention` the outputs are the log-probabilities of the copy mixture
