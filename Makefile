@@ -14,7 +14,8 @@ LIBRARY_TESTS := tests/test_attention.py tests/test_embedding.py \
 	tests/test_training.py tests/test_backends.py tests/test_numpy_pipeline.py \
 	tests/test_public_api.py
 
-.PHONY: demo test test-fast test-backends demo-jax-tiny lint setup setup-jax clean
+.PHONY: demo test test-fast test-backends demo-jax-tiny lint setup setup-jax clean \
+	uit-vsfc-pretrained
 
 setup: $(STAMP)
 
@@ -66,6 +67,14 @@ demo-jax-tiny: $(STAMP) $(STAMP_JAX)
 	  --set eval.beam_size=2
 	$(PY) -m export --run runs/demo_jax_tiny --format onnx --out runs/demo_jax_tiny/export --overwrite
 	$(PY) -m export.parity --export runs/demo_jax_tiny/export
+
+# UIT-VSFC fine-tuned from a masked language model (docs/training.md#pre-training-and-fine-tuning):
+# the pre-training run first (an interrupted one resumes, a finished one is reused).
+uit-vsfc-pretrained: $(STAMP)
+	test -f runs/vi_masked_lm/metrics.json || \
+	  $(PY) -m train --config train/configs/vi_masked_lm.yaml --out runs/vi_masked_lm
+	test -f runs/uit_vsfc_pretrained/metrics.json || \
+	  $(PY) -m train --config train/configs/uit_vsfc_pretrained.yaml --out runs/uit_vsfc_pretrained
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
