@@ -122,7 +122,7 @@ def main(argv) -> int:
     from bench.flops import train_step_flops
     from train.config import load_config
     from train.engine import compile_model, save_model, setup
-    from train.run import check_task_backend, task_class
+    from train.tasks import task_class
 
     device, on_gpu = device_description()
     if args.require_gpu and not on_gpu:
@@ -134,7 +134,7 @@ def main(argv) -> int:
     if precision:
         overrides.append(f"training.precision={precision}")
     config = load_config(args.config, overrides)
-    check_task_backend(config.task)
+    task_class(config.task).check_config(config)  # the task's name, backend and rules
     out = Path(args.out)
     strategy, _, out, jit = setup(config, out, overwrite=args.overwrite)
     task = task_class(config.task)(config)

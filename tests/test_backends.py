@@ -154,7 +154,7 @@ def test_a_keras_file_saved_here_loads_under_another_backend(tmp_path):
 
 def test_tensorflow_only_training_options_are_refused_elsewhere():
     from train.distribute import OneDevice, make_strategy, resolve_jit
-    from train.run import check_task_backend
+    from train.tasks import check_task
 
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -170,8 +170,8 @@ def test_tensorflow_only_training_options_are_refused_elsewhere():
         assert isinstance(make_strategy("mirrored"), OneDevice)
     for task in ("classification", "language_model"):
         with pytest.raises(ValueError, match=f"task {task} reads its data with tf.data"):
-            check_task_backend(task)
-    check_task_backend("translation")
+            check_task(task)
+    check_task("translation")
     # JAX compiles whatever the config says; PyTorch compiles only when asked.
     assert resolve_jit(False) is (backend == "jax")
     assert resolve_jit(True) is True
@@ -237,7 +237,7 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
 from train.distribute import JaxDataParallel, distribute, make_strategy, strategy_name
-from train.engine import token_loss
+from train.losses import token_loss
 
 config = TransformerConfig.preset("tiny", source_vocab_size=40, target_vocab_size=40,
                                   d_model=32, num_heads=4, d_ff=64, max_source_length=12,

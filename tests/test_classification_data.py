@@ -96,5 +96,7 @@ def test_load_classification_reads_the_test_split_of_either_format(tmp_path):
 @pytest.mark.parametrize("value, words", [("[a, a]", "distinct"), ("[1, 2]", "non-empty strings"),
                                           ("pos", "list")])
 def test_data_labels_is_checked_when_the_config_loads(value, words):
+    from train.tasks import load_run_config
+
     with pytest.raises(ConfigError, match=words):
-        load_config(None, [f"data.labels={value}"])
+        load_run_config(None, ["task=classification", f"data.labels={value}"])

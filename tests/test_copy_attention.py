@@ -358,11 +358,12 @@ def test_attention_maps_give_the_copy_distribution_and_gates_and_draw_them(tiny_
 def test_a_copy_config_with_two_vocabularies_is_refused_before_any_data(overrides, message):
     from pathlib import Path
 
-    from train.config import ConfigError, load_config
+    from train.config import ConfigError
+    from train.tasks import load_run_config
 
     recipe = Path(__file__).resolve().parents[1] / "train/configs/vietnews_summarization.yaml"
     with pytest.raises(ConfigError, match=message):
-        load_config(recipe, overrides)
+        load_run_config(recipe, overrides)
 
 
 def test_coverage_loss_matches_the_reference_and_joins_the_training_loss(tiny_config):

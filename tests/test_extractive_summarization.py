@@ -28,7 +28,8 @@ from keras_transformer.text.extractive import (
     select,
 )
 from tests.news_data import WORDS, write_tsv
-from train.config import ConfigError, load_config
+from train.config import ConfigError
+from train.tasks import load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
@@ -208,7 +209,7 @@ def test_extractor_refuses_ids_of_another_rank():
 ])
 def test_config_refuses_a_bad_selection(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(ROOT / "train" / "configs" / "vietnews_extractive.yaml", overrides)
+        load_run_config(ROOT / "train" / "configs" / "vietnews_extractive.yaml", overrides)
 
 
 # End to end

@@ -81,7 +81,7 @@ def test_find_cycle_names_the_cycle_and_accepts_a_tree():
 
 def test_the_graph_holds_the_edges_it_should():
     graph = import_graph()
-    assert "train.engine" in graph["train.tasks.seq2seq"]
+    assert "train.losses" in graph["train.tasks.seq2seq"]
     assert "train.run" in graph["train.cli"]  # an import inside a function counts
     assert "keras_transformer.text.lines" in graph["export.text_io"]
 
@@ -89,3 +89,14 @@ def test_the_graph_holds_the_edges_it_should():
 def test_project_imports_are_acyclic():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_train_tasks_sit_below_the_engine():
+    """The engine drives tasks; a task imports the losses and batch helpers from their own
+    modules, never the engine or what runs it."""
+    graph = import_graph()
+    assert "train.tasks.base" in graph["train.engine"]
+    tasks = [name for name in graph if name.startswith("train.tasks.")]
+    assert len(tasks) >= 6
+    for name in tasks:
+        assert not graph[name] & {"train.engine", "train.run", "train.cli"}, name

@@ -45,7 +45,7 @@ def test_zero_minutes_means_no_budget(monkeypatch):
 def test_batch_tap_records_every_tensors_shape_and_counts_only_token_labels():
     import tensorflow as tf
 
-    from train.engine import BatchTap
+    from train.batches import BatchTap
 
     source = np.array([[5, 6, 0], [7, 0, 0]], np.int32)
     target_in, target_out = np.array([[1, 4], [1, 0]], np.int32), np.array([[4, 2], [2, 0]],

@@ -50,10 +50,11 @@ def main(argv) -> int:
     check_keras_backend()  # before Keras is imported: it would fail with a traceback
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from .config import load_config
     from .data import data_files
+    from .tasks import load_run_config
 
-    config = load_config(args.config, args.set)
+    # The task's name, backend and own rules are checked here, before any file is touched.
+    config = load_run_config(args.config, args.set)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} is a file, not a run directory")
@@ -61,11 +62,7 @@ def main(argv) -> int:
     if config.tokenizer.model:
         inputs.append(Path(config.tokenizer.model))
     check_inputs_outside(out, [Path(args.config), *inputs])
-    from .run import TASKS, check_task_backend, run
+    from .run import run
 
-    if config.task not in TASKS:
-        raise CommandError(f"task {config.task!r} is not supported (use "
-                           f"{' or '.join(TASKS)})")
-    check_task_backend(config.task)
     run(config, out, overwrite=args.overwrite)
     return 0

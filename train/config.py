@@ -304,19 +304,6 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
                           f"the epoch checkpoints it averages")
     _check_given_tokenizer(config)
     _check_stream(config)
-    labels = config.data.labels
-    if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
-        raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
-                          f"spaces, got {labels!r}")
-    e = config.eval
-    if e.summary_sentences and e.summary_syllables:
-        raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) and "
-                          f"eval.summary_syllables ({e.summary_syllables}) both pick the "
-                          f"summary; set one (or neither, to choose on dev)")
-    if e.summary_sentences > config.data.article_sentences:
-        raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) is more than the "
-                          f"sentences the model reads (data.article_sentences "
-                          f"{config.data.article_sentences})")
     if config.data.word_joints not in WORD_JOINTS:
         raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got "
                           f"{config.data.word_joints!r}")
@@ -378,10 +365,10 @@ _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2",
                "data.mask_rate"}
 
 
-def _check_model(config: RunConfig) -> None:
-    """The preset with model.overrides, checked as TransformerConfig checks it, before any
-    data or tokenizer is made: the vocabulary sizes and lengths the run fills in later stand
-    in as values that pass, unless the overrides set them."""
+def model_preview(config: RunConfig):
+    """The preset with model.overrides as TransformerConfig builds it, before any data or
+    tokenizer is made: the vocabulary sizes and lengths the run fills in later stand in as
+    values that pass, unless the overrides set them. A ConfigError names what it refuses."""
     from keras_transformer.command_line import one_line
     from keras_transformer.config import TransformerConfig
 
@@ -392,16 +379,15 @@ def _check_model(config: RunConfig) -> None:
     stand_ins = {"source_vocab_size": vocab, "target_vocab_size": vocab,
                  "max_source_length": 4096, "max_target_length": 4096}
     try:
-        model = TransformerConfig.preset(config.model.preset, **{**stand_ins, **overrides})
+        return TransformerConfig.preset(config.model.preset, **{**stand_ins, **overrides})
     except (TypeError, ValueError) as err:
         raise ConfigError(f"model: {one_line(err)}") from None
-    # Two tokenizers number their pieces independently, even at one vocabulary size: a shared
-    # embedding, or a copied source id, would mean another piece on the target side.
-    for name in ("copy_attention", "share_embeddings"):
-        if getattr(model, name, False) and not config.tokenizer.joint and config.task in (
-                "translation", "summarization"):
-            raise ConfigError(f"model.overrides.{name} needs one vocabulary for source and "
-                              f"target: set tokenizer.joint: true (or {name}: false)")
+
+
+def _check_model(config: RunConfig) -> None:
+    """The model section as TransformerConfig checks it (the task adds its own rules:
+    Task.check_config)."""
+    model_preview(config)
 
 
 def _check_given_tokenizer(config: RunConfig) -> None:

@@ -15,13 +15,11 @@ import warnings
 from pathlib import Path
 
 import keras
-import numpy as np
 
 from keras_transformer.file_safety import atomic_write_text, written_in_place_of
-from keras_transformer.lazy_import import LazyModule
-from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, label_smoothed_nll
 
 from .accumulation import updates_done
+from .batches import BatchTap
 from .callbacks import (
     DevScoring,
     EpochCheckpoints,
@@ -52,62 +50,10 @@ from .warm_start import start_from, weights_file
 from .warmup import make_schedule, planned_steps, schedule_warmup
 
 log = logging.getLogger("train")
-tf = LazyModule("tensorflow")  # tf.data and tf.distribute: imported by those paths only
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; TerminateOnNaN stopped the run."""
-
-
-def replayable(build, repeat: bool) -> tf.data.Dataset:
-    """A repeated stream that every new iterator replays from its first batch.
-
-    A seeded shuffle with reshuffle_each_iteration continues its sequence of orders on each
-    new iterator of one dataset object, and Keras makes more than one on a single device
-    (not on several), so the batches would depend on the strategy and on how often the
-    dataset was iterated before. Built inside flat_map, each iterator starts afresh. A
-    one-pass-per-epoch dataset is left alone: there, a new iterator is a new epoch and
-    should get a new order.
-    """
-    if not repeat:
-        return build()
-    return tf.data.Dataset.range(1).flat_map(lambda _: build())
-
-
-@keras.saving.register_keras_serializable(package="train")
-class ReplicaTokenMeanLoss(MaskedLabelSmoothedCrossEntropy):
-    """The label-smoothed loss of each replica's tokens divided by the tokens of the global batch.
-
-    Keras sums the replicas' gradients, and divides a loss by the replica count only when it
-    reduces a per-example loss itself; this loss is already a scalar. Summing sum_r / tokens
-    over replicas gives exactly the single-device mean over the global batch, however the
-    tokens fall between the replicas.
-    """
-
-    def call(self, y_true, y_pred):
-        loss, mask = label_smoothed_nll(y_true, y_pred, self.label_smoothing, self.pad_id)
-        return replica_mean(tf.reduce_sum(loss), tf.reduce_sum(mask))
-
-
-def replica_mean(total, count):
-    """A replica's summed loss over the count (tokens, sentences) of the global batch: the
-    replicas' sum of these is the single-device mean."""
-    import tensorflow as tf  # tf.distribute's replicas: TensorFlow only
-
-    context = tf.distribute.get_replica_context()
-    if context is not None and context.num_replicas_in_sync > 1:
-        count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-    return total / tf.maximum(count, 1.0)
-
-
-def token_loss(label_smoothing: float, pad_id: int, replicas: int):
-    """The label-smoothed token loss, padding masked, for a strategy of `replicas` replicas.
-    The plain loss on one device keeps saved models free of a train/ class. Under JAX the
-    replicas run one program over the global batch (`distribute.JaxDataParallel`), whose
-    plain mean is already the global one."""
-    replicated = replicas > 1 and keras.backend.backend() == "tensorflow"
-    kind = ReplicaTokenMeanLoss if replicated else MaskedLabelSmoothedCrossEntropy
-    return kind(label_smoothing, pad_id)
 
 
 def make_optimizer(config: RunConfig, d_model: int, planned: int | None = None):
@@ -135,55 +81,6 @@ def compile_model(model, config: RunConfig, loss, metrics, jit_compile: bool | N
     jit = resolve_jit(config.training.jit_compile) if jit_compile is None else jit_compile
     model.compile(optimizer=make_optimizer(config, model.config.d_model, planned), loss=loss,
                   metrics=metrics, jit_compile=jit)
-
-
-class BatchTap:
-    """Records the distinct batch shapes the train step gets (those of every input and the
-    labels: one XLA compile each) and counts the target tokens it trains on, for
-    tokens/second. Labels are target tokens where they have an input's rank (a translator's
-    or language model's next tokens); a classifier's or extractor's are not, and leave
-    `target_tokens` None."""
-
-    def __init__(self):
-        self.shapes: set[tuple[int, ...]] = set()
-        self.target_tokens = None
-
-    def _add(self, shape, tokens, ranks):
-        # np.asarray, not .numpy(): once, under load, the py_function's argument arrived as a
-        # tuple (AutoGraph had converted the lambda), which has no .numpy().
-        dims, shapes = [int(v) for v in np.asarray(shape).reshape(-1)], []
-        for rank in ranks:
-            shapes.append(tuple(dims[:rank]))
-            dims = dims[rank:]
-        self.shapes.add(tuple(shapes))
-        if tokens is not None:
-            self.target_tokens = (self.target_tokens or 0) + int(np.asarray(tokens).sum())
-        return 0
-
-    @staticmethod
-    def _token_labels(inputs, labels) -> bool:
-        return any(len(x.shape) == len(labels.shape) for x in keras.tree.flatten(inputs))
-
-    def __call__(self, inputs, labels):
-        tensors = [*keras.tree.flatten(inputs), labels]  # the shapes: inputs', then labels'
-        counted = self._token_labels(inputs, labels)
-        if isinstance(labels, np.ndarray):  # a NumPy batch (text.numpy_pipeline)
-            self.shapes.add(tuple(tuple(x.shape) for x in tensors))
-            if counted:
-                self.target_tokens = (self.target_tokens or 0) + int(np.count_nonzero(labels))
-            return inputs, labels
-        ranks = [len(x.shape) for x in tensors]
-        shape = tf.concat([tf.shape(x) for x in tensors], 0)
-        if counted:
-            tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
-            func, args = (lambda shape, tokens: self._add(shape, tokens, ranks)), [shape, tokens]
-        else:
-            func, args = (lambda shape: self._add(shape, None, ranks)), [shape]
-        # Plain Python, never converted by the AutoGraph of the dataset's map.
-        done = tf.py_function(tf.autograph.experimental.do_not_convert(func), args, tf.int32)
-        with tf.control_dependencies([done]):
-            labels = tf.identity(labels)
-        return inputs, labels
 
 
 def segments(state: dict | None, epochs: int, steps_per_epoch: int):

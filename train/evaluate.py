@@ -111,15 +111,11 @@ TASK_OPTIONS = {
 
 
 def run_task(run: Path, args):
-    """The run's task (train.run.TASKS by its config.yaml `task:`), its config's eval
+    """The run's task (train.tasks.TASKS by its config.yaml `task:`), its config's eval
     settings replaced by the options given; an option the task does not take is refused."""
-    from .config import load_config
-    from .run import TASKS, task_class
+    from .tasks import load_run_config, task_class
 
-    config = load_config(run / "config.yaml")
-    if config.task not in TASKS:
-        raise CommandError(f"{run} is a {config.task} run; train.evaluate scores "
-                           f"{', '.join(TASKS)} runs")
+    config = load_run_config(run / "config.yaml")
     task = task_class(config.task)(config)
     for flag, given in TASK_OPTIONS.items():
         if given(args) and flag not in task.evaluate_options:

@@ -1,0 +1,48 @@
+"""The tasks a run can name (`config.task`): each one's module and class, imported when a run
+asks for it (the tf.data tasks import TensorFlow); the one check of a task's name and Keras
+backend; and a run's config loaded with its task's own rules (`Task.check_config`)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from ..config import ConfigError, RunConfig, load_config
+
+TASKS = {"translation": ("translation", "TranslationTask"),
+         "classification": ("classification", "ClassificationTask"),
+         "summarization": ("summarization", "SummarizationTask"),
+         "language_model": ("language_model", "LanguageModelTask"),
+         "extractive_summarization": ("extractive", "ExtractiveSummarizationTask"),
+         "masked_lm": ("masked_lm", "MaskedLMTask")}
+# The tasks with a NumPy input path, which train under every Keras backend.
+ANY_BACKEND_TASKS = ("translation", "summarization")
+
+
+def check_task(task: str) -> None:
+    """Refuse a task name that is not in TASKS, and a task that needs TensorFlow under another
+    Keras backend (before its module, which would import TensorFlow, is imported)."""
+    if task not in TASKS:
+        raise ConfigError(f"task {task!r} is not supported (use {' or '.join(TASKS)})")
+    import keras
+
+    backend = keras.backend.backend()
+    if backend != "tensorflow" and task not in ANY_BACKEND_TASKS:
+        raise ValueError(f"task {task} reads its data with tf.data, which needs "
+                         f"KERAS_BACKEND=tensorflow; under KERAS_BACKEND={backend} the tasks "
+                         f"{' and '.join(ANY_BACKEND_TASKS)} train")
+
+
+def task_class(task: str):
+    """The Task subclass of `task`, checked by check_task first."""
+    check_task(task)
+    module, name = TASKS[task]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
+def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
+    """train.config.load_config (the schema and the rules of every run), then the rules of
+    the task the config names: a bad value fails in one line before any data is read."""
+    config = load_config(path, overrides)
+    task_class(config.task).check_config(config)
+    return config

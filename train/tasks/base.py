@@ -84,6 +84,12 @@ class Task:
     def __init__(self, config: RunConfig):
         self.config = config
 
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        """Refuse, with a one-line ConfigError naming the key, what the task cannot run:
+        the rules of its own keys, or of keys that mean something else to it. Called when the
+        config is loaded (train.tasks.load_run_config) and before a run, ahead of any data."""
+
     def prepare(self, out: Path) -> TransformerConfig:
         """Read the data, train the tokenizers into `out`; return the model's config."""
         raise NotImplementedError
@@ -93,7 +99,7 @@ class Task:
 
         Factories, because each input pipeline of a distributed run must build its own copy
         (see train.distribute). With training.steps_per_epoch the training stream repeats
-        (train.engine.replayable), so that a resumed run can skip exactly the batches already
+        (train.batches.replayable), so that a resumed run can skip exactly the batches already
         trained on; otherwise one pass is one epoch.
         """
         raise NotImplementedError

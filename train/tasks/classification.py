@@ -14,9 +14,9 @@ from keras_transformer.file_safety import atomic_write_text
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
 
+from ..batches import replayable
 from ..config import ConfigError
 from ..data import LabeledSplit, load_classification, parse_label
-from ..engine import replayable
 from ..scoring import classification_scores
 from ..tasks.base import DevScore, FileScores, Task, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer
@@ -46,6 +46,13 @@ class ClassificationTask(Task):
     """Labeled sentences (train.data.load_classification); dev and test accuracy, per-class
     F1 and macro-F1. After every epoch the dev macro-F1 (eval.dev_score_sentences 0 turns it
     off) picks best.keras."""
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        labels = config.data.labels
+        if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
+            raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
+                              f"spaces, got {labels!r}")
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data

@@ -29,8 +29,10 @@ from keras_transformer.text.extractive import (
 )
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 
+from ..batches import replayable
+from ..config import ConfigError
 from ..data import load_summarization, split_sentences, word_joints
-from ..engine import replayable, replica_mean
+from ..losses import replica_mean
 from ..scoring import lead_baselines, oracle
 from ..tasks.base import DevScore, FileScores, Task, final_split, score_prefix, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer
@@ -43,7 +45,7 @@ ORACLE_FILE = "oracle.json"  # the greedy-oracle labels of every split, reused o
 @keras.saving.register_keras_serializable(package="train")
 class ReplicaSentenceMeanLoss(MaskedSentenceCrossEntropy):
     """The sentence loss of each replica divided by the real sentences of the global batch
-    (see train.engine.ReplicaTokenMeanLoss)."""
+    (see train.losses.ReplicaTokenMeanLoss)."""
 
     def call(self, y_true, y_pred):
         loss, mask = sentence_bce(y_true, y_pred)
@@ -109,6 +111,18 @@ class ExtractiveSummarizationTask(Task):
     greedy oracle's sentences among them; the model scores every sentence, and the summary is
     the sentences the selection (eval.summary_sentences / summary_syllables /
     trigram_blocking, else chosen on dev) picks, in article order."""
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        e = config.eval
+        if e.summary_sentences and e.summary_syllables:
+            raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) and "
+                              f"eval.summary_syllables ({e.summary_syllables}) both pick the "
+                              f"summary; set one (or neither, to choose on dev)")
+        if e.summary_sentences > config.data.article_sentences:
+            raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) is more than the "
+                              f"sentences the model reads (data.article_sentences "
+                              f"{config.data.article_sentences})")
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data

@@ -16,8 +16,9 @@ from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.text.pipeline import language_model_rows, make_language_model_dataset
 
+from ..batches import replayable
 from ..data import load_articles, split_sentences, word_joints
-from ..engine import replayable, token_loss
+from ..losses import token_loss
 from ..scoring import perplexities, syllables_and_characters
 from ..tasks.base import DevScore, FileScores, Task, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer

@@ -19,9 +19,10 @@ from keras_transformer.text.masking import MASK_PIECE, check_rate, word_start_ta
 from keras_transformer.text.pipeline import make_masked_lm_dataset
 from keras_transformer.text.sentences import split_sentences
 
+from ..batches import replayable
 from ..config import ConfigError
 from ..data import load_summaries, resolve, word_joints
-from ..engine import replayable, token_loss
+from ..losses import token_loss
 from ..tasks.base import DevScore, Task, transformer_config
 from ..tokenizers import train_tokenizer
 from .language_model import summed_nll

@@ -14,7 +14,9 @@ from keras_transformer.decoding import SearchSettings
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
 
-from ..engine import replayable, token_loss
+from ..batches import replayable
+from ..config import ConfigError, model_preview
+from ..losses import token_loss
 from ..tasks.base import FileScores, Task
 from ..tokenizers import load_run_tokenizers
 
@@ -22,6 +24,16 @@ from ..tokenizers import load_run_tokenizers
 class Seq2SeqTask(Task):
     """A task whose model is a `Transformer` trained with teacher forcing on text pairs; a
     subclass sets `source_tok` and `target_tok` in `prepare`."""
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        # Two tokenizers number their pieces independently, even at one vocabulary size: a
+        # shared embedding, or a copied source id, would mean another piece on the target side.
+        model = model_preview(config)
+        for name in ("copy_attention", "share_embeddings"):
+            if getattr(model, name, False) and not config.tokenizer.joint:
+                raise ConfigError(f"model.overrides.{name} needs one vocabulary for source and "
+                                  f"target: set tokenizer.joint: true (or {name}: false)")
 
     def pair_datasets(self, train: tuple[Sequence[str], Sequence[str]],
                       dev: tuple[Sequence[str], Sequence[str]], **pipeline):
