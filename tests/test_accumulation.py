@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import keras
@@ -170,3 +171,27 @@ def test_kill_9_mid_run_resumes_in_updates_and_matches_an_uninterrupted_run(tmp_
     after = backup["epoch"] + 1
     assert resumed["epoch_losses"][after:] == pytest.approx(
         uninterrupted["epoch_losses"][after:], rel=1e-4)
+
+
+TWO_CPUS = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from train.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.tf_only
+def test_accumulation_over_several_tf_replicas_is_refused_before_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-c", TWO_CPUS, *train_command(out, ACCUMULATE,
+                                                               "training.strategy=mirrored")[3:]]
+    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if "accumulate_steps" in line]
+    assert len(lines) == 1 and "not with 2 replicas" in lines[0]
+    assert not out.exists()

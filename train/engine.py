@@ -246,6 +246,14 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     weights_file(config, out)  # a bad training.init_from, refused before any work
     given_model(config)  # and a bad tokenizer.model
     strategy = make_strategy(t.strategy)
+    if (t.accumulate_steps > 1 and strategy.num_replicas_in_sync > 1
+            and keras.backend.backend() == "tensorflow"):
+        # Keras 3.15 updates inside a cond whose branches synchronize the replicas, which
+        # tf.distribute cannot build (merge_call in a control-flow branch).
+        raise ValueError(f"training.accumulate_steps={t.accumulate_steps} works on one device "
+                         f"under TensorFlow, not with {strategy.num_replicas_in_sync} replicas "
+                         f"(Keras cannot accumulate under tf.distribute); set "
+                         f"training.strategy=default or accumulate_steps: 1")
     candidates = resolve_precision(t.precision, resolve_jit(t.jit_compile))
     if strategy.num_replicas_in_sync > 1:
         candidates = candidates[:1]  # the probe times one device's step
