@@ -15,7 +15,7 @@ LIBRARY_TESTS := tests/test_attention.py tests/test_embedding.py \
 	tests/test_public_api.py
 
 .PHONY: demo test test-fast test-backends demo-jax-tiny lint setup setup-jax clean \
-	uit-vsfc-pretrained
+	uit-vsfc-pretrained sst2-pretrained
 
 setup: $(STAMP)
 
@@ -68,13 +68,19 @@ demo-jax-tiny: $(STAMP) $(STAMP_JAX)
 	$(PY) -m export --run runs/demo_jax_tiny --format onnx --out runs/demo_jax_tiny/export --overwrite
 	$(PY) -m export.parity --export runs/demo_jax_tiny/export
 
-# UIT-VSFC fine-tuned from a masked language model (docs/training.md#pre-training-and-fine-tuning):
+# UIT-VSFC and SST-2 fine-tuned from a masked language model (docs/training.md#pre-training-and-fine-tuning):
 # the pre-training run first (an interrupted one resumes, a finished one is reused).
 uit-vsfc-pretrained: $(STAMP)
 	test -f runs/vi_masked_lm/metrics.json || \
 	  $(PY) -m train --config train/configs/vi_masked_lm.yaml --out runs/vi_masked_lm
 	test -f runs/uit_vsfc_pretrained/metrics.json || \
 	  $(PY) -m train --config train/configs/uit_vsfc_pretrained.yaml --out runs/uit_vsfc_pretrained
+
+sst2-pretrained: $(STAMP)
+	test -f runs/en_masked_lm/metrics.json || \
+	  $(PY) -m train --config train/configs/en_masked_lm.yaml --out runs/en_masked_lm
+	test -f runs/sst2_pretrained/metrics.json || \
+	  $(PY) -m train --config train/configs/sst2_pretrained.yaml --out runs/sst2_pretrained
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -284,3 +284,22 @@ def test_from_preset_builds_the_runs_sizes_and_takes_its_trunk(tiny_config, tmp_
     np.testing.assert_allclose(np.asarray(again(ids)), np.asarray(source(ids)), atol=1e-6)
     with pytest.raises(FileNotFoundError, match="model_config.json"):
         TransformerClassifier.from_preset(tmp_path / "nothing")
+
+
+def test_text_files_are_read_by_their_kind(tmp_path):
+    import gzip
+
+    from train.config import ConfigError
+    from train.tasks.masked_lm import read_texts
+
+    (tmp_path / "sst.tsv").write_text("sentence\tlabel\nA fine film \t1\n\nno wit\t0\n")
+    assert read_texts(tmp_path / "sst.tsv", "keep", True) == ["a fine film", "no wit"]
+    (tmp_path / "pairs.txt").write_text("Go.\tVe.\tCC-BY\nRun!\tCorre.\n\n")
+    assert read_texts(tmp_path / "pairs.txt", "keep", False) == ["Go.", "Run!"]
+    with gzip.open(tmp_path / "news.tsv.gz", "wt", encoding="utf-8") as handle:
+        handle.write("article\tsummary\tt\nMột câu . Câu hai_nữa .\tTóm_tắt .\tx\n")
+    assert read_texts(tmp_path / "news.tsv.gz", "split", False) == [
+        "Một câu .", "Câu hai nữa .", "Tóm tắt ."]
+    (tmp_path / "other.tsv").write_text("text\tlabel\nx\t1\n")
+    with pytest.raises(ConfigError, match="neither an article column"):
+        read_texts(tmp_path / "other.tsv", "keep", False)

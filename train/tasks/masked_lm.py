@@ -5,6 +5,7 @@ summarizer fine-tune from (`training.init_from`, `train.warm_start`)."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 import math
 from pathlib import Path
@@ -48,16 +49,41 @@ def check_training_text(path: Path) -> None:
 
 
 def read_texts(path: Path, joints: str, lowercase: bool) -> list[str]:
-    """The sentences of one text file: VNDS-style TSV (.tsv, .tsv.gz: each article's
-    sentences and its summary), or any other file one text per line (blank lines skipped)."""
+    """The texts of one file, by its kind:
+    - TSV (.tsv, .tsv.gz) whose header names an `article` column (VNDS): each article's
+      sentences, and its summary;
+    - TSV whose header names a `sentence` column (SST-2): that column;
+    - any other file: one text per line, blank lines skipped; a line with tabs gives its first
+      field (Tatoeba's English side).
+    A TSV file with neither column is refused, naming the file."""
     if path.name.endswith((".tsv", ".tsv.gz")):
-        loaded = load_summaries(path)
-        texts = [s for article in loaded.articles for s in split_sentences(article)]
-        texts += loaded.summaries
+        header = first_line(path).split("\t")
+        if "article" in header:
+            loaded = load_summaries(path)
+            texts = [s for article in loaded.articles for s in split_sentences(article)]
+            texts += loaded.summaries
+        elif "sentence" in header and not path.name.endswith(".gz"):
+            column = header.index("sentence")
+            rows = [line.split("\t") for line in read_lines(path, what="text file")[1:]]
+            texts = [row[column].strip() for row in rows if len(row) > column]
+        else:
+            raise ConfigError(f"data.texts: {path} is a TSV file whose header names neither an "
+                              f"article column (VNDS) nor a sentence column (SST-2); give one "
+                              f"text per line in a .txt file")
     else:
-        texts = [line.strip() for line in read_lines(path, what="text file") if line.strip()]
-    texts = [word_joints(t, joints) for t in texts]
+        texts = [line.split("\t")[0].strip() for line in read_lines(path, what="text file")]
+    texts = [word_joints(t, joints) for t in texts if t]
     return [t.lower() for t in texts] if lowercase else texts
+
+
+def first_line(path: Path) -> str:
+    """The header line of a TSV file, gzip-compressed or not."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+            return handle.readline().rstrip("\n")
+    except (OSError, EOFError) as err:
+        raise ValueError(f"{path} is not readable ({err})") from None
 
 
 class MaskedLMTask(Task):
