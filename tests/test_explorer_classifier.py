@@ -301,3 +301,28 @@ def test_page_in_headless_chromium_shows_the_label_probabilities_and_the_apis_we
         assert f"weight {weights[layers - 1][0][-1][0]:.4f}" in hover, hover
     finally:
         driver.quit()
+
+
+def test_the_api_batches_sentences_and_answers_each_as_export_classify_alone(export, texts):
+    """export.api's engine for a classifier: sentences of several lengths (one truncated)
+    from concurrent requests, batched and padded together, each answered with the label and
+    probabilities the Classifier gives it alone; a blank one is refused naming it."""
+    from export.common import Manifest
+    from export.engines import ClassifierEngine
+    from export.explorer import InputError
+    from export.runtime import load_classifier
+    from tests.serving import batched
+
+    engine = ClassifierEngine(Manifest(export))
+    requests = [texts[i:i + 4] for i in range(0, len(texts), 4)]
+    outputs, _, sizes = batched(engine, requests)
+    classifier = load_classifier(export)
+    for inputs, answer in zip(requests, outputs, strict=True):
+        for text, got in zip(inputs, answer, strict=True):
+            [alone] = classifier.probabilities([text])
+            assert got["label"] == classifier.labels[int(np.argmax(alone))]
+            np.testing.assert_allclose(list(got["scores"].values()), alone, atol=1e-5)
+            assert got["score"] == max(got["scores"].values())
+    assert sizes == [len(texts)]
+    with pytest.raises(InputError, match=r"inputs\[1\] is empty"):
+        engine.prepare(["good", "  "], {})

@@ -446,3 +446,23 @@ def test_an_extractor_manifest_is_checked(changes, message):
     validate(extractor_manifest())
     with pytest.raises(ExportError, match=message):
         validate(extractor_manifest(**changes))
+
+
+@pytest.mark.slow
+def test_the_api_batches_articles_and_answers_each_as_export_summarize_alone(
+        extractive_export):
+    """export.api's engine for an extractive summarizer: the test articles from concurrent
+    requests, batched, each answered with the summary the Summarizer gives it alone."""
+    from export.common import Manifest
+    from export.engines import ExtractorEngine
+    from export.runtime import load_summarizer
+    from tests.serving import batched
+
+    out, export = extractive_export
+    articles = (out / "test.src").read_text(encoding="utf-8").splitlines()[:9]
+    requests = [articles[i:i + 3] for i in range(0, len(articles), 3)]
+    outputs, _, sizes = batched(ExtractorEngine(Manifest(export)), requests)
+    summarizer = load_summarizer(export)
+    for inputs, answer in zip(requests, outputs, strict=True):
+        assert answer == [summarizer.extract([a])[0].summary for a in inputs]
+    assert sizes == [9]
