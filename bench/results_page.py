@@ -251,6 +251,36 @@ def memory(root: Path) -> list[str]:
             ""]
 
 
+def serve(root: Path) -> list[str]:
+    path = RESULTS / "serve.json"
+    if not (root / path).is_file():
+        return []
+    data = read(root, path)
+    cells = {(r["mode"], r["beam_size"], r["clients"]): r for r in data["results"]}
+    rows = []
+    for beam, clients in sorted({(b, c) for _, b, c in cells}, key=lambda k: (-k[0], k[1])):
+        on, off = cells.get(("batching", beam, clients)), cells.get(("no batching", beam, clients))
+        if on is None or off is None:
+            continue
+        rows.append([beam, clients, f"{on['sentences_per_s']:,.1f}", on.get("mean_batch", ""),
+                     f"{on['p50_ms']:,.0f} / {on['p99_ms']:,.0f}",
+                     f"{off['sentences_per_s']:,.1f}",
+                     f"{off['p50_ms']:,.0f} / {off['p99_ms']:,.0f}",
+                     f"{on['sentences_per_s'] / max(off['sentences_per_s'], 1e-9):.2f}x",
+                     f"{on['failed']} / {off['failed']}",
+                     f"{max(on['peak_rss_mb'], off['peak_rss_mb']):,.0f}"])
+    return ["## The API server under load (`python -m bench.serve`)", "",
+            f"`{data['export']}`" + (f" ({data['note']})" if data.get("note") else "")
+            + f", one sentence per request, {data['seconds']:g} s per cell, "
+            f"`--max-batch-size {data['max_batch_size']}` against 1; load average "
+            f"{data['loadavg_start'][0]:g} at the start (other processes shared the CPU):",
+            "", *table(["beam", "clients", "sentences/s batched", "mean batch",
+                        "p50 / p99 ms batched",
+                        "sentences/s unbatched", "p50 / p99 ms unbatched", "batched / unbatched",
+                        "not 200 batched / unbatched", "peak MiB"], rows),
+            source(root, path), ""]
+
+
 def demo_shapes(root: Path) -> list[str]:
     path = RESULTS / "train_step_budget.json"
     steps: dict = {}
@@ -283,7 +313,8 @@ def build(root: Path | None = None) -> str:
              "hand. How each figure is measured and reproduced: "
              "[performance.md](performance.md) and [training.md](training.md#results).", "",
              *hand_kept(root), *recipe(root), *duel(root), *quiet_sitting(root),
-             *train_real(root), *precision(root), *memory(root), *demo_shapes(root),
+             *train_real(root), *precision(root), *memory(root), *serve(root),
+             *demo_shapes(root),
              *roofline(root)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
