@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import sys
 import types
@@ -161,6 +162,15 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# Where relative data paths are read from when neither data.data_dir nor $KT_DATA_DIR says.
+DEFAULT_DATA_DIR = Path("..") / "shared" / "data"
+
+
+def data_dir(config: DataConfig) -> Path:
+    """The folder relative data paths are read from: config, then $KT_DATA_DIR, then ../shared/data."""
+    return Path(config.data_dir or os.environ.get("KT_DATA_DIR") or DEFAULT_DATA_DIR)
 
 
 class ConfigError(ValueError):

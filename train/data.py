@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
 import random
 import zlib
 from dataclasses import dataclass
@@ -18,9 +17,7 @@ from keras_transformer.text.lines import decode_lines, read_lines
 from keras_transformer.text.sentences import split_sentences  # noqa: F401  (read from here)
 from keras_transformer.text.tokenizer import load_parallel_text, load_tsv_pairs
 
-from .config import WORD_JOINTS, ConfigError, DataConfig
-
-DEFAULT_DATA_DIR = Path("..") / "shared" / "data"
+from .config import WORD_JOINTS, ConfigError, DataConfig, data_dir
 
 log = logging.getLogger("train")
 
@@ -40,11 +37,6 @@ class Corpus:
     dev: Split
     test: Split | None
     dropped_empty: int = 0
-
-
-def data_dir(config: DataConfig) -> Path:
-    """The folder relative data paths are read from: config, then $KT_DATA_DIR, then ../shared/data."""
-    return Path(config.data_dir or os.environ.get("KT_DATA_DIR") or DEFAULT_DATA_DIR)
 
 
 def resolve(config: DataConfig, name: str) -> Path:

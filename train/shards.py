@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import DataConfig
+from .config import DataConfig, data_dir
 from .tokenizer_sources import sample_sentences
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -26,8 +26,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 def shard_files(config: DataConfig) -> list[Path]:
     """The shards data.train_source names (a file, or a glob), relative to the data folder,
     sorted; a glob that matches nothing, or a missing file, is an error naming it."""
-    from .data import data_dir
-
     pattern = Path(config.train_source)
     if not pattern.is_absolute():
         pattern = data_dir(config) / pattern
