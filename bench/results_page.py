@@ -306,13 +306,31 @@ def roofline(root: Path) -> list[str]:
             source(root, path), ""]
 
 
+# The studies behind each recipe (runs, per-epoch figures, what was compared on dev), one file
+# each under docs/experiments/, hand-written.
+STUDIES = [
+    ("demo", "demo.md"), ("spa_eng_small", "spa_eng_recipe.md"),
+    ("tatoeba_envi", "tatoeba_envi.md"), ("sst2_classifier", "sst2_classifier.md"),
+    ("uit_vsfc_sentiment", "uit_vsfc.md"),
+    ("vietnews_summarization", "vietnews_summarization.md"),
+    ("vietnews_extractive", "vietnews_extractive.md"), ("vi_news_lm", "language_model.md"),
+]
+
+
+def studies() -> list[str]:
+    links = ", ".join(f"`{name}` ([experiments/{page}](experiments/{page}))"
+                      for name, page in STUDIES)
+    return ["The studies behind each recipe, with their runs and per-epoch figures: "
+            f"{links}.", ""]
+
+
 def build(root: Path | None = None) -> str:
     root = ROOT if root is None else root
     lines = ["# Results", "",
              f"Written by `python -m bench.results_page` from `{RESULTS}/`; do not edit by "
              "hand. How each figure is measured and reproduced: "
              "[performance.md](performance.md) and [training.md](training.md#results).", "",
-             *hand_kept(root), *recipe(root), *duel(root), *quiet_sitting(root),
+             *studies(), *hand_kept(root), *recipe(root), *duel(root), *quiet_sitting(root),
              *train_real(root), *precision(root), *memory(root), *serve(root),
              *demo_shapes(root),
              *roofline(root)]

@@ -4,6 +4,7 @@ from the committed result files, and README.md and docs/performance.md stay shor
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -46,7 +47,41 @@ def test_a_hand_kept_figure_needs_its_run_cpu_and_date(tmp_path):
         results_page.build(tmp_path)
 
 
-@pytest.mark.parametrize("path, limit", [("README.md", 150), ("docs/performance.md", 300)])
+@pytest.mark.parametrize("path, limit", [("README.md", 150), ("docs/performance.md", 300),
+                                         ("docs/training.md", 600)])
 def test_the_manual_stays_short(path, limit):
     lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
     assert len(lines) < limit, f"{path} has {len(lines)} lines; keep it under {limit}"
+
+
+FENCE = re.compile(r"^ *```.*?^ *```", re.M | re.S)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(path):
+    """GitHub's heading anchors: lower-cased, punctuation dropped, spaces to hyphens."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    slugs = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = 0
+        while (slug if n == 0 else f"{slug}-{n}") in slugs:
+            n += 1
+        slugs.add(slug if n == 0 else f"{slug}-{n}")
+    return slugs
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
+    broken = []
+    for page in pages:
+        for target in LINK.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
