@@ -9,7 +9,7 @@ PY_JAX := $(VENV_JAX)/bin/python
 STAMP_JAX := $(VENV_JAX)/.installed
 # The library's tests, run again under JAX and PyTorch (tf_only tests skip there).
 LIBRARY_TESTS := tests/test_attention.py tests/test_embedding.py \
-	tests/test_feed_forward_add_norm.py tests/test_losses_schedules.py tests/test_decoding.py \
+	tests/test_feed_forward_add_norm.py tests/test_losses_schedules.py tests/test_decoding_*.py \
 	tests/test_transformer.py tests/test_dropout.py tests/test_translator.py \
 	tests/test_training.py tests/test_backends.py tests/test_numpy_pipeline.py \
 	tests/test_public_api.py
