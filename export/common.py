@@ -42,15 +42,20 @@ FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "i
 # decode_step, for translation and summarization), an encoder-only classifier ("classifier":
 # classify, text to class probabilities), a decoder-only TransformerLM ("lm": decode_step
 # alone), or an encoder-only extractive summarizer ("extractor": extract, an article's
-# sentences to their probabilities). A manifest without "kind" is a translator's.
-KINDS = ("translator", "classifier", "lm", "extractor")
+# sentences to their probabilities), or an encoder-only masked language model ("masked_lm":
+# fill, ids with [MASK] pieces to the logits of every position). A manifest without "kind" is
+# a translator's.
+KINDS = ("translator", "classifier", "lm", "extractor", "masked_lm")
 KIND_NAMES = {"translator": "translator (encoder-decoder)", "classifier": "classifier",
-              "lm": "language model", "extractor": "extractive summarizer"}
+              "lm": "language model", "extractor": "extractive summarizer",
+              "masked_lm": "masked language model"}
 # The task a manifest without "task" was exported from, per kind.
 DEFAULT_TASKS = {"translator": "translation", "classifier": "classification",
-                 "lm": "translation", "extractor": "extractive_summarization"}
+                 "lm": "translation", "extractor": "extractive_summarization",
+                 "masked_lm": "masked_lm"}
 KIND_TOOLS = {"translator": "export.translate", "classifier": "export.classify",
-              "lm": "export.generate", "extractor": "export.summarize"}
+              "lm": "export.generate", "extractor": "export.summarize",
+              "masked_lm": "export.fill_mask"}
 # Formats whose model is a directory (its files are listed one by one under "files").
 DIRECTORY_FORMATS = ("savedmodel",)
 # The block of the run's search settings (keras_transformer.decoding.SearchSettings), and the
@@ -222,9 +227,24 @@ def _validate_extractor(data: dict) -> None:
         raise ExportError(f"key 'selection': {err}") from None
 
 
+def _validate_masked_lm(data: dict) -> None:
+    _validate_encoder_only(data)
+    mask = _check(data, "mask", dict, "")
+    _check(mask, "piece", str, "mask")
+    mask_id = _check(mask, "id", int, "mask", minimum=0)
+    vocab = data["vocab"]["source_size"]
+    if mask_id >= vocab:
+        raise ExportError(f"key 'mask.id' is {mask_id}, not below vocab.source_size {vocab}")
+    if data.get("word_joints", "keep") not in ("keep", "split"):
+        raise ExportError(f"key 'word_joints' is {data['word_joints']!r}, not keep or split")
+    if not isinstance(data.get("lowercase", False), bool):
+        raise ExportError("key 'lowercase' must be true or false")
+
+
 # The keys each kind's manifest adds (the runtimes read them): checked by validate.
 _SECTIONS = {"translator": _validate_translator, "lm": _validate_translator,
-             "classifier": _validate_classifier, "extractor": _validate_extractor}
+             "classifier": _validate_classifier, "extractor": _validate_extractor,
+             "masked_lm": _validate_masked_lm}
 
 
 def variant_bytes(data: dict, files: dict[str, str]) -> int:

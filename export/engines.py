@@ -24,7 +24,7 @@ from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.generation import BackendStepper
 from keras_transformer.text.sources import default_max_length, pad_batch
 
-from .common import Manifest
+from .common import KIND_NAMES, KIND_TOOLS, ExportError, Manifest
 from .explorer import InputError
 from .runtime import load_runner
 from .runtime.base import LMStepper
@@ -337,4 +337,9 @@ def open_engine(export_dir: str | Path, runtime: str = "onnx", variant: str = "f
                 run_dir=None):
     """The engine of an export's kind (its manifest's), over one runtime."""
     manifest = Manifest(export_dir)
+    if manifest.kind not in ENGINES:
+        from keras_transformer.command_line import command
+
+        raise ExportError(f"{export_dir} holds a {KIND_NAMES[manifest.kind]}, which the API "
+                          f"server does not serve; use {command(KIND_TOOLS[manifest.kind])}")
     return ENGINES[manifest.kind](manifest, runtime, variant, run_dir)

@@ -34,6 +34,7 @@ SCRIPTS = {
     "train.visualize": "kt-visualize", "export": "kt-export", "export.parity": "kt-parity",
     "export.translate": "kt-translate", "export.classify": "kt-classify",
     "export.summarize": "kt-summarize", "export.generate": "kt-generate",
+    "export.fill_mask": "kt-fill-mask",
     "export.serve": "kt-serve", "export.api": "kt-api",
 }
 

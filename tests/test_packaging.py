@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 INSTALLED_AS = {"keras_transformer": "keras_transformer", "train": "keras_transformer/train",
                 "export": "keras_transformer/export"}
 SCRIPTS = {"kt-train", "kt-evaluate", "kt-average", "kt-visualize", "kt-export", "kt-parity",
-           "kt-translate", "kt-classify", "kt-summarize", "kt-generate", "kt-serve"}
+           "kt-translate", "kt-classify", "kt-summarize", "kt-generate", "kt-serve",
+           "kt-fill-mask"}
 
 
 @pytest.fixture(scope="module")

@@ -224,6 +224,9 @@ TF_FREE_MODULES = (
     "export.extractor_parity",
     "export.runtime.extractor",
     "export.summarize",
+    "export.runtime.masked_lm",
+    "export.masked_lm_parity",
+    "export.fill_mask",
 )
 
 

@@ -8,10 +8,12 @@ from .base import ExportKind
 from .classifier import ClassifierKind
 from .extractor import ExtractorKind
 from .language_model import LanguageModelKind
+from .masked_lm import MaskedLMKind
 from .seq2seq import Seq2SeqKind
 
 KINDS: dict[str, ExportKind] = {kind.name: kind for kind in (
-    Seq2SeqKind(), LanguageModelKind(), ClassifierKind(), ExtractorKind())}
+    Seq2SeqKind(), LanguageModelKind(), ClassifierKind(), ExtractorKind(),
+    MaskedLMKind())}
 
 
 def kind_of(manifest: Manifest) -> ExportKind:
@@ -26,4 +28,5 @@ def kind_of_model(model, run_dir) -> ExportKind:
             return kind
     raise ValueError(f"{run_dir}/model.keras holds a {type(model).__name__}; an export takes a "
                      f"Transformer (translation, summarization), a TransformerLM (language "
-                     f"model), a TransformerClassifier or a TransformerExtractor")
+                     f"model), a TransformerClassifier, a TransformerExtractor or a "
+                     f"TransformerMaskedLM")

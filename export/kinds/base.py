@@ -122,30 +122,34 @@ class DecodingKind(ExportKind):
 
 class EncoderOnlyKind(ExportKind):
     """A kind whose export is one function of token ids (a classifier's `classify`, an
-    extractor's `extract`): its runtimes are callables ids -> probabilities, over the ONNX
-    file of role `role` or the signature `signatures[0]`."""
+    extractor's `extract`, a masked language model's `fill`): its runtimes are callables ids
+    -> the function's output `output`, over the ONNX file of role `role` or the signature
+    `signatures[0]`."""
 
     role: str = ""
+    # The output of the exported function the runtimes return (a masked language model's
+    # `fill` has its logits only).
+    output: str = "probabilities"
 
     def backend(self, manifest, runtime, variant, run_dir, search_graph):
         signature = self.signatures[0]
         if runtime == "onnx":
             from ..runtime.onnx import OnnxFunction
 
-            return OnnxFunction(manifest, variant, self.role)
+            return OnnxFunction(manifest, variant, self.role, output=self.output)
         if runtime == "tflite":
             from ..runtime.tflite import TFLiteFunction
 
-            return TFLiteFunction(manifest, variant, signature)
+            return TFLiteFunction(manifest, variant, signature, self.output)
         from ..runtime.tf import KerasFunction, SavedModelFunction, run_model
 
         if runtime == "savedmodel":
-            return SavedModelFunction(manifest, signature)
+            return SavedModelFunction(manifest, signature, self.output)
         return KerasFunction(run_model(manifest, run_dir, self), self.activation)
 
     @staticmethod
     def activation(logits):
-        """The model's logits -> the probabilities the exported function returns (TF)."""
+        """The model's logits -> the exported function's output `output` (TF)."""
         raise NotImplementedError
 
     # What differs between the encoder-only kinds' exports.

@@ -1,8 +1,9 @@
 """The runtimes of an export directory, each asked of the export's kind (export/kinds/): a
 Backend (keras_transformer.generation.Backend) driven by the NumPy search of
 keras_transformer.decoding for a translator's or a language model's export, a callable
-ids -> probabilities for a classifier's or an extractive summarizer's; and what a user runs
-over one (Translator, Generator, Classifier, Summarizer).
+ids -> probabilities for a classifier's or an extractive summarizer's (-> logits for a masked
+language model's); and what a user runs over one (Translator, Generator, Classifier,
+Summarizer, FillMask).
 
 `onnx` and `tflite` need only NumPy, sentencepiece and their own runtime package;
 `savedmodel` and `keras` import TensorFlow when chosen.
@@ -21,7 +22,7 @@ RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
 __all__ = ["RUNTIMES", "Backend", "Generator", "Translator", "load_backend", "load_classifier",
-           "load_generator", "load_summarizer", "load_translator"]
+           "load_fill_mask", "load_generator", "load_summarizer", "load_translator"]
 
 
 def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
@@ -90,3 +91,10 @@ def load_summarizer(export_dir: str | Path, runtime: str = "onnx", variant: str 
     """Article-to-summary summarizer over an export directory (see runtime.extractor's
     `Summarizer`)."""
     return load_runner(export_dir, "extractor", runtime, variant, run_dir)
+
+
+def load_fill_mask(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
+                   run_dir: str | Path | None = None):
+    """Lines with [MASK] to the top pieces of each [MASK] over a masked language model's
+    export (see runtime.masked_lm's `FillMask`)."""
+    return load_runner(export_dir, "masked_lm", runtime, variant, run_dir)

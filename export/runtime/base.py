@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import sentencepiece as spm
 
 from keras_transformer import generation
 from keras_transformer.decoding import SearchSettings, sample_search
+from keras_transformer.text.sources import encode_sources
 
 from ..common import ExportError, Manifest
 
@@ -53,6 +55,38 @@ def load_sentencepiece(path) -> spm.SentencePieceProcessor:
         return spm.SentencePieceProcessor(model_file=str(path))
     except (RuntimeError, OSError) as err:
         raise ExportError(f"{path} is not a valid SentencePiece model: {err}") from err
+
+
+class PieceRows:
+    """Lines -> the rows an encoder-only export reads (a classifier's, a masked language
+    model's): each line's pieces + EOS (over-long ones truncated to max_source_length with EOS
+    kept, or refused), batched right-padded with PAD."""
+
+    purpose = "text"  # what every line must hold, for the message of a blank one
+
+    def __init__(self, manifest: Manifest):
+        self.manifest = manifest
+        self.sp = load_sentencepiece(manifest.file(manifest["tokenizer"]["source"]))
+        ids = manifest.special_ids
+        self.pad_id, self.eos_id = ids["pad"], ids["eos"]
+        self.max_source_length = manifest["max_source_length"]
+
+    def encode(self, sentences: Sequence[str], truncate: bool = True) -> list[list[int]]:
+        """Sentences -> id lists ending in EOS. A blank sentence is a ValueError naming its
+        line (1-based): nothing would be an answer for it."""
+        for number, sentence in enumerate(sentences, start=1):
+            if not sentence.strip():
+                raise ValueError(f"line {number} is empty or only whitespace; give every line "
+                                 f"{self.purpose}")
+        return encode_sources(sentences, lambda texts: self.sp.encode(texts, out_type=int),
+                              self.max_source_length, self.eos_id, truncate=truncate)
+
+    def batch_ids(self, encoded: Sequence[Sequence[int]]) -> np.ndarray:
+        """Id lists -> (B, longest) int32, right-padded with PAD."""
+        ids = np.full((len(encoded), max(map(len, encoded))), self.pad_id, np.int32)
+        for row, tokens in enumerate(encoded):
+            ids[row, :len(tokens)] = tokens
+        return ids
 
 
 class Translator(generation.Translator):

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from keras_transformer.text.sources import batches_by_length, encode_sources
+from keras_transformer.text.sources import batches_by_length
 
 from ..common import ExportError, Manifest
-from ..runtime.base import load_sentencepiece
+from ..runtime.base import PieceRows
 from .onnx import inference_session, session_options
 
 ATTENTION_OUTPUTS = ("probabilities", "encoder_self")
@@ -40,37 +40,18 @@ def attention_runtime(manifest: Manifest, threads: int = 0
     return run
 
 
-class Classifier:
+class Classifier(PieceRows):
     """Sentences -> class probabilities over one runtime of a classifier export. Sentences
     are encoded as in training (pieces + EOS; over-long ones truncated to max_source_length
     with EOS kept, or refused), and run in batches padded to their longest sentence."""
 
+    purpose = "text to classify"
+
     def __init__(self, manifest: Manifest, runtime: Callable[[np.ndarray], np.ndarray]):
         manifest.require_kind("classifier", "a Classifier")
-        self.manifest = manifest
+        super().__init__(manifest)
         self.runtime = runtime
         self.labels = list(manifest["labels"])
-        self.sp = load_sentencepiece(manifest.file(manifest["tokenizer"]["source"]))
-        ids = manifest.special_ids
-        self.pad_id, self.eos_id = ids["pad"], ids["eos"]
-        self.max_source_length = manifest["max_source_length"]
-
-    def encode(self, sentences: Sequence[str], truncate: bool = True) -> list[list[int]]:
-        """Sentences -> id lists ending in EOS. A blank sentence is a ValueError naming its
-        line (1-based): no label would be an answer for it."""
-        for number, sentence in enumerate(sentences, start=1):
-            if not sentence.strip():
-                raise ValueError(f"line {number} is empty or only whitespace; give every line "
-                                 f"text to classify")
-        return encode_sources(sentences, lambda texts: self.sp.encode(texts, out_type=int),
-                              self.max_source_length, self.eos_id, truncate=truncate)
-
-    def batch_ids(self, encoded: Sequence[Sequence[int]]) -> np.ndarray:
-        """Id lists -> (B, longest) int32, right-padded with PAD."""
-        ids = np.full((len(encoded), max(map(len, encoded))), self.pad_id, np.int32)
-        for row, tokens in enumerate(encoded):
-            ids[row, :len(tokens)] = tokens
-        return ids
 
     def probabilities(self, sentences: Sequence[str], batch_size: int = 64,
                       truncate: bool = True) -> np.ndarray:

@@ -58,16 +58,18 @@ def inference_session(path, options=None):
 
 
 class OnnxFunction:
-    """An encoder-only export's ONNX graph (role `role`: classifier.onnx, extractor.onnx) as a
-    callable ids -> probabilities."""
+    """An encoder-only export's ONNX graph (role `role`: classifier.onnx, extractor.onnx,
+    masked_lm.onnx) as a callable ids -> its output `output`."""
 
-    def __init__(self, manifest: Manifest, variant: str, role: str, threads: int = 0):
+    def __init__(self, manifest: Manifest, variant: str, role: str, threads: int = 0,
+                 output: str = "probabilities"):
+        self.output = output
         self.session = inference_session(
             manifest.file(manifest.format_files("onnx", variant)[role]),
             session_options(threads))
 
     def __call__(self, ids):
-        return self.session.run(["probabilities"], {"ids": ids})[0]
+        return self.session.run([self.output], {"ids": ids})[0]
 
 
 class LazySessions(MutableMapping):

@@ -72,13 +72,13 @@ class KerasLMBackend(Backend, TFBackend):
 
 
 class SavedModelFunction:
-    """The one signature of an encoder-only export's SavedModel (`classify`, `extract`) as a
-    callable ids -> probabilities."""
+    """The one signature of an encoder-only export's SavedModel (`classify`, `extract`,
+    `fill`) as a callable ids -> its output `output`."""
 
-    def __init__(self, manifest: Manifest, signature: str):
+    def __init__(self, manifest: Manifest, signature: str, output: str = "probabilities"):
         import tensorflow as tf
 
-        self.tf = tf
+        self.tf, self.output = tf, output
         path = manifest.directory(manifest.format_files("savedmodel")["model"])
         try:
             self._function = tf.saved_model.load(str(path)).signatures[signature]
@@ -87,13 +87,13 @@ class SavedModelFunction:
                               f"signature: {err}") from err
 
     def __call__(self, ids):
-        return self._function(ids=self.tf.constant(ids, self.tf.int32))["probabilities"].numpy()
+        return self._function(ids=self.tf.constant(ids, self.tf.int32))[self.output].numpy()
 
 
 class KerasFunction:
     """The run's float32 Keras model (`model`) with the activation the export adds to its
-    logits (a classifier's softmax, an extractor's sigmoid), as a callable ids ->
-    probabilities."""
+    logits (a classifier's softmax, an extractor's sigmoid, none for a masked language
+    model), as a callable ids -> what the exported function returns."""
 
     def __init__(self, model, activation):
         import tensorflow as tf

@@ -42,17 +42,19 @@ def signature_runners(manifest: Manifest, variant: str, names, threads: int | No
 
 
 class TFLiteFunction:
-    """The one signature of an encoder-only export's .tflite model (`classify`, `extract`) as
-    a callable ids -> probabilities."""
+    """The one signature of an encoder-only export's .tflite model (`classify`, `extract`,
+    `fill`) as a callable ids -> its output `output`."""
 
-    def __init__(self, manifest: Manifest, variant: str, signature: str):
+    def __init__(self, manifest: Manifest, variant: str, signature: str,
+                 output: str = "probabilities"):
+        self.output = output
         self.interpreter, (self._runner,) = signature_runners(manifest, variant, [signature])
         if self._runner is None:
             raise ExportError(f"{manifest.root}'s {variant} TFLite model has no {signature} "
                               f"signature; export it again")
 
     def __call__(self, ids):
-        return self._runner(ids=ids)["probabilities"]
+        return self._runner(ids=ids)[self.output]
 
 
 class ResidentCache:

@@ -1,0 +1,69 @@
+"""The masked language model kind: a TransformerMaskedLM's export, `fill` (ids -> the logits
+of the piece at every position) in every format, the [MASK] piece and id and how the run read
+its text in the manifest; FillMask runs it."""
+
+from __future__ import annotations
+
+from .. import masked_lm_parity
+from .base import EncoderOnlyKind
+
+INTERFACE = ("ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
+             "max_source_length, some pieces the mask id -> logits float32 (B,S,V) of the "
+             "piece at every position (softmax over V for its probabilities)")
+
+
+class MaskedLMKind(EncoderOnlyKind):
+    name = "masked_lm"
+    signatures = ("fill",)
+    role = "masked_lm"  # masked_lm.onnx
+    task = "masked_lm"
+    output = "logits"
+
+    def accepts(self, model) -> bool:
+        from keras_transformer.models.masked_lm import TransformerMaskedLM
+
+        return isinstance(model, TransformerMaskedLM)
+
+    def check_options(self, options) -> None:
+        if options.with_attention:
+            raise ValueError("--with-attention is for translation, summarization and "
+                             "classification runs; export a masked language model without it")
+
+    def load_float32(self, run_dir, trained):
+        from ..masked_lm import load_float32_masked_lm
+
+        return load_float32_masked_lm(run_dir, trained)
+
+    def module(self, model):
+        from ..masked_lm import MaskedLMModule
+
+        return MaskedLMModule(model)
+
+    def section(self, run_dir, trained, model):
+        from ..classifier import run_tokenizer
+        from ..extractor import run_word_joints
+        from ..masked_lm import run_lowercase, run_mask
+
+        c = model.config
+        return {"task": "masked_lm",
+                "mask": run_mask(run_tokenizer(run_dir, self.task), run_dir),
+                "lowercase": run_lowercase(run_dir),
+                "word_joints": run_word_joints(run_dir),
+                "model": {"num_encoder_layers": c.num_encoder_layers, "d_model": c.d_model,
+                          "num_heads": c.num_heads, "parameters": int(model.count_params())},
+                "interface": {self.signatures[0]: INTERFACE}}
+
+    @staticmethod
+    def activation(logits):
+        return logits
+
+    def runner(self, manifest, backend):
+        from ..runtime.masked_lm import FillMask
+
+        return FillMask(manifest, backend)
+
+    def parity_prepare(self, run, out):
+        masked_lm_parity.prepare(run, out)
+
+    def parity_checks(self, run):
+        return list(masked_lm_parity.CHECKS)
