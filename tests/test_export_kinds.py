@@ -29,6 +29,7 @@ def test_every_manifest_kind_is_registered_under_its_name():
     ("keras_transformer.models.language_model", "TransformerLM", "lm"),
     ("keras_transformer.models.classifier", "TransformerClassifier", "classifier"),
     ("keras_transformer.models.extractor", "TransformerExtractor", "extractor"),
+    ("keras_transformer.models.masked_lm", "TransformerMaskedLM", "masked_lm"),
 ])
 def test_each_model_class_is_exported_as_its_kind(module, cls, expected):
     import importlib
