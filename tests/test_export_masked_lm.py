@@ -138,12 +138,12 @@ def expected_fills(keras_model, run_dir, line: str, k: int) -> list[list[tuple[s
     tokenizer = SentencePieceTokenizer(run_dir / "spm.model")
     mask_id = tokenizer.piece_id("[MASK]")
     text = "[MASK]".join(part.replace("_", " ").lower() for part in line.split("[MASK]"))
-    ids = np.array([tokenizer.encode(text) + [tokenizer.eos_id]], np.int32)
+    ids = np.array([tokenizer.encode([text])[0] + [tokenizer.eos_id]], np.int32)
     probabilities = softmax(np.asarray(keras_model(ids, training=False), np.float64))[0]
     out = []
     for row in probabilities[ids[0] == mask_id]:
         best = np.argsort(-row, kind="stable")[:k]
-        out.append([(tokenizer.id_to_piece(int(i)), float(row[i])) for i in best])
+        out.append([(tokenizer.pieces[int(i)], float(row[i])) for i in best])
     return out
 
 
