@@ -189,10 +189,7 @@ def openapi(engine, max_inputs: int) -> dict:
     """The OpenAPI 3.1 description of this server's routes."""
     options = {name: {"type": kind, "description": text}
                for name, (kind, text) in engine.options.items()}
-    output = ({"type": "object", "properties": {
-        "label": {"type": "string"}, "score": {"type": "number"},
-        "scores": {"type": "object", "additionalProperties": {"type": "number"}}}}
-        if engine.kind == "classifier" else {"type": "string"})
+    output = getattr(engine, "output_schema", {"type": "string"})
     request = {"type": "object", "required": ["inputs"], "properties": {
         "inputs": {"type": "array", "items": {"type": "string"}, "minItems": 1,
                    "maxItems": max_inputs},
@@ -332,14 +329,14 @@ def create_app(engine, batcher: Batcher, *, timeout: float = 30.0, max_inputs: i
             deadline = started + timeout
             while True:
                 try:
-                    kind, value = await asyncio.wait_for(events.get(),
+                    what, value = await asyncio.wait_for(events.get(),
                                                          deadline - time.monotonic())
                 except asyncio.TimeoutError:
                     status = 504
                     yield _event({"error": f"not answered within {timeout:g} seconds"},
                                  "error")
                     return
-                if kind == "event":
+                if what == "event":
                     yield _event(value)
                     continue
                 if isinstance(value, BaseException):

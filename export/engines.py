@@ -267,6 +267,10 @@ class ClassifierEngine:
     options: dict = {}
     streams = False
     route = "/v1/classify"
+    # What one output is, for the OpenAPI description (the other engines answer strings).
+    output_schema = {"type": "object", "properties": {
+        "label": {"type": "string"}, "score": {"type": "number"},
+        "scores": {"type": "object", "additionalProperties": {"type": "number"}}}}
 
     def __init__(self, manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
                  run_dir=None):
