@@ -17,7 +17,7 @@ INSTALLED_AS = {"keras_transformer": "keras_transformer", "train": "keras_transf
                 "export": "keras_transformer/export"}
 SCRIPTS = {"kt-train", "kt-evaluate", "kt-average", "kt-visualize", "kt-export", "kt-parity",
            "kt-translate", "kt-classify", "kt-summarize", "kt-generate", "kt-serve",
-           "kt-fill-mask"}
+           "kt-fill-mask", "kt-api"}
 
 
 @pytest.fixture(scope="module")
