@@ -44,19 +44,19 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=15
 
 # The inner loop: every test but those marked slow (end-to-end training, export, training
 # processes); `make test` runs them all.
 test-fast: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not slow" --durations=10
+	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow" --durations=10
 
 # The library's tests under JAX and PyTorch, without TensorFlow (the slow ones under JAX only:
 # a .keras file crossing backends, a model trained to memorise).
 test-backends: $(STAMP_JAX)
-	KERAS_BACKEND=jax $(PY_JAX) -m pytest -q $(LIBRARY_TESTS)
-	KERAS_BACKEND=torch $(PY_JAX) -m pytest -q -m "not slow" $(LIBRARY_TESTS)
+	KERAS_BACKEND=jax $(PY_JAX) -m pytest -q -n auto --dist loadfile $(LIBRARY_TESTS)
+	KERAS_BACKEND=torch $(PY_JAX) -m pytest -q -n auto --dist loadfile -m "not slow" $(LIBRARY_TESTS)
 
 # A small demo run trained and decoded under JAX, whose model.keras TensorFlow exports with
 # parity passing.

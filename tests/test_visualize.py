@@ -156,8 +156,9 @@ def test_rows_sum_to_one_and_the_decoder_triangle_is_exactly_zero(pictures):
     above = np.triu(np.ones(decoder.shape[-2:], bool), k=1)
     assert above.any() and np.all(decoder[..., above] == 0.0)
     assert np.all(decoder[..., ~above] > 0.0)  # what is visible is nonzero
-    # The first output token sees only BOS.
-    assert np.all(decoder[..., 0, 0] == 1.0)
+    # The first output token sees only BOS (to a float32 rounding: oneDNN's softmax kernel
+    # differs between CPUs).
+    np.testing.assert_allclose(decoder[..., 0, 0], 1.0, rtol=0, atol=2e-7)
 
 
 def test_generated_tokens_keep_eos_or_the_whole_row_cut_at_the_limit():

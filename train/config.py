@@ -307,7 +307,8 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     if config.training.warmup_fraction and config.training.initial_step:
         raise ConfigError("training.warmup_fraction shortens a fresh run's warm-up; a run "
                           "that continues another's schedule (training.initial_step) keeps "
-                          "training.warmup_steps")
+                          "training.warmup_steps: set training.warmup_fraction=0 with "
+                          "training.initial_step")
     if config.training.average_last > max(config.training.keep_checkpoints, 1):
         raise ConfigError(f"training.average_last ({config.training.average_last}) must be at "
                           f"most training.keep_checkpoints ({config.training.keep_checkpoints}), "
