@@ -313,7 +313,10 @@ def test_a_jax_data_parallel_fit_takes_the_single_device_steps(tmp_path):
     assert result["loss"] == "MaskedLabelSmoothedCrossEntropy"
     # Two epochs of four odd-sized batches, dropout on: the same steps on two devices.
     assert result["moved"] > 1e-3
-    assert result["diff"] < 1e-5, result
+    # Adam's step is about lr whatever a gradient's size, so where a gradient is near zero the
+    # float32 rounding of another reduction order moves a weight by a small share of lr (the
+    # share differs between CPUs): a split that changed the gradients would move them by lr.
+    assert result["diff"] < 1e-2 * result["moved"], result
     # The logged epoch loss weighs each batch's loss by its rows, the added ones included.
     np.testing.assert_allclose(result["parallel_loss"], result["single_loss"], rtol=1e-3)
 
@@ -321,7 +324,7 @@ def test_a_jax_data_parallel_fit_takes_the_single_device_steps(tmp_path):
 # The modules that are TensorFlow by nature (tf.Variable caches, tf.data); every other module
 # of the library, and the training modules of the tasks that train anywhere, import without it.
 TENSORFLOW_MODULES = ("keras_transformer.tf_backend", "keras_transformer.cache.variables",
-                      "keras_transformer.text.pipeline")
+                      "keras_transformer.text.pipeline", "keras_transformer.text.masking")
 TRAINING_MODULES = ("train.cli", "train.run", "train.engine", "train.distribute",
                     "train.evaluate", "train.tasks.translation", "train.tasks.summarization",
                     "bench.gpu_train", "bench.backends")
