@@ -17,12 +17,12 @@ MASK, PAD, UNK, BOS, EOS = 4, 0, 1, 2, 3
 SPECIALS = (PAD, UNK, BOS, EOS)
 
 
-def masked(ids, index=0, seed=7, rate=0.15, vocab=500, word_starts=None):
+def masked(ids, index=0, seed=7, rate=0.15, vocab=500, word_starts=None, cap=None):
     from keras_transformer.text.masking import mask_batch
 
     inputs, targets = mask_batch(tf.constant(ids, tf.int32), index, rate=rate, mask_id=MASK,
                                  pad_id=PAD, vocab_size=vocab, special_ids=SPECIALS, seed=seed,
-                                 word_starts=word_starts)
+                                 word_starts=word_starts, max_predictions=cap)
     return inputs.numpy(), targets.numpy()
 
 
@@ -74,6 +74,111 @@ def test_whole_word_masking_hides_every_piece_of_a_chosen_word_and_only_those():
             assert chosen[row][pieces].all() or not chosen[row][pieces].any()
     share = chosen.sum() / ordinary.sum()
     assert 0.2 < share < 0.4
+
+
+def position_reference(targets, slots):
+    """NumPy's reading of the gathered form: each row's masked positions in order and their
+    targets, then position 0 with label PAD up to min(slots, length)."""
+    slots = min(slots, targets.shape[1])
+    positions = np.zeros((len(targets), slots), np.int32)
+    labels = np.full((len(targets), slots), PAD, np.int32)
+    for row, target in enumerate(targets):
+        where = np.flatnonzero(target != PAD)
+        assert len(where) <= slots
+        positions[row, : len(where)] = where
+        labels[row, : len(where)] = target[where]
+    return positions, labels
+
+
+@pytest.mark.parametrize("whole_words", [False, True])
+def test_a_cap_keeps_at_most_that_many_chosen_pieces_and_leaves_the_others_untouched(
+        whole_words):
+    rng = np.random.default_rng(6)
+    ids = ordinary_ids(rng, rows=400)
+    starts = None
+    if whole_words:
+        starts = rng.random(ids.shape) < 0.5
+        starts[:, 0] = True
+        starts = tf.constant(starts)
+    cap = 9  # at 30% of a row's 59 ordinary pieces (39 in 50 rows), most rows choose more
+    free_inputs, free_targets = masked(ids, rate=0.3, word_starts=starts)
+    inputs, targets = masked(ids, rate=0.3, word_starts=starts, cap=cap)
+    free, kept = free_targets != PAD, targets != PAD
+    counts = kept.sum(1)
+    assert counts.max() <= cap and not (kept & ~free).any()
+    # The pieces the cap drops are read as they are; the kept ones masked as without a cap.
+    np.testing.assert_array_equal(inputs[~kept], ids[~kept])
+    np.testing.assert_array_equal(inputs[kept], free_inputs[kept])
+    under = free.sum(1) <= cap
+    np.testing.assert_array_equal(targets[under], free_targets[under])
+    if whole_words:
+        # A word's pieces share its draw: a cut at the cap never splits a word.
+        for row in range(len(ids)):
+            word = np.cumsum(starts.numpy()[row]) - 1
+            for w in np.unique(word[free[row]]):
+                pieces = (word == w) & free[row]
+                assert kept[row][pieces].all() or not kept[row][pieces].any()
+    else:
+        assert (counts[~under] == cap).all()
+        # The kept ones are a sample of the chosen, not the first ones of a row: the first
+        # half of the positions holds about half of them (18 chosen there of ~35 a row).
+        over = free[~under]
+        first_half = kept[~under][:, :30].sum() / kept[~under].sum()
+        chosen_half = over[:, :30].sum() / over.sum()
+        assert abs(first_half - chosen_half) < 0.05
+
+
+def test_masked_positions_list_each_rows_targets_as_numpy_does():
+    from keras_transformer.text.masking import mask_batch, masked_positions
+
+    ids = ordinary_ids(np.random.default_rng(8), rows=60, length=20)
+    for cap in (6, 40):  # 40: more slots than the 20 positions, so min(cap, length) slots
+        _, targets = mask_batch(tf.constant(ids), 0, rate=0.2, mask_id=MASK, pad_id=PAD,
+                                vocab_size=500, special_ids=SPECIALS, seed=3,
+                                max_predictions=cap)
+        positions, labels = masked_positions(targets, PAD, cap)
+        want_positions, want_labels = position_reference(targets.numpy(), cap)
+        np.testing.assert_array_equal(positions.numpy(), want_positions)
+        np.testing.assert_array_equal(labels.numpy(), want_labels)
+
+
+def test_the_dataset_with_positions_masks_as_the_one_without():
+    from keras_transformer.text.pipeline import make_masked_lm_dataset
+
+    rng = np.random.default_rng(9)
+    rows = [[*rng.integers(5, 500, size=rng.integers(2, 30)), EOS] for _ in range(120)]
+    masking = dict(rate=0.15, mask_id=MASK, vocab_size=500, special_ids=SPECIALS, seed=4,
+                   max_predictions=7)
+    common = dict(max_length=32, tokens_per_batch=256, pad_id=PAD, masking=masking,
+                  shuffle=False)
+    with_positions = make_masked_lm_dataset(rows, positions=True, **common)
+    plain = make_masked_lm_dataset(rows, **common)
+    batches = 0
+    for ((inputs, positions), labels), (plain_inputs, targets) in zip(with_positions, plain,
+                                                                      strict=True):
+        np.testing.assert_array_equal(inputs.numpy(), plain_inputs.numpy())
+        want_positions, want_labels = position_reference(targets.numpy(), 7)
+        np.testing.assert_array_equal(positions.numpy(), want_positions)
+        np.testing.assert_array_equal(labels.numpy(), want_labels)
+        batches += 1
+    assert batches > 3
+    uncapped = {k: v for k, v in masking.items() if k != "max_predictions"}
+    with pytest.raises(ValueError, match="max_predictions"):
+        make_masked_lm_dataset(rows, positions=True, **{**common, "masking": uncapped})
+
+
+def test_the_cap_defaults_to_three_deviations_above_the_mean_and_is_bounded():
+    from keras_transformer.text.masking import check_max_predictions, default_max_predictions
+
+    for rate, length in ((0.15, 64), (0.15, 16), (0.4, 128), (0.9, 8)):
+        mean, spread = rate * length, np.sqrt(length * rate * (1 - rate))
+        assert default_max_predictions(rate, length) == min(length,
+                                                            int(np.ceil(mean + 3 * spread)))
+    assert default_max_predictions(0.15, 64) == 19
+    assert check_max_predictions(10, 0.15, 64) == 10
+    for cap in (9, 65):  # below a full row's 15% (9.6), above its length
+        with pytest.raises(ValueError, match="between 10 .* and 64"):
+            check_max_predictions(cap, 0.15, 64)
 
 
 @pytest.mark.parametrize("rate", [0.0, 1.0, -0.1])

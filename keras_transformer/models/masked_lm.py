@@ -1,6 +1,6 @@
 """Encoder-only masked language model (BERT's pre-training task): the encoder stack reads
 ids with some pieces replaced by [MASK], and a head tied to the input embedding predicts the
-original piece at every position.
+original piece at every position, or, in training, at the masked positions only.
 
 The trunk's layers carry the names the classifier's and the extractor's do (`embedding`,
 `encoder`), so that their weights load into those models by name
@@ -22,11 +22,17 @@ from keras_transformer.models.transformer import as_config, check_ids, stack_opt
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerMaskedLM(FromPreset, keras.Model):
-    """ids (B,S) int -> logits (B,S,V) float32 of the piece at every position (source side).
+    """ids (B,S) int -> logits (B,S,V) float32 of the piece at every position (source side);
+    (ids (B,S), positions (B,P)) int -> logits (B,P,V) at those positions only.
 
     The head is BERT's: a dense layer with GELU and a LayerNorm, then the transposed input
     embedding (tied, section 3.4 of the paper) plus a bias per piece. Padding positions are
-    masked out of attention; the loss reads only the masked positions' targets.
+    masked out of attention; the loss reads only the masked positions' targets. With
+    positions (BERT's `max_predictions_per_seq` slots a row, as
+    `keras_transformer.text.masking.masked_positions` lists them) the encoder states are
+    gathered there before the head, so the head's cost, at a vocabulary of thousands the
+    larger part of the step, follows the masked pieces rather than the row's length; the
+    logits at those positions are the ones the call on ids alone gives there.
 
     Args:
         config: `TransformerConfig`, or its `to_dict()`; the source vocabulary and length, the
@@ -40,6 +46,7 @@ class TransformerMaskedLM(FromPreset, keras.Model):
     config = TransformerConfig.preset("tiny", source_vocab_size=8000)
     model = TransformerMaskedLM(config)
     logits = model(ids)  # (B, S, 8000)
+    logits = model((ids, positions))  # (B, P, 8000): training on masked positions only
     ```
     """
 
@@ -74,8 +81,14 @@ class TransformerMaskedLM(FromPreset, keras.Model):
         return self.encoder(self.embedding(ids, training=training), mask,
                             training=training), mask
 
-    def call(self, ids, training=None):
+    def call(self, inputs, training=None):
+        ids, positions = inputs if isinstance(inputs, (tuple, list)) else (inputs, None)
         states, _ = self.encode(ids, training=training)
+        if positions is not None:
+            if len(positions.shape) != 2 or "int" not in str(positions.dtype):
+                raise ValueError(f"positions must be integer positions of shape (batch, "
+                                 f"predictions), got {positions.dtype} {tuple(positions.shape)}")
+            states = ops.take_along_axis(states, ops.expand_dims(positions, -1), axis=1)
         hidden = self.head_norm(self.head_transform(states))
         return vocab_logits(hidden, self.embedding) + ops.cast(self.head_bias, "float32")
 

@@ -364,16 +364,26 @@ def make_masked_lm_dataset(
     shuffle: bool = True,
     seed: int = 0,
     repeat: bool = False,
+    positions: bool = False,
 ) -> tf.data.Dataset:
-    """Batches ``(inputs, targets)`` (B, L) int32 for a masked language model.
+    """Batches ``(inputs, targets)`` (B, L) int32 for a masked language model, or with
+    ``positions`` ``((inputs, positions), labels)``, positions and labels (B, P) int32.
 
     ``rows``: each text's ids, EOS included, at most ``max_length`` long. Rows are shuffled
     (seeded, a new order each pass), bucketed by length under ``tokens_per_batch`` like the
     translation batches, then masked by ``keras_transformer.text.masking.mask_batch`` with
-    the keyword arguments ``masking`` (rate, mask_id, vocab_size, special_ids, seed);
-    ``word_starts`` (V,) bool, where given, masks whole words.
+    the keyword arguments ``masking`` (rate, mask_id, vocab_size, special_ids, seed, and
+    max_predictions, the cap on masked pieces a row); ``word_starts`` (V,) bool, where given,
+    masks whole words. ``positions`` (which needs the cap) lists each row's masked positions
+    and their targets in P = min(cap, L) slots (``masking.masked_positions``), for a head
+    that predicts only there.
     """
-    from keras_transformer.text.masking import mask_batch
+    from keras_transformer.text.masking import mask_batch, masked_positions
+
+    cap = masking.get("max_predictions")
+    if positions and cap is None:
+        raise ValueError("make_masked_lm_dataset with positions needs masking's "
+                         "max_predictions (the number of slots a row's positions fill)")
 
     lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
     if len(rows) == 0 or lengths.min() < 1:
@@ -402,7 +412,12 @@ def make_masked_lm_dataset(
 
     def masked(index, batch):
         starts = None if table is None else tf.gather(table, batch)
-        return mask_batch(batch, index, pad_id=pad_id, word_starts=starts, **masking)
+        inputs, targets = mask_batch(batch, index, pad_id=pad_id, word_starts=starts,
+                                     **masking)
+        if not positions:
+            return inputs, targets
+        where, labels = masked_positions(targets, pad_id, cap)
+        return (inputs, where), labels
 
     ds = ds.enumerate().map(masked, num_parallel_calls=AUTOTUNE, deterministic=True)
     return ds.prefetch(AUTOTUNE)
