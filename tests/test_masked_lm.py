@@ -181,6 +181,21 @@ def test_the_cap_defaults_to_three_deviations_above_the_mean_and_is_bounded():
             check_max_predictions(cap, 0.15, 64)
 
 
+@pytest.mark.parametrize("cap, refused", [(0, False), (10, False), (64, False), (9, True),
+                                          (65, True), (-1, True)])
+def test_data_max_predictions_is_checked_when_the_config_loads(cap, refused):
+    from train.config import ConfigError
+    from train.tasks import load_run_config
+
+    recipe = ROOT / "train" / "configs" / "vi_masked_lm.yaml"
+    overrides = [f"data.max_predictions={cap}"]
+    if refused:
+        with pytest.raises(ConfigError, match="data.max_predictions"):
+            load_run_config(recipe, overrides)
+    else:
+        assert load_run_config(recipe, overrides).data.max_predictions == cap
+
+
 @pytest.mark.parametrize("rate", [0.0, 1.0, -0.1])
 def test_a_mask_rate_of_0_or_1_is_refused(rate):
     from keras_transformer.text.masking import check_rate

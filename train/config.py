@@ -65,6 +65,10 @@ class DataConfig:
     lowercase: bool = False  # task masked_lm: lower-case the text (for lower-cased fine-tunes)
     mask_rate: float = 0.15  # task masked_lm: the share of pieces hidden (BERT: 15%)
     whole_word_masking: bool = False  # task masked_lm: hide every piece of a chosen word
+    # task masked_lm: at most this many masked pieces a row (BERT's max_predictions_per_seq),
+    # the slots the training head predicts in; 0: mask_rate * max_source_length plus three
+    # standard deviations of the count (keras_transformer.text.masking).
+    max_predictions: int = 0
 
 
 @dataclass
@@ -369,7 +373,7 @@ _RANGES = [
     ("model.num_classes", 0, 100_000, False),
     ("data.article_sentences", 1, 512, False), ("model.sentence_layers", 1, 64, False),
     ("eval.summary_sentences", 0, 512, False), ("eval.summary_syllables", 0, None, False),
-    ("data.mask_rate", 0, 1, True),
+    ("data.mask_rate", 0, 1, True), ("data.max_predictions", 0, None, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2",

@@ -16,7 +16,13 @@ from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.masked_lm import TransformerMaskedLM
 from keras_transformer.text.buckets import encode_in_chunks
 from keras_transformer.text.lines import read_lines
-from keras_transformer.text.masking import MASK_PIECE, check_rate, word_start_table
+from keras_transformer.text.masking import (
+    MASK_PIECE,
+    check_max_predictions,
+    check_rate,
+    default_max_predictions,
+    word_start_table,
+)
 from keras_transformer.text.pipeline import make_masked_lm_dataset
 from keras_transformer.text.sentences import split_sentences
 
@@ -89,9 +95,25 @@ def first_line(path: Path) -> str:
 class MaskedLMTask(Task):
     """data.texts (training text files) and data.dev_texts: one row per sentence (its first
     max_source_length - 1 pieces + EOS), masked by keras_transformer.text.masking
-    (data.mask_rate, data.whole_word_masking). Loss: cross-entropy over the masked pieces
-    (training.label_smoothing 0 makes the dev loss ln of the masked perplexity). The dev
-    perplexity over masked pieces picks best.keras."""
+    (data.mask_rate, data.whole_word_masking, at most data.max_predictions pieces a row).
+    model.fit's batches list the masked positions, and the model's head predicts there only;
+    the dev scores call the model on ids alone, as its export does, on the same masks. Loss:
+    cross-entropy over the masked pieces (training.label_smoothing 0 makes the dev loss ln of
+    the masked perplexity). The dev perplexity over masked pieces picks best.keras."""
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        d = config.data
+        if d.max_predictions:
+            try:
+                check_max_predictions(d.max_predictions, d.mask_rate, d.max_source_length)
+            except ValueError as err:
+                raise ConfigError(f"data.max_predictions: {err}") from None
+
+    @staticmethod
+    def max_predictions(d) -> int:
+        """data.max_predictions, or the default cap of a row of data.max_source_length."""
+        return d.max_predictions or default_max_predictions(d.mask_rate, d.max_source_length)
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
@@ -135,16 +157,21 @@ class MaskedLMTask(Task):
         limit, eos = self.config.data.max_source_length - 1, self.tok.eos_id
         return [ids[:limit] + [eos] for ids in encode_in_chunks(self.tok, texts) if ids]
 
-    def dataset(self, rows, *, seed: int, shuffle: bool, repeat: bool = False):
+    def dataset(self, rows, *, seed: int, shuffle: bool, repeat: bool = False,
+                positions: bool = True):
+        """Masked batches of `rows`: ((inputs, positions), labels) for model.fit, or with
+        positions=False (inputs, targets) at every position, masked alike."""
         d = self.config.data
         tok = self.tok
         masking = dict(rate=d.mask_rate, mask_id=self.mask_id, vocab_size=tok.vocab_size,
-                       special_ids=(tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id), seed=seed)
+                       special_ids=(tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id), seed=seed,
+                       max_predictions=self.max_predictions(d))
         starts = word_start_table(tok.pieces) if d.whole_word_masking else None
         return make_masked_lm_dataset(
             rows, max_length=d.max_source_length, tokens_per_batch=d.tokens_per_batch,
             pad_id=tok.pad_id, masking=masking, num_buckets=d.num_buckets, word_starts=starts,
-            shuffle=shuffle, seed=self.config.training.seed, repeat=repeat)
+            shuffle=shuffle, seed=self.config.training.seed, repeat=repeat,
+            positions=positions)
 
     def datasets(self):
         repeat = self.config.training.steps_per_epoch > 0
@@ -170,13 +197,16 @@ class MaskedLMTask(Task):
     def describe(self, model) -> str:
         d = self.config.data
         return (f", mask rate {d.mask_rate}{', whole words' if d.whole_word_masking else ''}, "
+                f"at most {self.max_predictions(d)} masked pieces a row, "
                 f"{d.tokens_per_batch} tokens a batch")
 
     def scores(self, model) -> dict:
         """Perplexity and accuracy over the dev split's masked pieces (masked by DEV_MASK_SEED,
-        the same pieces at every call)."""
+        the same pieces at every call), from the logits at every position: the model as it
+        is exported."""
         pad = model.config.pad_id
-        data = self.dataset(self.rows["dev"], seed=DEV_MASK_SEED, shuffle=False)
+        data = self.dataset(self.rows["dev"], seed=DEV_MASK_SEED, shuffle=False,
+                            positions=False)
         nll, count = summed_nll(model, data, pad)
         metric = MaskedAccuracy(pad)
         for inputs, targets in data:
