@@ -29,6 +29,17 @@ def train_step_flops(c: TransformerConfig, batch: int, source_length: int,
     return 3 * 2 * macs
 
 
+def masked_lm_step_flops(c: TransformerConfig, batch: int, length: int,
+                         predictions: int) -> float:
+    """A masked language model's train step (forward + backward ~= 3x forward): the encoder
+    over every position, BERT's head (a d x d dense layer, then the tied d x V projection)
+    at `predictions` positions a row (the row's length when it predicts everywhere)."""
+    d, v = c.d_model, c.source_vocab_size
+    encoder, _ = _layer_macs(c, 0, length)
+    macs = batch * (length * c.num_encoder_layers * encoder + predictions * (d * d + d * v))
+    return 3 * 2 * macs
+
+
 def generate_flops(c: TransformerConfig, batch: int, beams: int, source_length: int,
                    new_tokens: int) -> float:
     """Encoder and cross K/V once, then new_tokens cached decoder steps per hypothesis."""

@@ -297,6 +297,29 @@ def demo_shapes(root: Path) -> list[str]:
                     "extra first-call seconds"], rows), source(root, path), ""]
 
 
+def masked_lm_head(root: Path) -> list[str]:
+    path = RESULTS / "masked_lm_head.json"
+    if not (root / path).is_file():
+        return []
+    data = read(root, path)
+    rows = [[r["config"], r["head"], f"{r['batch']} × {r['length']}", r["predictions_per_row"],
+             r["steps"], f"{1000 / r['steps_per_s']:,.0f}", f"{r['steps_per_s']:.2f}",
+             f"{r['target_tokens_per_s']:,.0f}", f"{r['model_flops_per_step'] / 1e9:.1f}"]
+            for r in data["results"]]
+    ratios = "; ".join(f"{name} {r['steps_per_s_ratio']:.2f}x the steps per second "
+                       f"({r['flops_ratio']:.2f}x fewer analytic FLOPs)"
+                       for name, r in data["ratios"].items())
+    return ["## The masked language model's head at the masked positions only "
+            "(`python -m bench.masked_lm_head`)", "",
+            "One batch masked at 15%, a train step of each head in alternating rounds, XLA "
+            f"off; load average {data['loadavg_start'][0]:g} at the start and "
+            f"{data['loadavg_end'][0]:g} at the end (other processes shared the CPU):", "",
+            *table(["config", "head", "batch × length", "predictions a row", "steps",
+                    "ms/step", "steps/s", "masked tokens/s", "GFLOP a step"], rows),
+            f"Masked positions against every position: {ratios}.", "",
+            source(root, path), ""]
+
+
 def roofline(root: Path) -> list[str]:
     path = RESULTS / "roofline.json"
     data = read(root, path)
@@ -333,7 +356,7 @@ def build(root: Path | None = None) -> str:
              "[performance.md](performance.md) and [training.md](training.md#results).", "",
              *studies(), *hand_kept(root), *recipe(root), *duel(root), *quiet_sitting(root),
              *train_real(root), *precision(root), *memory(root), *serve(root),
-             *demo_shapes(root),
+             *demo_shapes(root), *masked_lm_head(root),
              *roofline(root)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
