@@ -2,6 +2,7 @@
 logits are the all-positions logits at those positions, and the loss, the masked accuracy
 and a training step's update are those of the all-positions head on the same batch."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -48,8 +49,8 @@ def test_the_gathered_logits_are_the_all_positions_logits_at_those_positions(tin
     rng = np.random.default_rng(0)
     inputs, _, positions, _ = masked_batch(rng, tiny_config.source_vocab_size, slots=5)
     model = built(tiny_config)
-    every = np.asarray(model(inputs))
-    gathered = np.asarray(model((inputs, positions)))
+    every = keras.ops.convert_to_numpy(model(inputs))
+    gathered = keras.ops.convert_to_numpy(model((inputs, positions)))
     assert gathered.shape == (*positions.shape, tiny_config.source_vocab_size)
     np.testing.assert_allclose(gathered, np.take_along_axis(every, positions[..., None], 1),
                                atol=1e-5)
@@ -81,7 +82,7 @@ def test_loss_accuracy_and_a_training_step_are_those_of_the_all_positions_head(t
     for key in full:
         np.testing.assert_allclose(few[key], full[key], atol=1e-5, err_msg=key)
     # The loss against a NumPy reference over the masked pieces alone.
-    logits = np.asarray(every(inputs)).astype("float64")
+    logits = keras.ops.convert_to_numpy(every(inputs)).astype("float64")
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     picked = targets != PAD
@@ -89,11 +90,11 @@ def test_loss_accuracy_and_a_training_step_are_those_of_the_all_positions_head(t
     nll = -((1 - smoothing) * gold + smoothing * logp[picked].mean(-1))
     np.testing.assert_allclose(few["loss"], nll.mean(), atol=1e-5)
 
-    before = [np.asarray(w).copy() for w in every.weights]
+    before = [keras.ops.convert_to_numpy(w).copy() for w in every.weights]
     every.train_on_batch(inputs, targets)
     gathered.train_on_batch((inputs, positions), labels)
     for w0, a, b in zip(before, every.weights, gathered.weights, strict=True):
-        np.testing.assert_allclose(np.asarray(b) - w0, np.asarray(a) - w0, atol=1e-5,
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(b) - w0, keras.ops.convert_to_numpy(a) - w0, atol=1e-5,
                                    err_msg=a.path)
 
 
@@ -108,8 +109,8 @@ def test_the_gathered_head_survives_a_keras_file(tiny_config, tmp_path):
     model.save(tmp_path / "m.keras")
     loaded = keras.models.load_model(tmp_path / "m.keras")
     assert [w.path for w in loaded.weights] == [w.path for w in model.weights]
-    np.testing.assert_allclose(np.asarray(loaded((inputs, positions))),
-                               np.asarray(model((inputs, positions))), atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded((inputs, positions))),
+                               keras.ops.convert_to_numpy(model((inputs, positions))), atol=1e-6)
 
 
 def test_positions_that_are_not_an_integer_matrix_are_refused(tiny_config):
