@@ -62,6 +62,13 @@ def check_max_predictions(cap: int, rate: float, max_length: int) -> int:
     return int(cap)
 
 
+def batch_keys(seed, batch_index, count: int):
+    """`count` stateless random keys (count, 2) of one batch, from (seed, batch index): the
+    same batch gets the same draws on every pass."""
+    key = tf.stack([tf.cast(seed, tf.int64), tf.cast(batch_index, tf.int64)])
+    return tf.random.experimental.stateless_split(key, count)
+
+
 def mask_batch(ids, batch_index, *, rate: float, mask_id: int, pad_id: int, vocab_size: int,
                special_ids: Sequence[int], seed: int, word_starts=None,
                max_predictions: int | None = None):
@@ -74,8 +81,7 @@ def mask_batch(ids, batch_index, *, rate: float, mask_id: int, pad_id: int, voca
     ids = tf.cast(ids, tf.int32)
     special = tf.constant(sorted(set(special_ids) | {mask_id, pad_id}), tf.int32)
     ordinary = tf.reduce_all(tf.not_equal(ids[..., None], special), axis=-1)
-    key = tf.stack([tf.cast(seed, tf.int64), tf.cast(batch_index, tf.int64)])
-    keys = tf.random.experimental.stateless_split(key, 4)
+    keys = batch_keys(seed, batch_index, 4)
     draw = tf.random.stateless_uniform(tf.shape(ids), keys[0])
     if word_starts is None:
         chosen = tf.logical_and(draw < rate, ordinary)

@@ -1,4 +1,5 @@
-"""``tf.data`` input pipelines for translation, classification and language modelling.
+"""``tf.data`` input pipelines for translation, classification, language modelling and
+pre-training (masked language modelling, denoising).
 
 Tokenization runs in-graph (tensorflow-text), so the same code path serves
 training and exported models. Translation batches are bucketed by length under
@@ -352,6 +353,43 @@ def make_language_model_dataset(
     return ds.map(split, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
 
 
+def _bucketed_rows(columns: Sequence[Sequence[Sequence[int]]], *, max_length: int,
+                   tokens_per_batch: int, padding_values: Sequence[int], num_buckets: int,
+                   shuffle: bool, seed: int, repeat: bool, what: str) -> tf.data.Dataset:
+    """Rows of ids (each of `columns` one list of rows, row i of every column as long as the
+    first's) shuffled (seeded, a new order each pass), bucketed by length under
+    ``tokens_per_batch`` like the translation batches, padded by ``padding_values`` (one per
+    column): batches (B, L) int32, a tuple of them for several columns."""
+    rows = columns[0]
+    lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
+    if len(rows) == 0 or lengths.min() < 1:
+        raise ValueError(f"{what} needs at least one row, none of them empty")
+    if lengths.max() > max_length:
+        raise ValueError(f"a row of {lengths.max()} ids is longer than max_length={max_length}")
+    # Rows as (start, length) into one flat constant per column: one tensor for the whole text.
+    flats = [tf.constant(np.fromiter((i for r in column for i in r), np.int32,
+                                     count=int(lengths.sum()))) for column in columns]
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+
+    def row(start, length):
+        cut = tuple(flat[start: start + length] for flat in flats)
+        return cut if len(cut) > 1 else cut[0]
+
+    ds = tf.data.Dataset.from_tensor_slices((starts, lengths)).map(row)
+    if shuffle:
+        ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    boundaries = bucket_boundaries_for(max_length, num_buckets)
+    return ds.bucket_by_sequence_length(
+        element_length_func=lambda *r: tf.shape(r[0])[0],
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=bucket_batch_sizes_for(boundaries, tokens_per_batch),
+        padding_values=tuple(padding_values) if len(columns) > 1 else padding_values[0],
+        pad_to_bucket_boundary=True,
+    )
+
+
 def make_masked_lm_dataset(
     rows: Sequence[Sequence[int]],
     *,
@@ -385,29 +423,9 @@ def make_masked_lm_dataset(
         raise ValueError("make_masked_lm_dataset with positions needs masking's "
                          "max_predictions (the number of slots a row's positions fill)")
 
-    lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
-    if len(rows) == 0 or lengths.min() < 1:
-        raise ValueError("make_masked_lm_dataset needs at least one row, none of them empty")
-    if lengths.max() > max_length:
-        raise ValueError(f"a row of {lengths.max()} ids is longer than max_length={max_length}")
-    flat = np.fromiter((i for r in rows for i in r), np.int32, count=int(lengths.sum()))
-    # Rows as (start, length) into one flat constant: one tensor for the whole text.
-    flat = tf.constant(flat)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    ds = tf.data.Dataset.from_tensor_slices((starts, lengths)).map(
-        lambda start, length: flat[start: start + length])
-    if shuffle:
-        ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
-    boundaries = bucket_boundaries_for(max_length, num_buckets)
-    ds = ds.bucket_by_sequence_length(
-        element_length_func=lambda r: tf.shape(r)[0],
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=bucket_batch_sizes_for(boundaries, tokens_per_batch),
-        padding_values=pad_id,
-        pad_to_bucket_boundary=True,
-    )
+    ds = _bucketed_rows([rows], max_length=max_length, tokens_per_batch=tokens_per_batch,
+                        padding_values=[pad_id], num_buckets=num_buckets, shuffle=shuffle,
+                        seed=seed, repeat=repeat, what="make_masked_lm_dataset")
     table = None if word_starts is None else tf.constant(np.asarray(word_starts, bool))
 
     def masked(index, batch):
@@ -420,4 +438,49 @@ def make_masked_lm_dataset(
         return (inputs, where), labels
 
     ds = ds.enumerate().map(masked, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return ds.prefetch(AUTOTUNE)
+
+
+def make_denoising_dataset(
+    rows: Sequence[Sequence[int]],
+    sentence_ids: Sequence[Sequence[int]],
+    *,
+    max_length: int,
+    tokens_per_batch: int,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    noising: dict,
+    permute_sentences: bool = False,
+    num_buckets: int = 4,
+    shuffle: bool = True,
+    seed: int = 0,
+    repeat: bool = False,
+) -> tf.data.Dataset:
+    """Batches ``((source, target_in), target_out)`` (B, L) int32 for denoising pre-training,
+    in make_translation_dataset's format.
+
+    ``rows``: each text's ids, EOS included, at most ``max_length`` long; ``sentence_ids``:
+    each piece's sentence index in its row. Rows are shuffled and bucketed as
+    make_masked_lm_dataset's. target_out is the row; target_in BOS + the row without its EOS;
+    source the row corrupted by ``keras_transformer.text.noising.noise_batch`` with the
+    keyword arguments ``noising`` (rate, span_lambda, mask_id, seed), its sentences permuted
+    first when ``permute_sentences``.
+    """
+    from keras_transformer.text.noising import noise_batch
+
+    ds = _bucketed_rows([rows, sentence_ids], max_length=max_length,
+                        tokens_per_batch=tokens_per_batch, padding_values=[pad_id, 0],
+                        num_buckets=num_buckets, shuffle=shuffle, seed=seed, repeat=repeat,
+                        what="make_denoising_dataset")
+
+    def noised(index, batch):
+        ids, sentences = batch
+        source = noise_batch(ids, index, pad_id=pad_id, eos_id=eos_id,
+                             sentence_ids=sentences if permute_sentences else None, **noising)
+        before = tf.where(tf.equal(ids, eos_id), pad_id, ids)[:, :-1]
+        target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], bos_id), before], axis=1)
+        return (source, target_in), ids
+
+    ds = ds.enumerate().map(noised, num_parallel_calls=AUTOTUNE, deterministic=True)
     return ds.prefetch(AUTOTUNE)

@@ -1,0 +1,216 @@
+"""Denoising pre-training (BART) and fine-tuning from it: text infilling against a loop that
+follows the rule piece by piece, its spans and share against Poisson and the rate, sentence
+permutation, the batches' targets, and the runs end to end (pre-train, then fine-tune a
+summarizer by training.init_from) with their refusals."""
+
+import math
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+PAD, UNK, BOS, EOS, MASK = 0, 1, 2, 3, 4
+
+
+def rows_of(lengths, width, first=5):
+    """(B, width) rows of distinct ids (first, first + 1, ...) of the given lengths, each
+    followed by EOS and padding: a hidden piece is then known by its id."""
+    ids = np.full((len(lengths), width), PAD, np.int32)
+    for b, n in enumerate(lengths):
+        ids[b, :n] = np.arange(first, first + n)
+        ids[b, n] = EOS
+    return ids
+
+
+def reference_infill(ids, span_lengths, gap_keys, rate):
+    """BART's text infilling, one row and one span at a time (keras_transformer.text.noising's
+    rule), from the same draws."""
+    out = np.full_like(ids, PAD)
+    width = ids.shape[1]
+    for b in range(len(ids)):
+        pieces = [int(t) for t in ids[b] if t not in (PAD, EOS)]
+        n = len(pieces)
+        budget = math.floor(n * rate + 0.5)
+        spans, hidden = [], 0
+        for length in span_lengths[b]:
+            if hidden >= budget:
+                break
+            spans.append(min(int(length), budget - hidden))
+            hidden += spans[-1]
+        # Drop the last spans while they do not fit in the gaps or in the width.
+        while spans and (len(spans) > n - sum(spans) + 1
+                         or n - sum(spans) + len(spans) + 1 > width):
+            spans.pop()
+        left = n - sum(spans)
+        gaps = sorted(np.argsort(gap_keys[b, : left + 1], kind="stable")[: len(spans)])
+        span_at = dict(zip(gaps, spans, strict=True))
+        result, position = [], 0
+        for g in range(left + 1):
+            if g in span_at:
+                result.append(MASK)
+                position += span_at[g]
+            if g < left:
+                result.append(pieces[position])
+                position += 1
+        out[b, : len(result) + 1] = [*result, EOS]
+    return out
+
+
+def noised(ids, index=0, seed=7, rate=0.3, span_lambda=3.0, sentence_ids=None):
+    from keras_transformer.text.noising import noise_batch
+
+    sentences = None if sentence_ids is None else tf.constant(sentence_ids, tf.int32)
+    return noise_batch(tf.constant(ids), index, rate=rate, span_lambda=span_lambda,
+                       mask_id=MASK, pad_id=PAD, eos_id=EOS, seed=seed,
+                       sentence_ids=sentences).numpy()
+
+
+def spans_of(original, source):
+    """(hidden pieces, span lengths) of one row, read back from the input by aligning the
+    pieces left (distinct ids) with the original; asserts they kept their order and that
+    each gap of hidden pieces is one [MASK]."""
+    pieces = [int(t) for t in original if t not in (PAD, EOS)]
+    position = {t: i for i, t in enumerate(pieces)}
+    read = [int(t) for t in source if t not in (PAD, EOS)]
+    assert list(source).count(EOS) == 1
+    spans, at, pending = [], 0, False
+    for t in read:
+        if t == MASK:
+            assert not pending, "two [MASK]s in a row"
+            pending = True
+            continue
+        gap = position[t] - at
+        assert gap >= 0, "a piece left moved"
+        # Hidden pieces without a [MASK] before them would be lost silently.
+        assert pending or gap == 0
+        if pending:
+            spans.append(gap)
+        at, pending = position[t] + 1, False
+    if pending:
+        spans.append(len(pieces) - at)
+    else:
+        assert at == len(pieces)
+    return sum(spans), spans
+
+
+def test_infilling_equals_the_rule_followed_one_span_at_a_time():
+    from keras_transformer.text.noising import infill, noise_draws
+
+    rng = np.random.default_rng(0)
+    width = 24
+    # Long rows, short ones (fewer gaps than spans), empty and one-piece rows; a rate whose
+    # budget rounds up; small lambdas with many zero-length spans that would widen the row.
+    lengths = [23, 23, 1, 0, 2, 5, 12, 20, *rng.integers(0, 24, 40)]
+    ids = rows_of(lengths, width)
+    for rate, span_lambda in ((0.3, 3.0), (0.5, 0.4), (0.15, 1.0), (0.9, 8.0)):
+        draws = noise_draws(tf.shape(ids), 5, seed=3, span_lambda=span_lambda)
+        got = infill(tf.constant(ids), draws[0], draws[1], rate=rate, mask_id=MASK,
+                     pad_id=PAD, eos_id=EOS).numpy()
+        want = reference_infill(ids, draws[0].numpy(), draws[1].numpy(), rate)
+        np.testing.assert_array_equal(got, want)
+
+
+def budgeted_spans(lengths, rate, span_lambda, rng):
+    """Span lengths as the rule draws them, simulated with NumPy's Poisson: drawn until they
+    cover round(n * rate) pieces of each row, the last one cut to fit."""
+    spans = []
+    for n in lengths:
+        budget, hidden = math.floor(n * rate + 0.5), 0
+        while hidden < budget:
+            spans.append(min(int(rng.poisson(span_lambda)), budget - hidden))
+            hidden += spans[-1]
+    return np.array(spans)
+
+
+def test_spans_follow_poisson_and_hide_the_rate_each_one_mask():
+    lengths = [200] * 150 + [60] * 150
+    ids = rows_of(lengths, 208)
+    hidden, spans, pieces = 0, [], 0
+    for index in range(3):
+        source = noised(ids, index=index)
+        for b in range(len(ids)):
+            count, row_spans = spans_of(ids[b], source[b])
+            # Rows this long hold every span drawn: exactly round(n * rate) pieces hidden.
+            assert count == math.floor(lengths[b] * 0.3 + 0.5)
+            hidden, pieces = hidden + count, pieces + lengths[b]
+            spans += row_spans
+    assert abs(hidden / pieces - 0.3) < 0.005
+    spans = np.array(spans)
+    # Poisson(3) but for each row's last span, cut to the budget, which pulls the mean a little
+    # below 3 and adds short spans: the same rule simulated with NumPy's draws.
+    want = budgeted_spans(lengths * 20, 0.3, 3.0, np.random.default_rng(0))
+    assert 2.8 < want.mean() < 3.0
+    assert abs(spans.mean() - want.mean()) < 0.06
+    for k in range(9):
+        assert abs((spans == k).mean() - (want == k).mean()) < 0.012, k
+
+
+def test_noise_is_a_function_of_seed_and_batch_index():
+    ids = rows_of([30] * 20, 32)
+    np.testing.assert_array_equal(noised(ids, index=3), noised(ids, index=3))
+    assert (noised(ids, index=3) != noised(ids, index=4)).any()
+    assert (noised(ids, seed=1) != noised(ids, seed=2)).any()
+
+
+def test_sentence_permutation_moves_whole_sentences_and_keeps_each_in_order():
+    from keras_transformer.text.noising import noise_draws, permute_sentences
+
+    rng = np.random.default_rng(1)
+    ids = rows_of([30] * 50, 32)
+    sentence_ids = np.zeros_like(ids)
+    for b in range(len(ids)):
+        cuts = np.sort(rng.choice(np.arange(1, 30), 4, replace=False))
+        sentence_ids[b, :30] = np.searchsorted(cuts, np.arange(30), side="right")
+    keys = noise_draws(tf.shape(ids), 0, seed=3, span_lambda=3.0)[2]
+    out = permute_sentences(tf.constant(ids), tf.constant(sentence_ids), keys, pad_id=PAD,
+                            eos_id=EOS).numpy()
+    orders = set()
+    for b in range(len(ids)):
+        sentences = [ids[b, :30][sentence_ids[b, :30] == s] for s in range(5)]
+        ranks = np.argsort(np.argsort(keys.numpy()[b, :5], kind="stable"), kind="stable")
+        want = np.concatenate([sentences[s] for s in np.argsort(ranks, kind="stable")])
+        np.testing.assert_array_equal(out[b, :30], want)
+        np.testing.assert_array_equal(out[b, 30:], ids[b, 30:])
+        orders.add(tuple(np.argsort(ranks)))
+    assert len(orders) > 20  # the orders differ between rows
+
+
+@pytest.mark.parametrize("rate, span_lambda, message", [
+    (0.0, 3.0, "noise rate"), (1.0, 3.0, "noise rate"), (0.3, 0.0, "Poisson lambda"),
+    (0.3, 65.0, "Poisson lambda")])
+def test_a_noise_rate_of_0_or_1_or_a_bad_span_mean_is_refused(rate, span_lambda, message):
+    from keras_transformer.text.noising import check_noise
+
+    with pytest.raises(ValueError, match=message):
+        check_noise(rate, span_lambda)
+
+
+def test_batches_target_the_original_text_and_read_it_corrupted():
+    from keras_transformer.text.noising import noise_batch
+    from keras_transformer.text.pipeline import make_denoising_dataset
+
+    rng = np.random.default_rng(2)
+    rows = [[*rng.integers(5, 90, size=n).tolist(), EOS] for n in rng.integers(1, 31, 60)]
+    sentence_ids = [[i // 7 for i in range(len(r))] for r in rows]
+    noising = dict(rate=0.3, span_lambda=3.0, mask_id=MASK, seed=11)
+    data = make_denoising_dataset(rows, sentence_ids, max_length=32, tokens_per_batch=128,
+                                  pad_id=PAD, bos_id=BOS, eos_id=EOS, noising=noising,
+                                  permute_sentences=True, num_buckets=2, shuffle=False)
+    seen = []
+    for index, ((source, target_in), target_out) in enumerate(data):
+        target_out = target_out.numpy()
+        for row in target_out:
+            n = int((row != PAD).sum())
+            seen.append(row[:n].tolist())
+            np.testing.assert_array_equal(row[n:], PAD)
+        # target_in: BOS, then the text without its EOS.
+        expected_in = np.where(target_out == EOS, PAD, target_out)[:, :-1]
+        np.testing.assert_array_equal(target_in.numpy()[:, 0], BOS)
+        np.testing.assert_array_equal(target_in.numpy()[:, 1:], expected_in)
+        sentences = np.array([[i // 7 for i in range(target_out.shape[1])]] * len(target_out))
+        again = noise_batch(tf.constant(target_out), index, pad_id=PAD, eos_id=EOS,
+                            sentence_ids=tf.constant(sentences), **noising)
+        np.testing.assert_array_equal(source.numpy(), again.numpy())
+    assert sorted(seen) == sorted(rows)
+
