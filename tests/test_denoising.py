@@ -3,10 +3,14 @@ follows the rule piece by piece, its spans and share against Poisson and the rat
 permutation, the batches' targets, and the runs end to end (pre-train, then fine-tune a
 summarizer by training.init_from) with their refusals."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.cli_probe import ROOT, assert_clean_failure, run_cli
 
 tf = pytest.importorskip("tensorflow")
 
@@ -214,3 +218,147 @@ def test_batches_target_the_original_text_and_read_it_corrupted():
         np.testing.assert_array_equal(source.numpy(), again.numpy())
     assert sorted(seen) == sorted(rows)
 
+
+def test_sentences_are_packed_in_order_into_rows_of_the_limit():
+    from train.tasks.denoising import pack_sentences
+
+    rows, indices = pack_sentences([[5, 6], [7, 8, 9], [], [10] * 7, [11], [12, 13]], 5)
+    assert rows == [[5, 6, 7, 8, 9], [10] * 5, [11, 12, 13]]
+    assert indices == [[0, 0, 1, 1, 1], [0] * 5, [0, 1, 1]]
+
+
+def test_a_summarizer_takes_a_denoisers_weights_by_name_the_copy_gate_new(tiny_config,
+                                                                          tmp_path):
+    """A pre-training without copy attention into a summarizer with it: every shared weight
+    loaded, the copy gate's reported new and left as initialized."""
+    import keras
+
+    from keras_transformer.models.transformer import Transformer
+    from train.warm_start import start_from
+
+    config = tiny_config.replace(share_embeddings=True,
+                                 target_vocab_size=tiny_config.source_vocab_size)
+    source = Transformer(config)
+    source.build()
+    source.save(tmp_path / "model.keras")
+    target = Transformer(config.replace(copy_attention=True))
+    target.build()
+    target.compile(optimizer=keras.optimizers.Adam())
+    gate = [np.asarray(w).copy() for w in target.copy_gate.weights]
+    report = start_from(target, tmp_path / "model.keras", 0)
+    assert report["new"] and all(n.startswith("copy_gate/") for n in report["new"])
+    assert not report["left"] and len(report["loaded"]) == len(source.weights)
+    given = {w.path.split("/", 1)[1]: np.asarray(w) for w in source.weights}
+    for w in target.weights:
+        name = w.path.split("/", 1)[1]
+        if name in given:
+            np.testing.assert_array_equal(np.asarray(w), given[name])
+    for before, after in zip(gate, target.copy_gate.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(after), before)
+
+
+# -- end to end: pre-train on made-up news, fine-tune a summarizer from it -----------------
+
+SMALL = ["tokenizer.vocab_size=80", "model.preset=tiny", "model.overrides.d_model=16",
+         "model.overrides.d_ff=32", "model.overrides.num_heads=2", "data.max_source_length=40",
+         "data.tokens_per_batch=320", "training.epochs=1", "training.steps_per_epoch=3",
+         "training.verbose=0", "training.tensorboard=false", "training.warmup_steps=10",
+         "training.jit_compile=false", "training.precision=float32", "training.max_minutes=0",
+         "eval.samples=1", "eval.batch_size=8"]
+
+
+def write_news(folder: Path) -> Path:
+    import random
+
+    from tests.news_data import make_article, write_tsv
+
+    rng = random.Random(4)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, count in (("train.tsv.gz", 120), ("dev.tsv.gz", 12), ("test.tsv.gz", 6)):
+        write_tsv(folder / name,
+                  ["\t".join([*make_article(rng), "t"]) for _ in range(count)])
+    return folder
+
+
+def load(config: str, data: Path, *extra: str):
+    from train.tasks import load_run_config
+
+    return load_run_config(ROOT / "train" / "configs" / config,
+                           [f"data.data_dir={data.parent}", *SMALL, *extra])
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    from train.run import run
+
+    root = tmp_path_factory.mktemp("denoise")
+    data = write_news(root / "vietnews")
+    out = root / "pre"
+    run(load("vi_denoising.yaml", data, "eval.dev_score_sentences=40"), out)
+    return root, data, out
+
+
+@pytest.mark.slow
+def test_pre_training_then_fine_tuning_a_summarizer_takes_the_tokenizer_and_every_weight(
+        pretrained, caplog):
+    import keras
+
+    import keras_transformer  # noqa: F401
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer
+    from train.run import run
+
+    root, data, pre = pretrained
+    metrics = json.loads((pre / "metrics.json").read_text())
+    # Below a uniform guess over the 80 pieces, and ln of it is the dev loss.
+    assert 1 < metrics["dev_perplexity"] < 80 and metrics["dev_target_pieces"] > 0
+    assert metrics["dev_loss"] == pytest.approx(math.log(metrics["dev_perplexity"]))
+    assert SentencePieceTokenizer(pre / "spm.model").piece_id("[MASK]") is not None
+    out = root / "fine"
+    # A learning rate near zero: after its steps the summarizer still holds the weights it
+    # began with, which must be the pre-trained run's.
+    with caplog.at_level("INFO", logger="train"):
+        run(load("vietnews_summarization_pretrained.yaml", data, f"training.init_from={pre}",
+                 "data.max_target_length=24", "training.lr_scale=1e-12",
+                 "training.average_last=0", "eval.dev_score_sentences=2",
+                 "eval.max_sentences=2", "eval.beam_size=1", "eval.min_length=0"), out)
+    source = keras.models.load_model(pre / "model.keras", compile=False)
+    assert f"loaded {len(source.weights)} pre-trained weights" in caplog.text
+    assert "newly initialized" not in caplog.text
+    assert (out / "spm.model").read_bytes() == (pre / "spm.model").read_bytes()
+    tuned = keras.models.load_model(out / "model.keras", compile=False)
+    assert type(tuned) is type(source) and tuned.config.copy_attention
+    for a, b in zip(tuned.weights, source.weights, strict=True):
+        assert a.path.split("/", 1)[1] == b.path.split("/", 1)[1]
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_fine_tune_of_other_sizes_is_refused_in_one_line(pretrained, tmp_path):
+    root, data, pre = pretrained
+    result = run_cli("train", "--config",
+                     str(ROOT / "train" / "configs" / "vietnews_summarization_pretrained.yaml"),
+                     "--out", str(tmp_path / "wide"),
+                     *[a for item in [f"data.data_dir={root}", *SMALL,
+                                      f"training.init_from={pre}", "model.overrides.d_ff=64",
+                                      "training.average_last=0"] for a in ("--set", item)])
+    assert_clean_failure(result, 2, "training.init_from", "another model's weights")
+
+
+def test_pre_training_on_a_dev_split_or_at_a_noise_rate_of_1_is_refused_before_work(
+        tmp_path):
+    data = write_news(tmp_path / "vietnews")
+    out = tmp_path / "run"
+    config = str(ROOT / "train" / "configs" / "vi_denoising.yaml")
+
+    def args(*extra):
+        return ["--config", config, "--out", str(out),
+                *[a for item in [f"data.data_dir={data.parent}", *SMALL, *extra]
+                  for a in ("--set", item)]]
+
+    result = run_cli("train", *args("data.texts=[vietnews/dev.tsv.gz]"))
+    assert_clean_failure(result, 2, "dev or test split")
+    result = run_cli("train", *args("data.noise_rate=1"))
+    assert_clean_failure(result, 2, "data.noise_rate must be > 0 and < 1")
+    result = run_cli("train", *args("data.span_lambda=0"))
+    assert_clean_failure(result, 2, "data.span_lambda must be > 0")
+    assert not (out / "model.keras").exists()

@@ -22,7 +22,7 @@ from keras_transformer.file_safety import atomic_write_text, check_input_file
 
 @dataclass
 class DataConfig:
-    corpus: str = "demo"  # demo | parallel | tsv | text (task masked_lm: data.texts)
+    corpus: str = "demo"  # demo | parallel | tsv | text (tasks masked_lm, denoising: data.texts)
     data_dir: str = ""  # base for relative paths; else $KT_DATA_DIR, else ../shared/data
     train_source: str = ""
     train_target: str = ""
@@ -57,9 +57,10 @@ class DataConfig:
     # task extractive_summarization: the article's first K sentences are read (each its first
     # max_source_length - 1 pieces + EOS); a summary is picked among them.
     article_sentences: int = 16
-    # task masked_lm: the unlabelled text, files of training splits only (a dev or test split
-    # is refused): VNDS-style TSV (.tsv, .tsv.gz: articles' sentences and summaries) or one
-    # text per line; dev_texts score the masked perplexity. One row per sentence.
+    # tasks masked_lm, denoising: the unlabelled text, files of training splits only (a dev or
+    # test split is refused): VNDS-style TSV (.tsv, .tsv.gz: articles' sentences and summaries)
+    # or one text per line; dev_texts score the perplexity. masked_lm: one row per sentence;
+    # denoising: consecutive sentences packed into rows of max_source_length.
     texts: list[str] = field(default_factory=list)
     dev_texts: list[str] = field(default_factory=list)
     lowercase: bool = False  # task masked_lm: lower-case the text (for lower-cased fine-tunes)
@@ -69,6 +70,12 @@ class DataConfig:
     # the slots the training head predicts in; 0: mask_rate * max_source_length plus three
     # standard deviations of the count (keras_transformer.text.masking).
     max_predictions: int = 0
+    # task denoising (BART's text infilling, keras_transformer.text.noising): the share of
+    # pieces hidden, in spans of Poisson(span_lambda) lengths, each span one [MASK]; with
+    # permute_sentences a row's sentences are shuffled first.
+    noise_rate: float = 0.3
+    span_lambda: float = 3.0
+    permute_sentences: bool = False
 
 
 @dataclass
@@ -374,10 +381,11 @@ _RANGES = [
     ("data.article_sentences", 1, 512, False), ("model.sentence_layers", 1, 64, False),
     ("eval.summary_sentences", 0, 512, False), ("eval.summary_syllables", 0, None, False),
     ("data.mask_rate", 0, 1, True), ("data.max_predictions", 0, None, False),
+    ("data.noise_rate", 0, 1, True), ("data.span_lambda", 0, 64, True),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2",
-               "data.mask_rate"}
+               "data.mask_rate", "data.noise_rate"}
 
 
 def model_preview(config: RunConfig):

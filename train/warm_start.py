@@ -7,10 +7,10 @@ The new run takes the old run's tokenizers (the weights mean nothing with anothe
 and its weights, from a saved model (`model.keras`, `average.keras`, ...) or an epoch
 checkpoint (`checkpoints/epoch_NNNN.npz`). A model of the same class takes every weight (the
 config must build the same weights: a loss weight such as `coverage_loss_weight` may differ, a
-layer size may not); a model of another class (a fine-tune) takes the weights whose names
-match, like a Hugging Face or keras-hub checkpoint loaded into a task model: what was loaded,
-what is new (the task's head) and what was left (the pre-training head) is logged, and a
-same-named weight of another shape is refused.
+layer size may not); a model of another class, or with other weights (a fine-tune), takes the
+weights whose names match, like a Hugging Face or keras-hub checkpoint loaded into a task
+model. What was loaded, what is new (the task's head) and what was left (the pre-training
+head) is logged, and a same-named weight of another shape is refused.
 `training.initial_step` starts the learning-rate schedule where the old run's was, so that a
 fine-tune continues its decay instead of warming up again; Adam's moments start afresh (epoch
 checkpoints hold no optimizer state).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from keras_transformer.models.presets import load_by_name
+from keras_transformer.models.presets import load_by_name, local_name
 
 from .accumulation import set_updates
 from .callbacks import load_weights_npz
@@ -81,17 +81,23 @@ def load_source_model(weights: Path):
 
 def start_from(model, weights: Path, initial_step: int) -> dict | None:
     """Set `model`'s weights from `weights` and its optimizer's step count to initial_step.
-    From a saved model of another class: the weights that match by name (load_by_name, whose
-    report is returned); otherwise every weight, in order, or None."""
+    From a saved model of another class, or of this class with other weights (a denoising
+    run without copy attention into a summarizer with it): the weights that match by name
+    (load_by_name). Otherwise every weight, in order. The report of what was loaded, new and
+    left ({"loaded", "new", "left"}) is returned; None from an epoch checkpoint, which holds
+    no names."""
+    report = None
     if weights.suffix == ".npz":
         values = load_weights_npz(weights)
     else:
         source = load_source_model(weights)
-        if type(source) is not type(model):
+        names = [local_name(v) for v in model.weights]
+        if type(source) is not type(model) or [local_name(v) for v in source.weights] != names:
             report = load_by_name(model, source, f"training.init_from: {weights}")
             set_updates(model.optimizer, initial_step)
             return report
         values = source.get_weights()
+        report = {"loaded": names, "new": [], "left": []}
     have = [tuple(w.shape) for w in model.get_weights()]
     given = [tuple(v.shape) for v in values]
     if have != given:
@@ -105,4 +111,4 @@ def start_from(model, weights: Path, initial_step: int) -> dict | None:
                          f"({where}); the config must build the model it was trained as")
     model.set_weights(values)
     set_updates(model.optimizer, initial_step)
-    return None
+    return report

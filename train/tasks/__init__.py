@@ -14,7 +14,8 @@ TASKS = {"translation": ("translation", "TranslationTask"),
          "summarization": ("summarization", "SummarizationTask"),
          "language_model": ("language_model", "LanguageModelTask"),
          "extractive_summarization": ("extractive", "ExtractiveSummarizationTask"),
-         "masked_lm": ("masked_lm", "MaskedLMTask")}
+         "masked_lm": ("masked_lm", "MaskedLMTask"),
+         "denoising": ("denoising", "DenoisingTask")}
 # The tasks with a NumPy input path, which train under every Keras backend.
 ANY_BACKEND_TASKS = ("translation", "summarization")
 

@@ -26,30 +26,34 @@ from ..tokenizers import load_run_tokenizers, train_tokenizer
 log = logging.getLogger("train")
 
 
-# One traced function per model and padding id: every dev score and final score reuses it.
+# One traced function per model, padding id and input structure: every dev score and final
+# score reuses it.
 _NLL_FUNCTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _batch_nll(model, pad_id: int):
+def _batch_nll(model, pad_id: int, inputs_spec):
+    # Any batch size and length: one trace serves every bucket.
+    spec = tf.nest.map_structure(lambda s: tf.TensorSpec([None] * s.shape.rank, s.dtype),
+                                 inputs_spec)
     functions = _NLL_FUNCTIONS.setdefault(model, {})
-    if pad_id not in functions:
-        ids = tf.TensorSpec([None, None], tf.int32)
-
-        @tf.function(input_signature=[ids, ids])
+    key = (pad_id, repr(spec))
+    if key not in functions:
+        @tf.function(input_signature=[spec, tf.TensorSpec([None, None], tf.int32)])
         def batch_nll(inputs, targets):
             nll, mask = label_smoothed_nll(targets, model(inputs, training=False), 0.0, pad_id)
             return (tf.reduce_sum(tf.cast(nll, tf.float64)),
                     tf.reduce_sum(tf.cast(mask, tf.int64)))
 
-        functions[pad_id] = batch_nll
-    return functions[pad_id]
+        functions[key] = batch_nll
+    return functions[key]
 
 
 def summed_nll(model, dataset, pad_id: int) -> tuple[float, int]:
     """(the summed negative log-likelihood in nats, the number of tokens it covers) of
-    `model` (ids (B,T) -> logits (B,T,V)) over the (inputs, targets) batches of `dataset`,
-    targets equal to `pad_id` left out. Summed per batch in float64."""
-    batch_nll = _batch_nll(model, pad_id)
+    `model` (inputs -> logits (B,T,V): ids (B,T), or an encoder-decoder's (source,
+    target_in)) over the (inputs, targets) batches of the tf.data `dataset`, targets equal to
+    `pad_id` left out. Summed per batch in float64."""
+    batch_nll = _batch_nll(model, pad_id, dataset.element_spec[0])
     total, tokens = 0.0, 0
     for inputs, targets in dataset:
         nll, count = batch_nll(inputs, targets)

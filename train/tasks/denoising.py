@@ -1,0 +1,192 @@
+"""Denoising pre-training (BART): unlabelled text from training splits, corrupted by text
+infilling (and optionally sentence permutation, keras_transformer.text.noising), and the
+encoder-decoder `Transformer` trained to write the original back; dev perplexity of the
+original text picks best. Its run is what a summarizer or a translator of the same sizes
+fine-tunes from (`training.init_from`: every weight, and the tokenizer with [MASK])."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from keras_transformer.text.buckets import encode_in_chunks
+from keras_transformer.text.masking import MASK_PIECE
+from keras_transformer.text.noising import check_noise
+from keras_transformer.text.pipeline import make_denoising_dataset
+from keras_transformer.translator import translate
+
+from ..batches import replayable
+from ..config import ConfigError
+from ..data import resolve
+from ..tasks.base import DevScore, transformer_config
+from ..tasks.seq2seq import Seq2SeqTask
+from ..tokenizers import train_tokenizer
+from .language_model import summed_nll
+from .masked_lm import check_training_text, read_texts
+
+log = logging.getLogger("train")
+
+# The dev batches are corrupted once, the same way at every epoch, by this seed.
+DEV_NOISE_SEED = 12345
+
+
+def pack_sentences(sentences: list[list[int]], limit: int) -> tuple[list[list[int]],
+                                                                     list[list[int]]]:
+    """Consecutive sentences' ids packed into rows of at most `limit` ids (a sentence longer
+    than that alone in its row, cut), with each id's sentence index in its row; sentences
+    with no piece left out. (rows, sentence indices)."""
+    rows, indices, row, index = [], [], [], []
+    for ids in sentences:
+        if not ids:
+            continue
+        ids = ids[:limit]
+        if row and len(row) + len(ids) > limit:
+            rows.append(row)
+            indices.append(index)
+            row, index = [], []
+        index += [index[-1] + 1 if index else 0] * len(ids)
+        row += ids
+    if row:
+        rows.append(row)
+        indices.append(index)
+    return rows, indices
+
+
+class DenoisingTask(Seq2SeqTask):
+    """data.texts (training text files) and data.dev_texts, read as masked_lm reads them
+    (one text per sentence), consecutive sentences packed into rows of at most
+    data.max_source_length - 1 pieces + EOS. The source is the row corrupted
+    (data.noise_rate, data.span_lambda, data.permute_sentences), the target the row. Loss:
+    cross-entropy over the target pieces; the dev perplexity of the targets picks
+    best.keras."""
+
+    evaluate_options = frozenset({"--beam", "--alpha", "--no-repeat-ngram-size",
+                                  "--min-length", "--plot-attention", "--hyp", "--overwrite"})
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        d = config.data
+        if d.corpus != "text":
+            raise ConfigError(f"task denoising reads data.corpus text (files in data.texts and "
+                              f"data.dev_texts), got {d.corpus!r}")
+        if not d.texts or not d.dev_texts:
+            raise ConfigError("task denoising needs data.texts (training text files) and "
+                              "data.dev_texts (dev text files)")
+        if not config.tokenizer.joint:
+            raise ConfigError("task denoising restores its input: one tokenizer for source "
+                              "and target (tokenizer.joint: true)")
+
+    def prepare(self, out: Path):
+        config, d = self.config, self.config.data
+        check_noise(d.noise_rate, d.span_lambda)
+        texts = {"train": [], "dev": []}
+        for split, names in (("train", d.texts), ("dev", d.dev_texts)):
+            for name in names:
+                path = resolve(d, name)
+                if split == "train":
+                    check_training_text(path)
+                read = read_texts(path, d.word_joints, d.lowercase)
+                log.info("denoising %s text: %s, %d sentences", split, path, len(read))
+                texts[split] += read
+        if config.eval.dev_score_sentences:
+            texts["dev"] = texts["dev"][: config.eval.dev_score_sentences]
+        tok = train_tokenizer(config, texts["train"], out / "spm", symbols=(MASK_PIECE,))
+        self.source_tok = self.target_tok = self.tok = tok
+        self.mask_id = tok.piece_id(MASK_PIECE)
+        if self.mask_id is None:
+            raise ConfigError(f"the tokenizer has no {MASK_PIECE} piece; a denoising run trains "
+                              f"its own tokenizer, or starts from a masked_lm or denoising run's")
+        limit = d.max_source_length - 1
+        self.rows = {}
+        for split, split_texts in texts.items():
+            rows, indices = pack_sentences(list(encode_in_chunks(tok, split_texts)), limit)
+            if not rows:
+                raise ValueError(f"the {split} text holds no piece to restore (every line is "
+                                 f"empty or special); give text files with sentences")
+            self.rows[split] = ([row + [tok.eos_id] for row in rows],
+                                [index + [index[-1]] for index in indices])
+        self.counts = {"sentences": {k: len(v) for k, v in texts.items()},
+                       "rows": {k: len(v[0]) for k, v in self.rows.items()},
+                       "pieces": {k: int(sum(map(len, v[0]))) for k, v in self.rows.items()}}
+        log.info("rows of up to %d pieces: %s", limit,
+                 ", ".join(f"{n} {k}" for k, n in self.counts["rows"].items()))
+        return transformer_config(config, tok, tok, max_source_length=d.max_source_length,
+                                  max_target_length=d.max_source_length)
+
+    def dataset(self, split: str, *, seed: int, shuffle: bool, repeat: bool = False):
+        d, tok = self.config.data, self.tok
+        noising = dict(rate=d.noise_rate, span_lambda=d.span_lambda, mask_id=self.mask_id,
+                       seed=seed)
+        return make_denoising_dataset(
+            *self.rows[split], max_length=d.max_source_length,
+            tokens_per_batch=d.tokens_per_batch, pad_id=tok.pad_id, bos_id=tok.bos_id,
+            eos_id=tok.eos_id, noising=noising, permute_sentences=d.permute_sentences,
+            num_buckets=d.num_buckets, shuffle=shuffle, seed=self.config.training.seed,
+            repeat=repeat)
+
+    def datasets(self):
+        repeat = self.config.training.steps_per_epoch > 0
+        seed = self.config.training.seed
+
+        def make_train():
+            return replayable(lambda: self.dataset("train", seed=seed, shuffle=True,
+                                                   repeat=repeat), repeat)
+
+        return make_train, lambda: self.dataset("dev", seed=DEV_NOISE_SEED, shuffle=False)
+
+    def describe(self, model) -> str:
+        d = self.config.data
+        permuted = ", sentences permuted" if d.permute_sentences else ""
+        return (f", text infilling of {d.noise_rate:.0%} of the pieces in Poisson("
+                f"{d.span_lambda:g}) spans{permuted}, rows of up to {d.max_source_length - 1} "
+                f"pieces")
+
+    def scores(self, model) -> dict:
+        """The perplexity of the dev rows given their corrupted copies (corrupted by
+        DEV_NOISE_SEED, the same way at every call)."""
+        data = self.dataset("dev", seed=DEV_NOISE_SEED, shuffle=False)
+        nll, count = summed_nll(model, data, model.config.pad_id)
+        return {"perplexity": math.exp(nll / max(count, 1)), "pieces": count}
+
+    def dev_score(self):
+        def score(model):
+            perplexity = self.scores(model)["perplexity"]
+            return {"neg_perplexity": -perplexity, "perplexity": perplexity}
+
+        return DevScore(score, {"dev_rows": len(self.rows["dev"][0])},
+                        name="neg_perplexity", label="-perplexity")
+
+    def data_metrics(self):
+        return dict(self.counts)
+
+    def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
+        s = self.scores(model)
+        metrics.update({"scored_split": "dev", "dev_perplexity": s["perplexity"],
+                        "dev_loss": math.log(s["perplexity"]), "dev_target_pieces": s["pieces"]})
+        print(f"dev: perplexity {s['perplexity']:.2f} of the original text given its corrupted "
+              f"copy ({s['pieces']} pieces)")
+        self.show_restorations(model)
+
+    def show_restorations(self, model) -> None:
+        """The first dev rows as the model reads them (corrupted) and as it restores them."""
+        count = self.config.eval.samples
+        if not count:
+            return
+        (sources, _), _ = next(iter(self.dataset("dev", seed=DEV_NOISE_SEED, shuffle=False)))
+        corrupted = self.tok.decode(sources.numpy()[:count])
+        restored = self.generate(model, corrupted)
+        for line, output in zip(corrupted, restored, strict=True):
+            print(f"  IN   {line}\n  OUT  {output}")
+
+    def generate(self, model, sources, progress=None):
+        """The model's restorations of `sources` (text holding [MASK] pieces), decoded by the
+        search settings of config.eval."""
+        return translate(model, self.tok, self.tok, sources, self.search_settings(),
+                         batch_size=self.config.eval.batch_size, truncate=True,
+                         progress=progress)
+
+    def use_tokenizers(self, source_tok, target_tok) -> None:
+        super().use_tokenizers(source_tok, target_tok)
+        self.tok = source_tok
