@@ -324,7 +324,8 @@ def test_a_jax_data_parallel_fit_takes_the_single_device_steps(tmp_path):
 # The modules that are TensorFlow by nature (tf.Variable caches, tf.data); every other module
 # of the library, and the training modules of the tasks that train anywhere, import without it.
 TENSORFLOW_MODULES = ("keras_transformer.tf_backend", "keras_transformer.cache.variables",
-                      "keras_transformer.text.pipeline", "keras_transformer.text.masking")
+                      "keras_transformer.text.pipeline", "keras_transformer.text.masking",
+                      "keras_transformer.text.noising")
 TRAINING_MODULES = ("train.cli", "train.run", "train.engine", "train.distribute",
                     "train.evaluate", "train.tasks.translation", "train.tasks.summarization",
                     "bench.gpu_train", "bench.backends")
