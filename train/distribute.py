@@ -8,6 +8,7 @@ TensorFlow."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -152,7 +153,7 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return kind == "worker" and index == 0
 
 
-def distribute(strategy: tf.distribute.Strategy, make_dataset):
+def distribute(strategy: tf.distribute.Strategy, make_dataset, reads_part: bool = False):
     """Give replica r of R rows [B*r/R, B*(r+1)/R) of every global batch the dataset makes.
 
     `make_dataset()` builds the dataset; each input pipeline calls it, so that each gets its
@@ -164,6 +165,11 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset):
     batch size), which reorders and regroups sentences, and sharding by DATA or FILE hands
     each worker different batches. Batches vary in size (a token budget per length bucket),
     so a fixed per-replica batch size would not do either.
+
+    `reads_part` (a streamed corpus, too large for every worker to read): input pipeline i of
+    n builds `make_dataset(part=(n, i))`, the batches of its own part of the data alone
+    (`keras_transformer.text.shards.worker_part`: whole shards, or every n-th line), and cuts
+    each among its local replicas. A global batch is then the workers' batches together.
 
     Under JAX (`JaxDataParallel`) the NumPy input path's global batches go whole to model.fit,
     which splits each across the devices; `RowsPadded` makes their row counts divide.
@@ -177,22 +183,57 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset):
 
     def per_pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
         local = replicas // context.num_input_pipelines
-        first = context.input_pipeline_id * local
+        if reads_part:
+            data = make_dataset(part=(context.num_input_pipelines, context.input_pipeline_id))
+            first, cut = 0, local  # the pipeline's batch is its replicas' alone
+        else:
+            data = make_dataset()
+            first, cut = context.input_pipeline_id * local, replicas
 
         def pieces(inputs, labels):
             size = tf.shape(labels)[0]
             out = None
             for replica in range(first, first + local):
-                start = size * replica // replicas
-                end = size * (replica + 1) // replicas
+                start = size * replica // cut
+                end = size * (replica + 1) // cut
                 piece = tf.data.Dataset.from_tensors(
                     tf.nest.map_structure(lambda t, a=start, b=end: t[a:b], (inputs, labels)))
                 out = piece if out is None else out.concatenate(piece)
             return out
 
-        return make_dataset().flat_map(pieces).prefetch(local)
+        return data.flat_map(pieces).prefetch(local)
 
     return strategy.distribute_datasets_from_function(per_pipeline)
+
+
+def check_workers_agree(strategy, text: str, what: str) -> None:
+    """Under MultiWorkerMirroredStrategy, a one-line ValueError on every worker unless all of
+    them hold the same `text` (`what` says what it is): workers started with different
+    configs, or reading different data, would train on without a word otherwise. Each replica
+    adds a digest of its text (16-bit pieces, exact in float32) to the others', then whether
+    the sum is its own times the replica count; every worker sees the second sum."""
+    if isinstance(strategy, (OneDevice, JaxDataParallel)) or not isinstance(
+            strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return  # one process
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    pieces = tf.constant([float(int(digest[i: i + 4], 16)) for i in range(0, 16, 4)])
+    replicas = float(strategy.num_replicas_in_sync)
+
+    @tf.function
+    def differing():
+        def step():
+            context = tf.distribute.get_replica_context()
+            total = context.all_reduce(tf.distribute.ReduceOp.SUM, pieces)
+            own = tf.reduce_any(tf.not_equal(total, pieces * replicas))
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(own, tf.float32))
+
+        return strategy.experimental_local_results(strategy.run(step))[0]
+
+    if float(differing()) > 0:
+        kind, index = worker_task()
+        raise ValueError(f"the workers of training.strategy=multiworker differ in {what} "
+                         f"(this is {kind} {index}): start every worker with the same config, "
+                         f"--set overrides and data")
 
 
 class RowsPadded(keras.utils.PyDataset):

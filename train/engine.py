@@ -34,6 +34,7 @@ from .config import RunConfig, save_config
 from .distribute import (
     check_jit_devices,
     check_precision,
+    check_workers_agree,
     distribute,
     is_chief,
     make_strategy,
@@ -109,8 +110,9 @@ def segments(state: dict | None, epochs: int, steps_per_epoch: int):
 
 
 def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, dev_scoring=None,
-        chief: bool = True) -> dict:
-    """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need."""
+        chief: bool = True, reads_part: bool = False) -> dict:
+    """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need.
+    `reads_part`: make_train(part=(n, i)) reads input pipeline i's part of n (Task.reads_part)."""
     t = config.training
     budget = TimeBudget(t.max_minutes)
     epoch_history = EpochHistory()
@@ -168,8 +170,9 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
     epochs_done = int(state["epoch"]) if state else 0
     start = time.perf_counter()
     for initial, epochs, steps, skip, offset in segments(state, t.epochs, batches_per_epoch):
-        def make_segment(skip=skip):
-            data = make_train()
+        def make_segment(skip=skip, **part):
+            # Each worker skips as many of its own batches: its part replays exactly too.
+            data = make_train(**part)
             data = data.skip(skip) if skip else data
             return data.map(tap) if tap is not None else data
 
@@ -178,7 +181,7 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
             # Keras warns "Your input ran out of data" whenever a dataset of unknown length
             # ends: the dev data at every validation, and a one-pass epoch, both by design.
             warnings.filterwarnings("ignore", message="Your input ran out of data")
-            result = model.fit(distribute(strategy, make_segment),
+            result = model.fit(distribute(strategy, make_segment, reads_part),
                                validation_data=distribute(strategy, make_dev),
                                initial_epoch=initial, epochs=epochs, steps_per_epoch=steps,
                                callbacks=callbacks, verbose=t.verbose,
@@ -246,6 +249,10 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     weights_file(config, out)  # a bad training.init_from, refused before any work
     given_model(config)  # and a bad tokenizer.model
     strategy = make_strategy(t.strategy)
+    # Paths may differ between hosts through data.data_dir (or KT_DATA_DIR); nothing else.
+    settings = config.to_dict()
+    settings["data"].pop("data_dir", None)
+    check_workers_agree(strategy, json.dumps(settings, sort_keys=True), "their config")
     if (t.accumulate_steps > 1 and strategy.num_replicas_in_sync > 1
             and keras.backend.backend() == "tensorflow"):
         # Keras 3.15 updates inside a cond whose branches synchronize the replicas, which
@@ -336,6 +343,8 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
     """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
     strategy, chief, out, candidates = setup(config, out, overwrite)
     model_cfg = task.prepare(out)
+    check_workers_agree(strategy, json.dumps(task.data_metrics(), sort_keys=True),
+                        "the training data they found (shards, pairs)")
     atomic_write_text(out / "model_config.json", json.dumps(model_cfg.to_dict(), indent=2))
     make_train, make_dev = task.datasets()
     planned = (planned_steps(config.training, make_train) if config.training.warmup_fraction
@@ -365,7 +374,7 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
         dev_scoring = DevScoring(dev_score, out / "best.npz" if chief else None,
                            config.training.early_stopping_patience)
     result = fit(model, strategy, config, out, make_train, make_dev, dev_scoring=dev_scoring,
-                 chief=chief)
+                 chief=chief, reads_part=task.reads_part)
     metrics = base_metrics(config, strategy, jit, result, model)
     metrics.update(task.data_metrics())
     metrics["warmup_steps"] = schedule_warmup(config.training, planned)[0]

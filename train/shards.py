@@ -1,6 +1,8 @@
 """Streamed training text (`data.stream: true`): `source<TAB>target` TSV shards named by a file
 or a glob in data.train_source, gzip or not, found and checked here, then read by tf.data as
-training consumes them (`keras_transformer.text.pipeline.make_tsv_stream_dataset`).
+training consumes them (`keras_transformer.text.pipeline.make_tsv_stream_dataset`, or
+`numpy_pipeline.StreamBatches` under JAX and PyTorch; a shard is read by
+`keras_transformer.text.shards`).
 
 Before training, one pass in Python reads every shard line by line: it refuses a broken shard
 (unreadable, a corrupt gzip, invalid UTF-8, a line without exactly two columns) in one line
@@ -11,16 +13,13 @@ naming the file and line, counts the pairs, and draws the tokenizer's sample
 from __future__ import annotations
 
 import glob
-import gzip
-import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from keras_transformer.text.shards import compression_of, shard_pairs
+
 from .config import DataConfig, data_dir
 from .tokenizer_sources import sample_sentences
-
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 def shard_files(config: DataConfig) -> list[Path]:
@@ -38,45 +37,6 @@ def shard_files(config: DataConfig) -> list[Path]:
     if not pattern.is_file():
         raise FileNotFoundError(f"data.train_source: shard not found: {pattern}")
     return [pattern]
-
-
-def compression_of(path: Path) -> str:
-    """tf.data's compression_type for `path`: "GZIP" when it starts with gzip's magic bytes
-    (whatever its name), else ""; an unreadable file is an error naming it."""
-    try:
-        with open(path, "rb") as file:
-            return "GZIP" if file.read(2) == GZIP_MAGIC else ""
-    except OSError as err:
-        raise ValueError(f"shard {path} is unreadable ({err.strerror or err})") from None
-
-
-def shard_pairs(path: Path) -> Iterator[tuple[str, str] | None]:
-    """Each line of a shard as its (source, target), stripped, or None for a blank line or
-    an empty side (dropped and counted, as the in-memory reader does); ValueError naming
-    the file (and line) for anything that makes the shard unreadable."""
-    opener = gzip.open if compression_of(path) == "GZIP" else open
-    number = 0
-    try:
-        with opener(path, "rb") as file:
-            for number, raw in enumerate(file, start=1):
-                line = raw.decode("utf-8").rstrip("\r\n").removeprefix("\ufeff")
-                if not line.strip():
-                    yield None
-                    continue
-                columns = line.split("\t")
-                if len(columns) != 2:
-                    raise ValueError(f"shard {path} line {number} has {len(columns)} "
-                                     f"tab-separated columns; a shard holds source<TAB>target")
-                source, target = columns[0].strip(), columns[1].strip()
-                yield (source, target) if source and target else None
-    except UnicodeDecodeError as err:
-        raise ValueError(f"shard {path} line {number + 1} is not UTF-8 (byte "
-                         f"{err.start + 1})") from None
-    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise ValueError(f"shard {path} is a corrupt gzip file after line {number} "
-                         f"({' '.join(str(err).split()) or type(err).__name__})") from None
-    except OSError as err:
-        raise ValueError(f"shard {path} is unreadable ({err.strerror or err})") from None
 
 
 @dataclass

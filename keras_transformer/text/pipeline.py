@@ -27,6 +27,7 @@ from keras_transformer.text.buckets import (  # noqa: F401
     pair_buckets,
     special_ids_of,
 )
+from keras_transformer.text.shards import worker_part
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -175,19 +176,25 @@ def _bucketed(ds, boundaries, batch_sizes, *, max_source_length, max_target_leng
 
 
 def _shard_lines(files: Sequence[str], compressions: Sequence[str], shuffle: bool, seed: int,
-                 repeat: bool, cycle_length: int):
-    """The lines of TSV shards, `cycle_length` shards read at a time, a line of each in turn;
-    the shard order shuffled anew each pass when `shuffle`."""
+                 repeat: bool, cycle_length: int, workers: int = 1, worker: int = 0):
+    """The lines of worker `worker`'s part of TSV shards (`shards.worker_part`: whole shards,
+    or every `workers`-th line when there are fewer shards than workers), `cycle_length`
+    shards read at a time, a line of each in turn; the shard order shuffled anew each pass
+    when `shuffle`."""
+    chosen, by_line = worker_part(len(files), workers, worker)
+    files, compressions = [files[i] for i in chosen], [compressions[i] for i in chosen]
     ds = tf.data.Dataset.from_tensor_slices((tf.constant(list(files), tf.string),
                                              tf.constant(list(compressions), tf.string)))
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
-    return ds.interleave(
+    lines = ds.interleave(
         lambda path, compression: tf.data.TextLineDataset(path, compression_type=compression),
         cycle_length=max(1, min(cycle_length, len(files))), block_length=1,
         num_parallel_calls=AUTOTUNE, deterministic=True)
+    # Every worker reads the same seeded order of lines, so the n-th lines partition it.
+    return lines.shard(workers, worker) if by_line else lines
 
 
 def tsv_pairs(lines: tf.data.Dataset) -> tf.data.Dataset:
@@ -229,13 +236,16 @@ def make_tsv_stream_dataset(
     pad_id: int | None = None,
     bos_id: int | None = None,
     eos_id: int | None = None,
+    workers: int = 1,
+    worker: int = 0,
 ) -> tf.data.Dataset:
     """make_translation_dataset's batches from `source<TAB>target` TSV shards read as they
     are consumed: `files` with their `compressions` ("GZIP" or ""), shard order shuffled
     each pass, `cycle_length` shards interleaved, pairs shuffled in a buffer of
     `shuffle_buffer` (memory: the buffer, not the corpus), tokenized in the graph, then
     bucketed under the token budget by the same rules. Nothing is cached: a pass reads the
-    files again."""
+    files again. `workers` > 1: the batches of worker `worker`'s part of the shards alone
+    (`shards.worker_part`)."""
     if not files or len(files) != len(compressions):
         raise ValueError(f"make_tsv_stream_dataset needs files, each with its compression; got "
                          f"{len(files)} files and {len(compressions)} compressions")
@@ -247,7 +257,8 @@ def make_tsv_stream_dataset(
         fixed_target_length=False)
     pad_id, bos_id, eos_id = special_ids_of((source_tokenizer, target_tokenizer), pad_id, bos_id,
                                           eos_id)
-    ds = tsv_pairs(_shard_lines(files, compressions, shuffle, seed, repeat, cycle_length))
+    ds = tsv_pairs(_shard_lines(files, compressions, shuffle, seed, repeat, cycle_length,
+                                workers, worker))
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = ds.batch(_TOKENIZE_CHUNK).map(

@@ -90,6 +90,10 @@ class Task:
         the rules of its own keys, or of keys that mean something else to it. Called when the
         config is loaded (train.tasks.load_run_config) and before a run, ahead of any data."""
 
+    # Whether make_train (of `datasets`) takes part=(n, i) and reads only input pipeline i's
+    # part of n (a streamed corpus: train.distribute.distribute); set by `prepare`.
+    reads_part = False
+
     def prepare(self, out: Path) -> TransformerConfig:
         """Read the data, train the tokenizers into `out`; return the model's config."""
         raise NotImplementedError

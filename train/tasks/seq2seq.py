@@ -4,6 +4,7 @@ label-smoothed loss, and the training and dev streams of (source, target) text p
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,12 +14,15 @@ from tqdm import tqdm
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.text.shards import worker_part
 
 from ..batches import replayable
 from ..config import ConfigError, model_preview
 from ..losses import token_loss
 from ..tasks.base import FileScores, Task
 from ..tokenizers import load_run_tokenizers
+
+log = logging.getLogger("train")
 
 
 class Seq2SeqTask(Task):
@@ -73,23 +77,49 @@ class Seq2SeqTask(Task):
     def stream_datasets(self, shards, dev: tuple[Sequence[str], Sequence[str]], **pipeline):
         """(make_train, make_dev) with the training pairs read from `shards` (a
         train.shards.ShardScan) as they are consumed, an endless stream; dev from memory.
-        tf.data only: the NumPy path has no streamed reader."""
+        tf.data under TensorFlow (`make_tsv_stream_dataset`), NumPy under JAX and PyTorch
+        (`StreamBatches`), batch for batch alike before shuffling.
+
+        make_train(part=(n, i)) reads input pipeline i's part of n alone
+        (`shards.worker_part`), under a token budget of tokens_per_batch / n, so that the n
+        pipelines' batches together keep data.tokens_per_batch per step."""
+        config = self.config
+        files = [str(path) for path in shards.files]
+        stream = dict(shuffle_buffer=config.data.shuffle_buffer, seed=config.training.seed,
+                      repeat=True)
+
+        def budget(part):
+            workers, worker = part
+            if workers > 1:
+                chosen, by_line = worker_part(len(files), workers, worker)
+                log.info("input pipeline %d of %d reads %s, %d tokens a batch", worker,
+                         workers, f"one line in {workers} of the {len(files)} shards"
+                         if by_line else f"{len(chosen)} of the {len(files)} shards",
+                         max(1, pipeline["tokens_per_batch"] // workers))
+            return dict(pipeline, workers=workers, worker=worker,
+                        tokens_per_batch=max(1, pipeline["tokens_per_batch"] // workers))
+
         if keras.backend.backend() != "tensorflow":
-            raise ValueError(f"data.stream reads with tf.data: TensorFlow only, not "
-                             f"KERAS_BACKEND={keras.backend.backend()}")
+            from keras_transformer.text.numpy_pipeline import StreamBatches, TranslationBatches
+
+            def make_numpy_train(part=(1, 0)):
+                return StreamBatches(files, self.source_tok, self.target_tok, **stream,
+                                     **budget(part))
+
+            def make_numpy_dev():
+                return TranslationBatches(*dev, self.source_tok, self.target_tok,
+                                          shuffle=False, **pipeline)
+
+            return make_numpy_train, make_numpy_dev
         from keras_transformer.text.pipeline import (
             make_translation_dataset,
             make_tsv_stream_dataset,
         )
 
-        config = self.config
-        files = [str(path) for path in shards.files]
-
-        def make_train():
+        def make_train(part=(1, 0)):
             return replayable(lambda: make_tsv_stream_dataset(
-                files, shards.compressions, self.source_tok, self.target_tok,
-                shuffle_buffer=config.data.shuffle_buffer, seed=config.training.seed,
-                repeat=True, **pipeline), True)
+                files, shards.compressions, self.source_tok, self.target_tok, **stream,
+                **budget(part)), True)
 
         def make_dev():
             return make_translation_dataset(*dev, self.source_tok, self.target_tok,

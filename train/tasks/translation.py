@@ -33,6 +33,7 @@ class TranslationTask(Seq2SeqTask):
             # counts them and draws the tokenizer's sample (train.shards).
             self.shards = scan_shards(shard_files(d), config.tokenizer.sample_sentences,
                                       d.seed)
+            self.reads_part = True  # each worker reads its part of the shards
             corpus.dropped_empty += self.shards.dropped_empty
             train = Split(self.shards.sample_sources, self.shards.sample_targets)
             log.info("streamed training pairs: %d in %d shards (%d empty lines dropped); the "
