@@ -50,6 +50,7 @@ from keras_transformer.command_line import (
 
 from .batching import Batcher, Overloaded, Ticket
 from .explorer import InputError
+from .formats import RUNTIMES
 from .serve import (
     CLOSE,
     MAX_CONCURRENCY,
@@ -60,7 +61,6 @@ from .serve import (
     decode_json,
     server_class,
 )
-from .text_io import RUNTIMES
 
 WEB_PACKAGES = "starlette==1.10.0 uvicorn==0.54.0"  # as requirements.txt pins them
 EXAMPLE = '{"inputs": ["..."]}'

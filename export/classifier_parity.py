@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from .common import Manifest, variant_bytes
-from .parity_check import CheckResult, ParityRun
+from .parity_check import CheckResult, ParityRun, exported_formats
 from .runtime.classifier import attention_runtime
 
 TOLERANCE = 1e-4  # max |Δ| of a float32 runtime's probabilities against keras
@@ -18,7 +18,6 @@ TOLERANCE = 1e-4  # max |Δ| of a float32 runtime's probabilities against keras
 # rounding, so the test is the label it picks, with a bound on how far a probability moves.
 QUANTIZED_MAX_DELTA = 0.1
 QUANTIZED_AGREEMENT = 0.98
-RUNTIMES = ("keras", "savedmodel", "onnx", "tflite")
 
 
 def random_batch(manifest: Manifest, batch: int, length: int, seed: int) -> np.ndarray:
@@ -57,8 +56,7 @@ def compare(reference: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 def prepare(run: ParityRun, out) -> None:
     """The formats to check and the id batches every check reads."""
     manifest = run.manifest
-    present = [r for r in RUNTIMES[1:] if r in manifest["formats"]]
-    missing = [r for r in RUNTIMES if r not in ("keras", *present)]
+    present, missing = exported_formats(manifest)
     if missing:
         out(f"not exported, not checked: {', '.join(missing)}\n")
     run.state.update(present=present, inputs=batches(manifest, run.sentences),

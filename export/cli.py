@@ -15,15 +15,16 @@ from pathlib import Path
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point
 
+from .formats import FORMATS, QUANTIZE
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=command("export"),
         description="Export a training run to SavedModel, ONNX and/or TFLite, with manifest.json.")
     parser.add_argument("--run", required=True, help="training run directory, e.g. runs/demo")
-    parser.add_argument("--format", default="all",
-                        choices=("savedmodel", "onnx", "tflite", "all"))
-    parser.add_argument("--quantize", default="none", choices=("none", "fp16", "int8", "all"),
+    parser.add_argument("--format", default="all", choices=(*FORMATS, "all"))
+    parser.add_argument("--quantize", default="none", choices=QUANTIZE,
                         help="extra variants: fp16 and/or int8 TFLite; int8 also quantizes ONNX")
     parser.add_argument("--out", required=True,
                         help="export directory, e.g. exports/demo: built beside it and swapped "
@@ -59,9 +60,9 @@ def main(argv) -> int:
     for noisy in ("tf2onnx", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     from .common import variant_bytes
-    from .exporters import FORMATS, export_run
+    from .exporters import export_run
 
-    formats = FORMATS if args.format == "all" else (args.format,)
+    formats = tuple(FORMATS) if args.format == "all" else (args.format,)
     manifest = export_run(Path(args.run), Path(args.out), formats, args.quantize,
                           overwrite=args.overwrite, with_attention=args.with_attention,
                           onnx_optimize=not args.no_onnx_optimize,

@@ -13,6 +13,8 @@ from keras_transformer.command_line import command
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import UnsafePath, resolve_inside
 
+from .formats import FORMATS, variants_of
+
 MANIFEST = "manifest.json"
 # Version 3 lists every file of the SavedModel directory on its own (version 2 summed the
 # directory into one entry). Version 4 may add "task", "search" (the run's search settings;
@@ -34,10 +36,6 @@ CLASSIFIER_ATTENTION_INTERFACE = (
     "probabilities float32 (B,C), logits float32 (B,C), and encoder_self float32 (B,L,H,S,S), "
     "every encoder layer's self-attention weights stacked (rows are queries and sum to 1; "
     "the columns of PAD keys are 0)")
-# The weight variants each format can be exported in (export.exporters): ONNX is quantized
-# dynamically to int8 only; the TF formats stay float32.
-FORMAT_VARIANTS = {"onnx": ("float32", "int8"), "tflite": ("float32", "fp16", "int8"),
-                   "savedmodel": ("float32",)}
 # What an export holds (manifest "kind"): an encoder-decoder ("translator": encode and
 # decode_step, for translation and summarization), an encoder-only classifier ("classifier":
 # classify, text to class probabilities), a decoder-only TransformerLM ("lm": decode_step
@@ -56,8 +54,6 @@ DEFAULT_TASKS = {"translator": "translation", "classifier": "classification",
 KIND_TOOLS = {"translator": "export.translate", "classifier": "export.classify",
               "lm": "export.generate", "extractor": "export.summarize",
               "masked_lm": "export.fill_mask"}
-# Formats whose model is a directory (its files are listed one by one under "files").
-DIRECTORY_FORMATS = ("savedmodel",)
 # The block of the run's search settings (keras_transformer.decoding.SearchSettings), and the
 # name older exports gave it.
 SEARCH_BLOCK, OLD_SEARCH_BLOCK = "search", "decoding"
@@ -99,6 +95,20 @@ def directory_entries(root: Path, directory: str) -> dict[str, dict]:
         if path.is_file():
             entries[path.relative_to(root).as_posix()] = file_entry(root, path)
     return entries
+
+
+def listed_files(out: Path, manifest_formats: dict, names=()) -> dict:
+    """The manifest's "files": every format's files and the other `names`, with their
+    sizes and digests, sorted."""
+    files = {name: file_entry(out, out / name) for name in names}
+    for fmt_name, fmt in manifest_formats.items():
+        for variant in fmt["variants"].values():
+            for name in variant.values():
+                if FORMATS[fmt_name].directory:
+                    files.update(directory_entries(out, name))
+                else:
+                    files[name] = file_entry(out, out / name)
+    return dict(sorted(files.items()))
 
 
 def _check(data, key: str, kind, where: str, minimum: int | None = None,
@@ -376,7 +386,7 @@ class Manifest:
                 f"`{command('export')} --run <run dir> --format {fmt} --out {self.root}`")
         variants = formats[fmt]["variants"]
         if variant not in variants:
-            possible = FORMAT_VARIANTS.get(fmt, ("float32",))
+            possible = variants_of(fmt)
             fix = (f"export with --quantize {variant}" if variant in possible else
                    f"{fmt} has only the variants {', '.join(possible)}")
             raise ExportError(
@@ -392,7 +402,7 @@ class Manifest:
         for fmt, spec in self.data["formats"].items():
             for roles in spec["variants"].values():
                 for name in roles.values():
-                    if fmt in DIRECTORY_FORMATS:
+                    if fmt in FORMATS and FORMATS[fmt].directory:
                         self.directory(name)
                     else:
                         self.file(name)

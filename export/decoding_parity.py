@@ -15,11 +15,11 @@ from keras_transformer.decoding import SearchSettings
 
 from . import choice
 from .common import ExportError, Manifest, variant_bytes
-from .parity_check import CheckResult, ParityRun
+from .formats import KERAS
+from .parity_check import CheckResult, ParityRun, exported_formats
 from .runtime.base import Generator, Translator
 
 TOLERANCE = 1e-4
-RUNTIMES = ("keras", "savedmodel", "onnx", "tflite")
 SHAPES = ((1, 7, 12), (5, 19, 30))  # (batch, source length, cache length)
 # A language model's token checks: random prompts of 1 to LM_PROMPT pieces after BOS, each
 # continued by up to LM_NEW_TOKENS tokens; sampled at LM_SAMPLING with one seed.
@@ -186,12 +186,13 @@ def quality(task: str):
     return "BLEU", bleu
 
 
-def present_runtimes(manifest: Manifest) -> tuple[str, ...]:
-    """keras (from the training run) and every runtime whose format the export holds."""
-    present = tuple(r for r in RUNTIMES[1:] if r in manifest["formats"])
+def present_runtimes(manifest: Manifest) -> tuple[tuple[str, ...], list[str]]:
+    """(keras, from the training run, and every runtime whose format the export holds; the
+    formats it does not hold)."""
+    present, missing = exported_formats(manifest)
     if not present:
         raise ExportError(f"{manifest.root} holds no exported format to check against keras")
-    return ("keras", *present)
+    return (KERAS, *present), missing
 
 
 def file_size(manifest: Manifest, fmt: str, variant: str) -> int:
@@ -298,8 +299,7 @@ def prepare(run: ParityRun, out) -> None:
     searches checked are those its users get."""
     manifest = run.manifest
     run.state["search"] = SearchSettings(**manifest.search.constraints)
-    runtimes = present_runtimes(manifest)
-    missing = [r for r in RUNTIMES if r not in runtimes]
+    runtimes, missing = present_runtimes(manifest)
     if run.backends is None:
         run.backends = {name: run.load(name) for name in runtimes}
     run.backends = {name: run.backends[name] for name in runtimes}

@@ -14,7 +14,7 @@ from keras_transformer.file_safety import staged_directory
 
 from .choice import RECORD
 from .common import MANIFEST, Manifest
-from .formats import FORMATS, QUANTIZE, versions
+from .formats import FORMATS, QUANTIZE, quantized, versions
 from .kinds import kind_of_model
 from .kinds.base import ExportOptions
 from .module import load_trained
@@ -65,7 +65,7 @@ def check_output(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
     return foreign
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
+def export_run(run_dir: str | Path, out_dir: str | Path, formats=tuple(FORMATS),
                quantize: str = "none", translate_signature: bool = True,
                overwrite: bool = False, with_attention: bool = False,
                onnx_optimize: bool = True, search_graph: bool = True) -> dict:
@@ -81,17 +81,15 @@ def export_run(run_dir: str | Path, out_dir: str | Path, formats=FORMATS,
     run_dir, out = Path(run_dir), Path(out_dir)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
-        raise ValueError(f"unknown formats {unknown}; choose from {FORMATS}")
+        raise ValueError(f"unknown formats {unknown}; choose from {tuple(FORMATS)}")
     if quantize not in QUANTIZE:
         raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
     if with_attention and "onnx" not in formats:
         raise ValueError("--with-attention needs the onnx format, whose runtime reads "
                          "attention.onnx: export with --format onnx or --format all")
-    # fp16 variants are TFLite's, int8 TFLite's and ONNX's: asked for none of those formats,
-    # --quantize would make nothing and say nothing.
-    quantizable = {"tflite": {"fp16", "int8"}, "onnx": {"int8"}}
-    asked = {"none": set(), "all": {"fp16", "int8"}}.get(quantize, {quantize})
-    if asked and not asked & set().union(*(quantizable.get(f, set()) for f in formats)):
+    # Asked for none of the formats that hold its variants, --quantize would make nothing and
+    # say nothing.
+    if quantized(quantize) and not any(FORMATS[f].made(quantize)[1:] for f in formats):
         raise ValueError(f"--quantize {quantize} makes no variant with --format "
                          f"{'/'.join(formats)}: fp16 variants are TFLite's, int8 variants "
                          f"TFLite's and ONNX's; add the format (or --format all)")

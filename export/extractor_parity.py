@@ -11,9 +11,9 @@ import numpy as np
 
 from keras_transformer.text.extractive import Selection, select
 
-from .classifier_parity import QUANTIZED_AGREEMENT, RUNTIMES, TOLERANCE, quantized_variants
+from .classifier_parity import QUANTIZED_AGREEMENT, TOLERANCE, quantized_variants
 from .common import Manifest, variant_bytes
-from .parity_check import CheckResult, ParityRun
+from .parity_check import CheckResult, ParityRun, exported_formats
 from .runtime.extractor import Summarizer
 
 
@@ -48,8 +48,7 @@ def prepare(run: ParityRun, out) -> None:
     """The formats to check, the random grids, and the keras runtime every check compares
     with."""
     manifest = run.manifest
-    present = [r for r in RUNTIMES[1:] if r in manifest["formats"]]
-    missing = [r for r in RUNTIMES if r not in ("keras", *present)]
+    present, missing = exported_formats(manifest)
     if missing:
         out(f"not exported, not checked: {', '.join(missing)}\n")
     grids = random_grids(manifest, run.sentences)

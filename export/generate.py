@@ -32,7 +32,8 @@ from keras_transformer.command_line import (
 )
 from keras_transformer.decoding import SearchSettings
 
-from .text_io import RUNTIMES, check_run_option
+from .formats import RUNTIMES
+from .text_io import check_run_option
 
 SAMPLING = ("temperature", "top_k", "top_p")
 

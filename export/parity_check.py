@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import Manifest
+from .formats import FORMATS
 
 
 @dataclass
@@ -21,6 +22,13 @@ class CheckResult:
 
 # A parity check: (ParityRun, out) -> CheckResult, printing its lines with `out` as it runs.
 Check = Callable[["ParityRun", Callable], CheckResult]
+
+
+def exported_formats(manifest: Manifest) -> tuple[list[str], list[str]]:
+    """(the formats the export holds, those it does not), in the order of FORMATS: the
+    runtimes a check holds to keras, and those it says it leaves out."""
+    present = [fmt for fmt in FORMATS if fmt in manifest["formats"]]
+    return present, [fmt for fmt in FORMATS if fmt not in present]
 
 
 @dataclass

@@ -14,7 +14,7 @@ from keras_transformer.command_line import command
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import decode_lines, read_lines
 
-RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
+from .formats import RUNTIMES
 
 
 def start(args, what: str) -> Path | None:

@@ -17,6 +17,7 @@ import pytest
 
 from export import choice, decoding_parity, parity
 from export.common import ExportError, Manifest
+from export.formats import FORMATS, RUNTIMES
 from export.runtime import Translator, load_backend
 from keras_transformer.cache.layout import cache_names, memory_names
 from keras_transformer.decoding import SearchSettings
@@ -61,7 +62,7 @@ def manifest(exported):
 @pytest.fixture(scope="module")
 def backends(exported, manifest):
     return {name: load_backend(manifest, name, run_dir=exported[0])
-            for name in decoding_parity.RUNTIMES}
+            for name in RUNTIMES}
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +111,9 @@ def test_onnx_files_pass_the_checker_with_dynamic_axes(manifest):
 def test_tensor_parity_on_two_shapes(manifest, backends):
     rows = decoding_parity.tensor_parity(manifest, backends)
     assert len({row["shape"] for row in rows}) >= 4
-    table = decoding_parity.format_table(rows, list(decoding_parity.RUNTIMES[1:]))
+    table = decoding_parity.format_table(rows, list(FORMATS))
     for row in rows:
-        for runtime in decoding_parity.RUNTIMES[1:]:
+        for runtime in FORMATS:
             assert row[runtime] <= decoding_parity.TOLERANCE, table
 
 
@@ -121,7 +122,7 @@ def test_greedy_tokens_identical_across_runtimes(manifest, backends, sources):
                                                        batch_size=100)
            for name, b in backends.items()}
     assert len(sources) >= 200
-    for name in decoding_parity.RUNTIMES[1:]:
+    for name in FORMATS:
         assert decoding_parity.first_difference(ids["keras"], ids[name]) is None, name
 
 

@@ -19,6 +19,7 @@ import pytest
 from export import decoding_parity, parity
 from export import generate as generate_cli
 from export.common import Manifest
+from export.formats import FORMATS, RUNTIMES
 from export.kinds.language_model import LM_INTERFACE
 from export.runtime import Generator, load_backend, load_generator
 from keras_transformer.cache.layout import cache_names, per_layer_heads
@@ -82,7 +83,7 @@ def manifest(lm_export) -> Manifest:
 
 @pytest.fixture(scope="module")
 def backends(lm_run, manifest) -> dict:
-    return {name: load_backend(manifest, name, run_dir=lm_run) for name in decoding_parity.RUNTIMES}
+    return {name: load_backend(manifest, name, run_dir=lm_run) for name in RUNTIMES}
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +141,9 @@ def test_step_tensors_agree_across_runtimes(manifest, backends):
     rows = decoding_parity.tensor_parity(manifest, backends, encoder=False)
     assert {row["output"] for row in rows} == {"decode_step.logits",
                                                "decode_step.step_key_values"}
-    table = decoding_parity.format_table(rows, list(decoding_parity.RUNTIMES[1:]))
+    table = decoding_parity.format_table(rows, list(FORMATS))
     for row in rows:
-        for runtime in decoding_parity.RUNTIMES[1:]:
+        for runtime in FORMATS:
             assert row[runtime] <= decoding_parity.TOLERANCE, table
 
 
@@ -223,7 +224,7 @@ def test_parity_report_of_an_lm_export_passes(lm_export, lm_run, backends):
     report = "\n".join(lines)
     assert "greedy token ids of 20 random prompts" in report
     assert "sampled (temperature 1.0" in report
-    for name in decoding_parity.RUNTIMES[1:]:
+    for name in FORMATS:
         assert f"keras vs {name:<11} identical" in report
     assert "onnx    int8" in report and "tflite  int8" in report
     assert report.endswith("PASS")

@@ -210,8 +210,7 @@ def write_manifest(out: Path, kind: str, run_dir: Path, formats: dict, tokenizer
 
     from keras_transformer.file_safety import atomic_write_text
 
-    from ..common import MANIFEST, MANIFEST_VERSION
-    from ..formats import listed_files
+    from ..common import MANIFEST, MANIFEST_VERSION, listed_files
 
     manifest = {
         "manifest_version": MANIFEST_VERSION,

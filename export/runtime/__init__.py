@@ -16,12 +16,12 @@ from pathlib import Path
 from keras_transformer.command_line import command
 
 from ..common import KIND_TOOLS, ExportError, Manifest
+from ..formats import RUNTIMES
 from ..runtime.base import Backend, Generator, Translator
 
-RUNTIMES = ("onnx", "tflite", "savedmodel", "keras")
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
-__all__ = ["RUNTIMES", "Backend", "Generator", "Translator", "load_backend", "load_classifier",
+__all__ = ["Backend", "Generator", "Translator", "load_backend", "load_classifier",
            "load_fill_mask", "load_generator", "load_summarizer", "load_translator"]
 
 
