@@ -79,7 +79,7 @@ class WholeSearch:
 def whole_search_factory(manifest, variant: str):
     """(source, beam, new_tokens, cache) -> WholeSearch over the export's search graph of the
     ONNX `variant` (search.onnx, search.int8.onnx)."""
-    from export.runtime import load_backend
+    from export.kinds import load_backend
 
     backend = load_backend(manifest, "onnx", variant)
     if "search" not in backend.sessions:
@@ -119,7 +119,7 @@ def make_stepper_factory(runtime: str, name: str, cache_dir: Path):
 
         return keras_factory
     from export.common import Manifest
-    from export.runtime import load_backend
+    from export.kinds import load_backend
     from keras_transformer.generation import BackendStepper
 
     manifest = Manifest(ensure_in_child(name, cache_dir))

@@ -119,7 +119,7 @@ def stepper_factory(variant: str, name: str, cache_dir: Path):
 
         return keras_factory
     from export.common import Manifest
-    from export.runtime import load_backend
+    from export.kinds import load_backend
     from keras_transformer.generation import BackendStepper
 
     manifest = Manifest(ensure_in_child(name, cache_dir, quantize="all"))
@@ -253,7 +253,8 @@ def quality_rows(export_dir: Path, sentences: int) -> list[dict]:
     float32, how many of its translations differ from Keras float32's, and the BLEU that
     python -m export.parity recorded for it (parity.json, the same sentences)."""
     from export.decoding_parity import bleu, demo_test_split
-    from export.runtime import Translator, load_backend
+    from export.kinds import load_backend
+    from export.runtime.base import Translator
     from keras_transformer.tf_backend import KerasBackend
 
     manifest, record = quality_export(export_dir, sentences)

@@ -26,7 +26,7 @@ from keras_transformer.text.sources import default_max_length, pad_batch
 
 from .common import KIND_NAMES, KIND_TOOLS, ExportError, Manifest
 from .explorer import InputError
-from .runtime import load_runner
+from .kinds import open_manifest, open_runner
 from .runtime.base import LMStepper
 
 # Request options each kind takes, with what they mean (the OpenAPI description shows them).
@@ -78,7 +78,7 @@ class TranslatorEngine:
 
     def __init__(self, manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
                  run_dir=None):
-        self.translator = load_runner(manifest.root, "translator", runtime, variant, run_dir)
+        self.translator = open_runner(manifest, runtime, variant, run_dir)
         self.task = manifest.task
         self.route = "/v1/summarize" if self.task == "summarization" else "/v1/translate"
         # As export.translate: an over-long article keeps its start; a translation of part of
@@ -205,7 +205,7 @@ class GeneratorEngine:
 
     def __init__(self, manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
                  run_dir=None):
-        self.generator = load_runner(manifest.root, "lm", runtime, variant, run_dir)
+        self.generator = open_runner(manifest, runtime, variant, run_dir)
         self.task = manifest.task
 
     def info(self) -> dict:
@@ -274,7 +274,7 @@ class ClassifierEngine:
 
     def __init__(self, manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
                  run_dir=None):
-        self.classifier = load_runner(manifest.root, "classifier", runtime, variant, run_dir)
+        self.classifier = open_runner(manifest, runtime, variant, run_dir)
         self.task = manifest.task
 
     def info(self) -> dict:
@@ -313,7 +313,7 @@ class ExtractorEngine:
 
     def __init__(self, manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
                  run_dir=None):
-        self.summarizer = load_runner(manifest.root, "extractor", runtime, variant, run_dir)
+        self.summarizer = open_runner(manifest, runtime, variant, run_dir)
         self.task = manifest.task
 
     def info(self) -> dict:
@@ -340,7 +340,7 @@ ENGINES = {engine.kind: engine for engine in
 def open_engine(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
                 run_dir=None):
     """The engine of an export's kind (its manifest's), over one runtime."""
-    manifest = Manifest(export_dir)
+    manifest = open_manifest(export_dir)
     if manifest.kind not in ENGINES:
         from keras_transformer.command_line import command
 

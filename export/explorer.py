@@ -18,9 +18,8 @@ from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.text.sources import default_max_length
 
 from .common import KIND_NAMES, Manifest
-from .runtime import Translator, load_backend
-from .runtime.classifier import Classifier, attention_runtime
-from .runtime.extractor import Summarizer
+from .kinds import open_manifest, open_runner
+from .runtime.classifier import attention_runtime
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 CLASSIFIER_KINDS = ("encoder_self",)
@@ -52,7 +51,7 @@ def open_explorer(export_dir: str | Path, beam_size: int | None = None,
     ExtractorExplorer for an extractive summarizer, else an Explorer (which refuses a
     language model's export, naming the tool for it). The search settings are a
     translator's; given for another kind they are a ValueError."""
-    manifest = Manifest(export_dir)
+    manifest = open_manifest(export_dir)
     explorer = EXPLORERS.get(manifest.kind, Explorer)
     if explorer is Explorer:
         return Explorer(export_dir, beam_size, alpha, manifest)
@@ -75,11 +74,11 @@ class Explorer:
 
     def __init__(self, export_dir: str | Path, beam_size: int | None = None,
                  alpha: float | None = None, manifest: Manifest | None = None):
-        self.manifest = manifest or Manifest(export_dir)
+        self.manifest = manifest or open_manifest(export_dir)
         self.manifest.require_kind("translator", "the translation explorer")
         self.manifest.attention_file()  # the export's fault, reported before serving
-        self.backend = load_backend(self.manifest, "onnx")
-        self.translator = Translator(self.manifest, self.backend)
+        self.translator = open_runner(self.manifest, "onnx")
+        self.backend = self.translator.backend
         # The run's search (manifest.search), as export.translate defaults to it.
         self.search = self.manifest.search.given(beam_size=beam_size, alpha=alpha)
         self.task = self.manifest.task
@@ -156,10 +155,10 @@ class ClassifierExplorer:
     kind = "classifier"
 
     def __init__(self, export_dir: str | Path, manifest: Manifest | None = None):
-        self.manifest = manifest or Manifest(export_dir)
+        self.manifest = manifest or open_manifest(export_dir)
         self.manifest.require_kind("classifier", "the classifier explorer")
         self.attention = attention_runtime(self.manifest)  # names --with-attention if absent
-        self.classifier = Classifier(self.manifest, load_backend(self.manifest, "onnx"))
+        self.classifier = open_runner(self.manifest, "onnx")
         self.task = self.manifest.task
         model = self.manifest.model
         self.num_layers = model.get("num_encoder_layers")
@@ -213,9 +212,9 @@ class ExtractorExplorer:
     kind = "extractor"
 
     def __init__(self, export_dir: str | Path, manifest: Manifest | None = None):
-        self.manifest = manifest or Manifest(export_dir)
+        self.manifest = manifest or open_manifest(export_dir)
         self.manifest.require_kind("extractor", "the extractive summarizer's explorer")
-        self.summarizer = Summarizer(self.manifest, load_backend(self.manifest, "onnx"))
+        self.summarizer = open_runner(self.manifest, "onnx")
         self.task = self.manifest.task
         model = self.manifest.model
         self.num_layers = model.get("num_encoder_layers")

@@ -27,7 +27,7 @@ import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import add_text_io_arguments, open_export, read_input, start, write_output
+from .text_io import add_text_io_arguments, open_manifest, read_input, start, write_output
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -57,15 +57,15 @@ def format_lines(number: int, masks) -> list[str]:
 def main(argv) -> int:
     args = parse_args(argv)
     out = start(args, "fills")
-    manifest = open_export(args, "masked_lm", "export.fill_mask")
+    manifest = open_manifest(args, "masked_lm", "export.fill_mask")
     vocab = manifest["vocab"]["source_size"]
     if args.top_k > vocab:
         raise ValueError(f"--top-k {args.top_k} is more than the {vocab} pieces of "
                          f"{args.export}'s vocabulary")
-    from .runtime import load_fill_mask
+    from .kinds import open_runner
 
     lines = read_input(args)
-    fill_mask = load_fill_mask(args.export, args.runtime, args.variant, args.run)
+    fill_mask = open_runner(manifest, args.runtime, args.variant, args.run)
     filled = fill_mask.fill(lines, args.top_k, batch_size=args.batch_size,
                             truncate=not args.no_truncate)
     write_output(out, (line for number, masks in enumerate(filled, start=1)

@@ -94,9 +94,10 @@ def main(argv) -> int:
         raise ValueError(f"--num-samples {args.num_samples} needs sampling: greedy search "
                          f"gives one text; add --temperature, --top-k or --top-p")
     check_run_option(args.run, args.runtime)
-    from .runtime import load_generator
+    from .kinds import open_export
 
-    generator = load_generator(args.export, args.runtime, args.variant, args.run)
+    generator = open_export(args.export, args.runtime, args.variant, args.run, kind="lm",
+                            tool="export.generate")
     texts = generator.generate(args.prompt, args.max_new_tokens, search_settings(args))
     sys.stdout.write("".join(text + "\n" for text in texts))
     return 0

@@ -36,10 +36,8 @@ from keras_transformer.command_line import (
 )
 from keras_transformer.text.lines import read_lines
 
-from .common import Manifest
-from .kinds import kind_of
+from .kinds import kind_of, load_backend, open_manifest
 from .parity_check import ParityRun
-from .runtime import load_backend
 
 
 def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: int = 200,
@@ -51,7 +49,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
     `references`, line-aligned) replace the demo corpus' test split. With `record`, a
     translator's check that scored its variants writes parity.json (export/choice.py) into
     the export directory."""
-    manifest = Manifest(export_dir)
+    manifest = open_manifest(export_dir)
     manifest.verify()
     kind = kind_of(manifest)
 

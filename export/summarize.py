@@ -28,7 +28,7 @@ import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import add_text_io_arguments, open_export, read_input, start, write_output
+from .text_io import add_text_io_arguments, open_manifest, read_input, start, write_output
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -86,10 +86,10 @@ def check_lengths(summarizer, lines: list[str]) -> None:
 def main(argv) -> int:
     args = parse_args(argv)
     out = start(args, "summaries")
-    manifest = open_export(args, "extractor", "export.summarize")
-    from .runtime import load_summarizer
+    manifest = open_manifest(args, "extractor", "export.summarize")
+    from .kinds import open_runner
 
-    summarizer = load_summarizer(args.export, args.runtime, args.variant, args.run)
+    summarizer = open_runner(manifest, args.runtime, args.variant, args.run)
     selection = selection_of(args, summarizer.selection).check(summarizer.max_sentences)
     lines = read_input(args)
     for number, line in enumerate(lines, start=1):

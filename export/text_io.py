@@ -10,7 +10,6 @@ import os
 import sys
 from pathlib import Path
 
-from keras_transformer.command_line import command
 from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import decode_lines, read_lines
 
@@ -25,13 +24,14 @@ def start(args, what: str) -> Path | None:
     return check_output(args, what)
 
 
-def open_export(args, kind: str, tool: str):
+def open_manifest(args, kind: str, tool: str):
     """The export's manifest, refused in one line if the export is of another kind than
-    `kind` (naming `tool`), or if --run stands beside a runtime that would ignore it."""
-    from .common import Manifest
+    `kind` (naming `tool`), or if --run stands beside a runtime that would ignore it; the
+    tool's runner comes from it (export.kinds.open_runner), without reading it again."""
+    # Here, not at the top: --help and a bad option need none of the runtimes.
+    from .kinds import open_manifest
 
-    manifest = Manifest(args.export)
-    manifest.require_kind(kind, command(tool))
+    manifest = open_manifest(args.export, kind, tool)
     check_run_option(args.run, args.runtime)
     return manifest
 

@@ -92,10 +92,10 @@ def search_settings(args, manifest) -> SearchSettings:
 def main(argv) -> int:
     args = parse_args(argv)
     out = start(args, "translations")
-    from .common import Manifest
-    from .runtime import load_translator
+    from .kinds import open_manifest, open_runner
 
-    settings = search_settings(args, Manifest(args.export))
+    manifest = open_manifest(args.export, "translator", "export.translate")
+    settings = search_settings(args, manifest)
     runtime, variant = args.runtime or "onnx", args.variant
     if variant == "fastest":
         from .choice import fastest
@@ -103,8 +103,8 @@ def main(argv) -> int:
         runtime, variant = fastest(args.export, args.runtime)
         print(f"--variant fastest: {runtime} {variant}", file=sys.stderr)
     check_run_option(args.run, runtime)
-    translator = load_translator(args.export, runtime, variant, args.run,
-                                 search_graph=not args.no_search_graph)
+    translator = open_runner(manifest, runtime, variant, args.run,
+                             search_graph=not args.no_search_graph)
     lines = read_input(args)
     progress = None
     if args.input != "-":

@@ -108,7 +108,7 @@ def test_parity_checks_the_attention_weights(world, monkeypatch):
 def test_manifest_version_3_still_loads_and_the_explorer_names_the_fix(world, tmp_path):
     from export.common import ExportError, Manifest
     from export.explorer import Explorer
-    from export.runtime import load_translator
+    from export.kinds import open_export
 
     data = json.loads((world["export"] / "manifest.json").read_text())
     assert data["manifest_version"] == 4 and data["task"] == "translation"
@@ -121,8 +121,8 @@ def test_manifest_version_3_still_loads_and_the_explorer_names_the_fix(world, tm
     (old / "manifest.json").write_text(json.dumps(data))
     Manifest(old).verify()
     assert Manifest(old).task == "translation"
-    assert (load_translator(old).translate(SENTENCES, SearchSettings(beam_size=1))
-            == load_translator(world["export"]).translate(SENTENCES, SearchSettings(beam_size=1)))
+    assert (open_export(old).translate(SENTENCES, SearchSettings(beam_size=1))
+            == open_export(world["export"]).translate(SENTENCES, SearchSettings(beam_size=1)))
     with pytest.raises(ExportError, match="--with-attention"):
         Explorer(old)
     data["manifest_version"] = 5

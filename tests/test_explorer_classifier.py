@@ -310,13 +310,13 @@ def test_the_api_batches_sentences_and_answers_each_as_export_classify_alone(exp
     from export.common import Manifest
     from export.engines import ClassifierEngine
     from export.explorer import InputError
-    from export.runtime import load_classifier
+    from export.kinds import open_export
     from tests.serving import batched
 
     engine = ClassifierEngine(Manifest(export))
     requests = [texts[i:i + 4] for i in range(0, len(texts), 4)]
     outputs, _, sizes = batched(engine, requests)
-    classifier = load_classifier(export)
+    classifier = open_export(export)
     for inputs, answer in zip(requests, outputs, strict=True):
         for text, got in zip(inputs, answer, strict=True):
             [alone] = classifier.probabilities([text])

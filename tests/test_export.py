@@ -18,7 +18,8 @@ import pytest
 from export import choice, decoding_parity, parity
 from export.common import ExportError, Manifest
 from export.formats import FORMATS, RUNTIMES
-from export.runtime import Translator, load_backend
+from export.kinds import load_backend
+from export.runtime.base import Translator
 from keras_transformer.cache.layout import cache_names, memory_names
 from keras_transformer.decoding import SearchSettings
 from tests.cli_probe import run_cli

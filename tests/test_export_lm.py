@@ -20,8 +20,9 @@ from export import decoding_parity, parity
 from export import generate as generate_cli
 from export.common import Manifest
 from export.formats import FORMATS, RUNTIMES
+from export.kinds import load_backend, open_export
 from export.kinds.language_model import LM_INTERFACE
-from export.runtime import Generator, load_backend, load_generator
+from export.runtime.base import Generator
 from keras_transformer.cache.layout import cache_names, per_layer_heads
 from keras_transformer.decoding import SearchSettings
 from tests.cli_probe import assert_clean_failure, call_main, run_cli, tree_digest
@@ -178,8 +179,8 @@ def test_generate_cli_greedy_text_equals_keras_without_tensorflow(lm_export, man
 
 @pytest.mark.slow
 def test_seeded_samples_repeat_and_agree_across_runtimes(manifest, backends, keras_lm):
-    onnx = load_generator(manifest.root, "onnx")
-    tflite = load_generator(manifest.root, "tflite")
+    onnx = open_export(manifest.root, "onnx")
+    tflite = open_export(manifest.root, "tflite")
     seeded = SearchSettings(num_samples=3, seed=1, **SAMPLING)
     samples = onnx.generate(PROMPTS[0], 20, seeded)
     assert len(samples) == 3 and len(set(samples)) > 1
@@ -205,7 +206,7 @@ def test_generate_cli_samples_with_a_seed(lm_export, manifest, keras_lm):
 
 @pytest.mark.slow
 def test_max_new_tokens_is_lowered_to_what_fits(lm_export, manifest, caplog):
-    generator = load_generator(lm_export, "onnx")
+    generator = open_export(lm_export, "onnx")
     prompt = " ".join(["một"] * 12)
     room = manifest["max_target_length"] - len(generator.encode(prompt))
     assert room > 0
@@ -344,7 +345,7 @@ def test_the_api_batches_prompts_and_answers_each_as_export_generate_alone(lm_ex
     from export.engines import GeneratorEngine
     from tests.serving import batched
 
-    generator = load_generator(lm_export, "onnx")
+    generator = open_export(lm_export, "onnx")
     engine = GeneratorEngine(Manifest(lm_export))
     requests = [[PROMPTS[0]], [PROMPTS[1], PROMPTS[2]], [PROMPTS[2] + " " + PROMPTS[0]]]
     outputs, _, sizes = batched(engine, requests, {"max_new_tokens": 12})

@@ -97,7 +97,7 @@ def masked_ids(manifest, seed=0):
 @pytest.mark.parametrize("runtime", ["savedmodel", "onnx", "tflite"])
 def test_every_runtime_gives_the_keras_logits_and_top_k(manifest, run_dir, keras_model,
                                                          runtime):
-    from export.runtime import load_backend
+    from export.kinds import load_backend
 
     ids = masked_ids(manifest)
     reference = np.asarray(keras_model(ids, training=False))
@@ -201,9 +201,9 @@ def test_fill_mask_refuses_other_exports_and_bad_options(export_dir, manifest, t
 
 
 def test_fill_mask_in_python_matches_the_command(export_dir, run_dir, keras_model):
-    from export.runtime import load_fill_mask
+    from export.kinds import open_export
 
-    filled = load_fill_mask(export_dir).fill(LINES[1:2], k=2)
+    filled = open_export(export_dir).fill(LINES[1:2], k=2)
     expected = expected_fills(keras_model, run_dir, LINES[1], 2)
     assert [[f.piece for f in fills] for fills in filled[0]] == [
         [piece for piece, _ in fills] for fills in expected]

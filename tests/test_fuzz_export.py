@@ -78,9 +78,9 @@ def world(tmp_path_factory):
 
 
 def _translate(export_dir: Path, runtime: str = "onnx") -> list[str]:
-    from export.runtime import load_translator
+    from export.kinds import open_export
 
-    return load_translator(export_dir, runtime).translate(SENTENCES, SearchSettings(beam_size=1))
+    return open_export(export_dir, runtime).translate(SENTENCES, SearchSettings(beam_size=1))
 
 
 def _case(world, command: str, run, expect: int, *words: str, target: Path | None = None,

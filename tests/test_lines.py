@@ -72,19 +72,17 @@ def test_every_reader_sees_the_same_lines(tmp_path, monkeypatch):
     assert load_labeled_tsv(labeled).texts == ["good\rfilm", "bad film"]
 
     # export.translate reads a file and stdin by the same rules (replacing bad bytes).
-    import export.runtime
+    import export.kinds
     from export.translate import main
 
     class Echo:
         def translate(self, lines, settings, **kwargs):
             return list(lines)
 
-    import export.common
-
-    monkeypatch.setattr(export.runtime, "load_translator", lambda *args, **kwargs: Echo())
+    monkeypatch.setattr(export.kinds, "open_runner", lambda *args, **kwargs: Echo())
     search = SearchSettings(beam_size=1)
-    monkeypatch.setattr(export.common, "Manifest",
-                        lambda path: types.SimpleNamespace(search=search))
+    monkeypatch.setattr(export.kinds, "open_manifest",
+                        lambda *args: types.SimpleNamespace(search=search))
     out = tmp_path / "out.txt"
     assert main(["--export", str(tmp_path / "export"), str(path), "-o", str(out)]) == 0
     assert read_lines(out) == EXPECTED

@@ -17,7 +17,8 @@ import pytest
 
 from export import decoding_parity
 from export.common import Manifest
-from export.runtime import Translator, load_backend
+from export.kinds import load_backend
+from export.runtime.base import Translator
 from keras_transformer.cache.layout import cache_names, memory_names
 from keras_transformer.decoding import SearchSettings
 

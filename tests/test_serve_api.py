@@ -28,7 +28,7 @@ LOG_PROBLEMS = ("Traceback", "Error", "Exception", "CancelledError", "ClientDisc
 def world(tmp_path_factory):
     """{root, export, translator}: a tiny run's ONNX export and its Translator (onnx, as the
     server runs it)."""
-    from export.runtime import load_translator
+    from export.kinds import open_export
     from tests.cli_probe import run_cli
 
     root = tmp_path_factory.mktemp("serve_api")
@@ -36,7 +36,7 @@ def world(tmp_path_factory):
     export = root / "export"
     done = run_cli("export", "--run", root / "run", "--format", "onnx", "--out", export)
     assert done.code == 0, done.stderr[-3000:]
-    return {"root": root, "export": export, "translator": load_translator(export)}
+    return {"root": root, "export": export, "translator": open_export(export)}
 
 
 @pytest.fixture(scope="module")

@@ -142,7 +142,7 @@ class _Manifest:
 
 
 def test_export_translator_passes_the_constraints_on(model, tokenizer, spm_path):
-    from export.runtime import Translator
+    from export.runtime.base import Translator
     from keras_transformer.translator import model_backend
 
     exported = Translator(_Manifest(spm_path, model.config), model_backend(model))

@@ -1,10 +1,17 @@
 """The kinds of export (the manifest's "kind"), one module each, and their registry: what
-export_run, the runtimes and export.parity ask of the export they handle (see base.py)."""
+export_run, the runtimes and export.parity ask of the export they handle (see base.py). Every
+reader opens an export here: the manifest read and validated once, its kind found once, and
+the runtime it asks for built by that kind."""
 
 from __future__ import annotations
 
-from ..common import Manifest
-from .base import ExportKind
+from pathlib import Path
+
+from keras_transformer.command_line import command
+
+from ..common import KIND_TOOLS, ExportError, Manifest
+from ..formats import RUNTIMES
+from .base import ExportKind, check_variant
 from .classifier import ClassifierKind
 from .extractor import ExtractorKind
 from .language_model import LanguageModelKind
@@ -14,6 +21,7 @@ from .seq2seq import Seq2SeqKind
 KINDS: dict[str, ExportKind] = {kind.name: kind for kind in (
     Seq2SeqKind(), LanguageModelKind(), ClassifierKind(), ExtractorKind(),
     MaskedLMKind())}
+TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
 
 def kind_of(manifest: Manifest) -> ExportKind:
@@ -30,3 +38,52 @@ def kind_of_model(model, run_dir) -> ExportKind:
                      f"Transformer (translation, summarization), a TransformerLM (language "
                      f"model), a TransformerClassifier, a TransformerExtractor or a "
                      f"TransformerMaskedLM")
+
+
+def open_manifest(export_dir: str | Path, kind: str | None = None,
+                  tool: str | None = None) -> Manifest:
+    """The export's manifest, read and validated; with `kind`, an export of another kind is
+    refused (ExportError, exit 2) naming the tool for it, before any runtime looks for files
+    that kind does not have. `tool` is the refusing tool's module (default: `kind`'s)."""
+    manifest = Manifest(export_dir)
+    if kind is not None:
+        manifest.require_kind(kind, command(tool or KIND_TOOLS[kind]))
+    return manifest
+
+
+def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
+                 run_dir: str | Path | None = None, search_graph: bool = True):
+    """One runtime over an export, as its kind runs it: for a translator the encode/decode_step
+    pair (decode_step alone for a language model), for an encoder-only kind a callable ids ->
+    its function's output. The onnx runtime of a translator also runs the whole search in one
+    call when the export has search.onnx, unless `search_graph` is False."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
+    check_variant(runtime, variant)
+    kind = kind_of(manifest)
+    if runtime in ("onnx", "tflite"):  # their ImportErrors name their package themselves
+        return kind.backend(manifest, runtime, variant, run_dir, search_graph)
+    try:
+        return kind.backend(manifest, runtime, variant, run_dir, search_graph)
+    except ImportError as err:
+        missing = getattr(err, "name", None) or "TensorFlow"
+        raise ExportError(f"the {runtime} runtime needs TensorFlow, and {missing} cannot "
+                          f"be imported: pip install {TENSORFLOW} (or use --runtime onnx "
+                          f"or tflite)") from err
+
+
+def open_runner(manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
+                run_dir: str | Path | None = None, **options):
+    """What a user runs over an opened export (Translator, Generator, Classifier, Summarizer,
+    FillMask: its kind's runner) over one runtime; `options` go to load_backend."""
+    return kind_of(manifest).runner(manifest, load_backend(manifest, runtime, variant, run_dir,
+                                                           **options))
+
+
+def open_export(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
+                run_dir: str | Path | None = None, *, kind: str | None = None,
+                tool: str | None = None, **options):
+    """What a user runs over an export directory (see open_manifest and open_runner): e.g.
+    `open_export("runs/demo/export").translate(lines, settings)`."""
+    return open_runner(open_manifest(export_dir, kind, tool), runtime, variant, run_dir,
+                       **options)
