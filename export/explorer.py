@@ -19,7 +19,7 @@ from keras_transformer.text.sources import default_max_length
 
 from .common import KIND_NAMES, Manifest
 from .kinds import open_manifest, open_runner
-from .runtime.classifier import attention_runtime
+from .kinds.classifier.runtime import attention_runtime
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 CLASSIFIER_KINDS = ("encoder_self",)

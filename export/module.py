@@ -51,7 +51,7 @@ def float32_transformer(run_dir: Path, trained: keras.Model) -> Transformer | Tr
         raise ValueError(f"{run_dir / 'model.keras'} holds a {type(trained).__name__}; this "
                          f"rebuild takes a Transformer (translation, summarization) or a "
                          f"TransformerLM (language model); a classification run exports "
-                         f"through export.classifier")
+                         f"through export/kinds/classifier")
     model = type(trained)(run_model_config(run_dir, trained), dtype="float32")
     model.build()
     model.set_weights(trained.get_weights())

@@ -49,7 +49,7 @@ def convert_function(function):
 
 def export_attention(function, out, interface: str, lean: bool = True) -> dict:
     """attention.onnx in `out`: the conversion of `function`, a model's attention weights
-    (export.module.attention_function for a translator, export.classifier's for a
+    (export.module.attention_function for a translator, export.kinds.classifier.module's for a
     classifier), through export.onnx_optimize's pass when `lean`, and its manifest entry
     {"file", "opset", "interface"}. Float32 only: it is read by a person, once per
     sentence."""

@@ -1,8 +1,8 @@
 """Cross-runtime parity of an export: tensors, greedy/beam tokens, search.onnx against the
 NumPy search, BLEU of the variants, and the attention weights of attention.onnx when the
 export holds it; for a classifier export,
-class probabilities and their argmax (export/classifier_parity.py); for an extractive
-summarizer's, sentence probabilities and the sentences chosen (export/extractor_parity.py);
+class probabilities and their argmax (export/kinds/classifier/parity.py); for an extractive
+summarizer's, sentence probabilities and the sentences chosen (export/kinds/extractor/parity.py);
 for a language model's export, tensors and greedy and sampled tokens of random prompts.
 
     python -m export.parity --export exports/demo [--run runs/demo] [--src FILE --ref FILE]

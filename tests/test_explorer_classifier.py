@@ -84,11 +84,11 @@ def test_manifest_records_the_classifiers_attention_graph(export):
 def test_attention_onnx_equals_the_keras_models_weights(export):
     """Padded batches: every row sums to 1, the columns of PAD keys are exactly 0, and the
     weights and probabilities are the Keras model's."""
-    from export.classifier import load_float32_classifier
-    from export.classifier_parity import random_batch
     from export.common import Manifest
+    from export.kinds.classifier.module import load_float32_classifier
+    from export.kinds.classifier.runtime import attention_runtime
+    from export.kinds.encoder_only.parity import random_batch
     from export.module import load_trained
-    from export.runtime.classifier import attention_runtime
 
     manifest = Manifest(export)
     run = export.parent
@@ -116,7 +116,8 @@ def test_attention_onnx_equals_the_keras_models_weights(export):
 
 
 def test_parity_checks_the_attention_weights(export, monkeypatch):
-    from export import classifier_parity, parity
+    from export import parity
+    from export.kinds.classifier import parity as classifier_parity
 
     lines = []
     assert parity.run(export, sentences=8, out=lines.append)  # the run: export's parent

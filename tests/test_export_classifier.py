@@ -193,7 +193,7 @@ def test_every_runtime_gives_the_trained_models_probabilities(manifest, run_dir,
     import keras
 
     from export.kinds import load_backend
-    from export.runtime.classifier import Classifier
+    from export.kinds.classifier.runtime import Classifier
     from keras_transformer.text.pipeline import make_classification_dataset
     from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
@@ -228,7 +228,7 @@ def test_parity_passes_and_reports_quantized_agreement(export_dir, run_dir):
 @pytest.mark.parametrize("runtime", ["onnx", "tflite"])
 def test_classify_without_tensorflow(manifest, export_dir, run_dir, data_dir, runtime):
     from export.kinds import load_backend
-    from export.runtime.classifier import Classifier
+    from export.kinds.classifier.runtime import Classifier
 
     texts = (data_dir / "dev" / "sents.txt").read_text("utf-8").splitlines()[:20]
     done = run_cli("export.classify", "--export", export_dir, "--runtime", runtime,

@@ -86,8 +86,8 @@ def test_manifest_records_the_masked_lm_and_its_mask(manifest, run_dir):
 
 def masked_ids(manifest, seed=0):
     """Random rows as fill-mask makes them: pieces + EOS, right-padded, some the mask id."""
-    from export.classifier_parity import random_batch
-    from export.masked_lm_parity import with_masks
+    from export.kinds.encoder_only.parity import random_batch
+    from export.kinds.masked_lm.parity import with_masks
 
     ids = random_batch(manifest, 6, manifest["max_source_length"], seed)
     special = manifest.special_ids

@@ -4,8 +4,8 @@ the selection it chose on dev in the manifest; Summarizer runs it."""
 
 from __future__ import annotations
 
-from .. import extractor_parity
-from .base import EncoderOnlyKind
+from ..encoder_only import EncoderOnlyKind
+from . import parity
 
 INTERFACE = ("ids int32 (B,K,S): an article's first K sentences (K at most "
              "max_sentences), each its pieces + EOS right-padded with PAD to S (at "
@@ -32,19 +32,19 @@ class ExtractorKind(EncoderOnlyKind):
                              "sentence scores instead: export it without --with-attention")
 
     def load_float32(self, run_dir, trained):
-        from ..extractor import load_float32_extractor
+        from .module import load_float32_extractor
 
         return load_float32_extractor(run_dir, trained)
 
     def module(self, model):
-        from ..extractor import ExtractorModule
+        from .module import ExtractorModule
 
         return ExtractorModule(model)
 
     def section(self, run_dir, trained, model):
         from keras_transformer.text.extractive import read_selection
 
-        from ..extractor import run_word_joints
+        from ..encoder_only.run import run_word_joints
 
         c = model.config
         return {"task": "extractive_summarization",
@@ -67,12 +67,12 @@ class ExtractorKind(EncoderOnlyKind):
         return tf.sigmoid(logits)
 
     def runner(self, manifest, backend):
-        from ..runtime.extractor import Summarizer
+        from .runtime import Summarizer
 
         return Summarizer(manifest, backend)
 
     def parity_prepare(self, run, out):
-        extractor_parity.prepare(run, out)
+        parity.prepare(run, out)
 
     def parity_checks(self, run):
-        return list(extractor_parity.CHECKS)
+        return list(parity.CHECKS)

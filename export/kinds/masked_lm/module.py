@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras_transformer.models.masked_lm import TransformerMaskedLM
 from keras_transformer.text.masking import MASK_PIECE
 
-from .module import run_config, run_model_config
+from ...module import run_config, run_model_config
 
 
 def erf_gelu(x):

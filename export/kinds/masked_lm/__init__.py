@@ -4,8 +4,8 @@ its text in the manifest; FillMask runs it."""
 
 from __future__ import annotations
 
-from .. import masked_lm_parity
-from .base import EncoderOnlyKind
+from ..encoder_only import EncoderOnlyKind
+from . import parity
 
 INTERFACE = ("ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
              "max_source_length, some pieces the mask id -> logits float32 (B,S,V) of the "
@@ -30,19 +30,18 @@ class MaskedLMKind(EncoderOnlyKind):
                              "classification runs; export a masked language model without it")
 
     def load_float32(self, run_dir, trained):
-        from ..masked_lm import load_float32_masked_lm
+        from .module import load_float32_masked_lm
 
         return load_float32_masked_lm(run_dir, trained)
 
     def module(self, model):
-        from ..masked_lm import MaskedLMModule
+        from .module import MaskedLMModule
 
         return MaskedLMModule(model)
 
     def section(self, run_dir, trained, model):
-        from ..classifier import run_tokenizer
-        from ..extractor import run_word_joints
-        from ..masked_lm import run_lowercase, run_mask
+        from ..encoder_only.run import run_tokenizer, run_word_joints
+        from .module import run_lowercase, run_mask
 
         c = model.config
         return {"task": "masked_lm",
@@ -58,12 +57,12 @@ class MaskedLMKind(EncoderOnlyKind):
         return logits
 
     def runner(self, manifest, backend):
-        from ..runtime.masked_lm import FillMask
+        from .runtime import FillMask
 
         return FillMask(manifest, backend)
 
     def parity_prepare(self, run, out):
-        masked_lm_parity.prepare(run, out)
+        parity.prepare(run, out)
 
     def parity_checks(self, run):
-        return list(masked_lm_parity.CHECKS)
+        return list(parity.CHECKS)

@@ -12,8 +12,8 @@ import numpy as np
 
 from keras_transformer.text.sources import batches_by_length
 
-from ..common import Manifest
-from ..runtime.base import PieceRows
+from ...common import Manifest
+from ...runtime.base import PieceRows
 
 
 def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from .. import classifier_parity
-from ..common import CLASSIFIER_ATTENTION_INTERFACE
-from .base import EncoderOnlyKind
+from ...common import CLASSIFIER_ATTENTION_INTERFACE
+from ..encoder_only import EncoderOnlyKind
+from ..encoder_only import parity as encoder_parity
+from . import parity
 
 log = logging.getLogger("export")
 
@@ -29,17 +30,17 @@ class ClassifierKind(EncoderOnlyKind):
         return isinstance(model, TransformerClassifier)
 
     def load_float32(self, run_dir, trained):
-        from ..classifier import load_float32_classifier
+        from .module import load_float32_classifier
 
         return load_float32_classifier(run_dir, trained)
 
     def module(self, model):
-        from ..classifier import ClassifierModule
+        from .module import ClassifierModule
 
         return ClassifierModule(model)
 
     def section(self, run_dir, trained, model):
-        from ..classifier import run_labels
+        from .module import run_labels
 
         c = model.config
         return {"labels": run_labels(run_dir, model.num_classes),
@@ -51,8 +52,8 @@ class ClassifierKind(EncoderOnlyKind):
     def attention(self, model, out, options):
         if not options.with_attention:
             return None
-        from ..classifier import attention_function
-        from ..onnx_convert import export_attention
+        from ...onnx_convert import export_attention
+        from .module import attention_function
 
         log.info("exporting the attention weights (ONNX)")
         return export_attention(attention_function(model), out,
@@ -68,12 +69,12 @@ class ClassifierKind(EncoderOnlyKind):
         return tf.nn.softmax(logits, axis=-1)
 
     def runner(self, manifest, backend):
-        from ..runtime.classifier import Classifier
+        from .runtime import Classifier
 
         return Classifier(manifest, backend)
 
     def parity_prepare(self, run, out):
-        classifier_parity.prepare(run, out)
+        encoder_parity.prepare(run, out)
 
     def parity_checks(self, run):
-        return list(classifier_parity.CHECKS)
+        return list(parity.CHECKS)

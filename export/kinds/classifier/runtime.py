@@ -13,9 +13,9 @@ import numpy as np
 
 from keras_transformer.text.sources import batches_by_length
 
-from ..common import ExportError, Manifest
-from ..runtime.base import PieceRows
-from .onnx import inference_session, session_options
+from ...common import ExportError, Manifest
+from ...runtime.base import PieceRows
+from ...runtime.onnx import inference_session, session_options
 
 ATTENTION_OUTPUTS = ("probabilities", "encoder_self")
 

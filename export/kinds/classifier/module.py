@@ -1,11 +1,11 @@
-"""What a classification run's export is made of (export/kinds/classifier.py writes it): the
+"""What a classification run's export is made of (export/kinds/classifier/ writes it): the
 float32 rebuild of its TransformerClassifier, `classify` (token ids to class probabilities)
 as a tf.Module, the attention function of --with-attention (classify plus the encoder's
 self-attention weights), and the run's class names and tokenizer.
 
 The graph takes the ids the training pipeline made (pieces + EOS, right-padded with PAD) and
 returns the softmax of the classifier's logits beside the logits; tokenizing, truncating and
-choosing the labels run outside it (export/runtime/classifier.py), in NumPy and sentencepiece.
+choosing the labels run outside it (runtime.py), in NumPy and sentencepiece.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_transformer.models.classifier import TransformerClassifier
-from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
-from .module import run_model_config
+from ...module import run_model_config
 
 LABELS_FILE = "labels.json"  # written by the classification task beside model.keras
-TOKENIZER = "spm.model"
 
 
 def load_float32_classifier(run_dir: Path, trained) -> TransformerClassifier:
@@ -89,17 +87,3 @@ def attention_function(model: TransformerClassifier) -> tf.function:
 
     return tf.function(attention, input_signature=[tf.TensorSpec([None, None], tf.int32,
                                                                  name="ids")])
-
-
-def run_tokenizer(run_dir: Path, what: str) -> SentencePieceTokenizer:
-    """The run's spm.model, loaded; FileNotFoundError or ValueError saying what is wrong with
-    it (`what` names the run's task in the message)."""
-    tokenizer_path = run_dir / TOKENIZER
-    if not tokenizer_path.is_file():
-        raise FileNotFoundError(f"{tokenizer_path} is missing: is {run_dir} a finished "
-                                f"{what} run?")
-    try:
-        return SentencePieceTokenizer(tokenizer_path)
-    except Exception as err:  # sentencepiece raises RuntimeError/OSError on a bad file
-        raise ValueError(f"{tokenizer_path} is not a valid SentencePiece model: "
-                         f"{' '.join(str(err).split())[:200]}") from err

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from keras_transformer.models.extractor import TransformerExtractor
 
-from .module import run_config, run_model_config
+from ...module import run_model_config
 
 
 def load_float32_extractor(run_dir: Path, trained) -> TransformerExtractor:
@@ -27,16 +27,6 @@ def load_float32_extractor(run_dir: Path, trained) -> TransformerExtractor:
     model.build()
     model.set_weights(trained.get_weights())
     return model
-
-
-def run_word_joints(run_dir: Path) -> str:
-    """The run's data.word_joints (keep or split): how the runtimes read an article."""
-    data = run_config(run_dir).get("data")
-    mode = data.get("word_joints", "keep") if isinstance(data, dict) else "keep"
-    if mode not in ("keep", "split"):
-        raise ValueError(f"{run_dir / 'config.yaml'}: data.word_joints is {mode!r}, not keep "
-                         f"or split")
-    return mode
 
 
 class ExtractorModule(tf.Module):

@@ -5,16 +5,15 @@ function (ParityRun, out) -> CheckResult that prints its lines with `out`."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from keras_transformer.text.extractive import Selection, select
 
-from .classifier_parity import QUANTIZED_AGREEMENT, TOLERANCE, quantized_variants
-from .common import Manifest, variant_bytes
-from .parity_check import CheckResult, ParityRun, exported_formats
-from .runtime.extractor import Summarizer
+from ...common import Manifest, variant_bytes
+from ...formats import KERAS
+from ...parity_check import CheckResult, ParityRun
+from ..encoder_only.parity import QUANTIZED_AGREEMENT, TOLERANCE, against_keras, check_formats
+from .runtime import Summarizer
 
 
 def random_grids(manifest: Manifest, articles: int, seed: int = 0) -> list[np.ndarray]:
@@ -48,14 +47,12 @@ def prepare(run: ParityRun, out) -> None:
     """The formats to check, the random grids, and the keras runtime every check compares
     with."""
     manifest = run.manifest
-    present, missing = exported_formats(manifest)
-    if missing:
-        out(f"not exported, not checked: {', '.join(missing)}\n")
+    check_formats(run, out)
     grids = random_grids(manifest, run.sentences)
-    run.state.update(present=present, grids=grids,
+    run.state.update(grids=grids,
                      masks=real_rows(grids, manifest.special_ids["pad"]),
                      selection=Selection.from_dict(manifest["selection"]),
-                     loaded={"keras": run.load("keras")})
+                     loaded={KERAS: run.load(KERAS)})
 
 
 def check_grids(run: ParityRun, out) -> CheckResult:
@@ -77,28 +74,22 @@ def check_grids(run: ParityRun, out) -> CheckResult:
                 chosen.append(select(p[b, :count], texts, selection))
         return chosen
 
-    ok = True
     out(f"1. sentence probabilities against keras on {sum(len(g) for g in grids)} random "
         f"articles (float32: max|Δ| <= {TOLERANCE:g} over real sentences, and the same "
         f"sentences chosen by {selection.describe()})")
-    results = {}
-    for name in ("keras", *run.state["present"]):
-        start = time.perf_counter()
+
+    def outputs(name: str) -> list[np.ndarray]:
         if name not in loaded:
             loaded[name] = run.load(name)
-        results[name] = [np.asarray(loaded[name](g), np.float32) for g in grids]
-        seconds = time.perf_counter() - start
-        if name == "keras":
-            out(f"   {name:<11} {seconds:6.1f} s")
-            continue
-        delta = max(float(np.max(np.abs(got - ref)[mask])) for got, ref, mask in
-                    zip(results[name], results["keras"], masks, strict=True))
-        same = np.mean([a == b for a, b in zip(picks(results[name]), picks(results["keras"]),
-                                                 strict=True)])
-        passed = delta <= TOLERANCE and same == 1.0
-        ok &= passed
-        out(f"   {name:<11} {seconds:6.1f} s  max|Δ| {delta:.2e}  same sentences "
-            f"{same:7.2%}  {'ok' if passed else 'FAIL'}")
+        return [np.asarray(loaded[name](g), np.float32) for g in grids]
+
+    def compare(reference, got) -> tuple[float, float]:
+        delta = max(float(np.max(np.abs(a - b)[mask])) for a, b, mask in
+                    zip(got, reference, masks, strict=True))
+        same = np.mean([a == b for a, b in zip(picks(got), picks(reference), strict=True)])
+        return delta, float(same)
+
+    _, ok = against_keras(run, out, outputs, compare, "same sentences")
     return CheckResult("grids", ok)
 
 
@@ -106,7 +97,7 @@ def check_articles(run: ParityRun, out) -> CheckResult:
     """Check 2, given --src: every runtime's and variant's probabilities and choices on real
     articles against keras; with --ref, check 3, each one's ROUGE (for information)."""
     manifest, sources, loaded = run.manifest, run.sources, run.state["loaded"]
-    quantized = quantized_variants(manifest)
+    quantized = run.state["quantized"]
     variants = [(name, "float32") for name in ("keras", *run.state["present"])] + quantized
     ok = True
     if sources:

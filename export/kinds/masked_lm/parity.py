@@ -1,20 +1,17 @@
 """export.parity's checks of a masked language model's export (kind "masked_lm"): the logits
 at [MASK] positions and their top-k pieces against the Keras model, and each quantized
 variant's probabilities and best piece against its format's float32. The inputs are the
-classifier's random id sequences (export/classifier_parity.py) with some pieces replaced by
+encoder-only kinds' random id sequences (encoder_only/parity.py) with some pieces replaced by
 the mask id, as fill-mask's lines hold them."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from . import classifier_parity
-from .classifier_parity import QUANTIZED_AGREEMENT, QUANTIZED_MAX_DELTA, TOLERANCE
-from .common import variant_bytes
-from .parity_check import CheckResult, ParityRun
-from .runtime.masked_lm import top_k
+from ...parity_check import CheckResult, ParityRun
+from ..encoder_only import parity as encoder_parity
+from ..encoder_only.parity import QUANTIZED_AGREEMENT, QUANTIZED_MAX_DELTA, TOLERANCE
+from .runtime import top_k
 
 TOP_K = 5  # the pieces compared per [MASK] (fill-mask's default --top-k)
 MASK_RATE = 0.15  # share of each row's pieces replaced by the mask id (at least one)
@@ -35,8 +32,8 @@ def with_masks(ids: np.ndarray, mask_id: int, pad_id: int, eos_id: int,
 
 
 def prepare(run: ParityRun, out) -> None:
-    """The classifier's formats, variants and random batches, masked."""
-    classifier_parity.prepare(run, out)
+    """The formats, variants and random batches of every encoder-only kind, masked."""
+    encoder_parity.prepare(run, out)
     manifest = run.manifest
     ids = manifest.special_ids
     run.state["inputs"] = [with_masks(batch, manifest["mask"]["id"], ids["pad"], ids["eos"],
@@ -71,48 +68,36 @@ def check_logits(run: ParityRun, out) -> CheckResult:
     keras."""
     inputs, mask_id = run.state["inputs"], run.manifest["mask"]["id"]
     masks = sum(int(np.sum(ids == mask_id)) for ids in inputs)
-    ok = True
     out(f"1. logits at {masks} [MASK] positions of {sum(map(len, inputs))} random id "
         f"sequences against keras (float32: max|Δ| <= {TOLERANCE:g} and the same top-{TOP_K} "
         f"pieces)")
-    results = run.state["logits"] = {}
-    for name in ("keras", *run.state["present"]):
-        start = time.perf_counter()
-        results[name] = mask_logits(run.load(name), inputs, mask_id)
-        seconds = time.perf_counter() - start
-        if name == "keras":
-            out(f"   {name:<11} {seconds:6.1f} s")
-            continue
-        reference, got = results["keras"], results[name]
+
+    def compare_logits(reference, got) -> tuple[float, float]:
         if got.shape != reference.shape:
-            delta, agree = float("inf"), 0.0
-        else:
-            delta = float(np.max(np.abs(got.astype(np.float64) - reference)))
-            agree = same_top_k(reference, got, TOP_K, TOLERANCE)
-        passed = delta <= TOLERANCE and agree == 1.0
-        ok &= passed
-        out(f"   {name:<11} {seconds:6.1f} s  max|Δ| {delta:.2e}  top-{TOP_K} identical "
-            f"{agree:7.2%}  {'ok' if passed else 'FAIL'}")
+            return float("inf"), 0.0
+        return (float(np.max(np.abs(got.astype(np.float64) - reference))),
+                same_top_k(reference, got, TOP_K, TOLERANCE))
+
+    run.state["logits"], ok = encoder_parity.against_keras(
+        run, out, lambda name: mask_logits(run.load(name), inputs, mask_id), compare_logits,
+        f"top-{TOP_K} identical")
     return CheckResult("logits", ok)
 
 
 def check_quantized(run: ParityRun, out) -> CheckResult:
     """Check 2: each quantized variant's probabilities at the [MASK]s against its format's
     float32 (the classifier's bounds: max|Δ| and agreement on the best piece)."""
-    manifest, quantized, ok = run.manifest, run.state["quantized"], True
-    if quantized:
+    manifest = run.manifest
+    if run.state["quantized"]:
         out(f"\n2. quantized variants against their format's float32 at the [MASK]s (max|Δ| of "
             f"the probabilities <= {QUANTIZED_MAX_DELTA:g}, best-piece agreement >= "
             f"{QUANTIZED_AGREEMENT:.0%})")
-    for fmt, variant in quantized:
-        got = mask_logits(run.load(fmt, variant), run.state["inputs"], manifest["mask"]["id"])
-        delta, agree = classifier_parity.compare(softmax(run.state["logits"][fmt]),
-                                                 softmax(got))
-        passed = delta <= QUANTIZED_MAX_DELTA and agree >= QUANTIZED_AGREEMENT
-        ok &= passed
-        size = variant_bytes(manifest.data, manifest.format_files(fmt, variant))
-        out(f"   {fmt:<7} {variant:<8} {size / 1e6:7.2f} MB  max|Δ| {delta:.2e}  best-piece "
-            f"agreement {agree:7.2%}  {'ok' if passed else 'FAIL'}")
+    float32 = {fmt: softmax(run.state["logits"][fmt]) for fmt, _ in run.state["quantized"]}
+    ok = encoder_parity.quantized_against_float32(
+        run, out, float32,
+        lambda fmt, variant: softmax(mask_logits(run.load(fmt, variant), run.state["inputs"],
+                                                 manifest["mask"]["id"])),
+        encoder_parity.compare, "best-piece agreement")
     return CheckResult("quantized", ok)
 
 

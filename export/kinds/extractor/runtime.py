@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 from keras_transformer.text.extractive import Extraction, Selection, SentenceScorer
 
-from ..common import Manifest
-from ..runtime.base import load_sentencepiece
+from ...common import Manifest
+from ...runtime.base import load_sentencepiece
 
 
 class Summarizer:

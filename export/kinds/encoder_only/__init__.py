@@ -1,0 +1,91 @@
+"""What the encoder-only kinds (a classifier, an extractive summarizer, a masked language
+model) share: one function of token ids in every format, one tokenizer, the manifest keys of
+an encoder, and runtimes that are callables ids -> the function's output. Each kind's package
+says what its function is, what its manifest adds and how its runner reads text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..base import ExportKind, ExportOptions, write_manifest
+
+
+class EncoderOnlyKind(ExportKind):
+    """A kind whose export is one function of token ids (a classifier's `classify`, an
+    extractor's `extract`, a masked language model's `fill`): its runtimes are callables ids
+    -> the function's output `output`, over the ONNX file of role `role` or the signature
+    `signatures[0]`."""
+
+    role: str = ""
+    # The output of the exported function the runtimes return (a masked language model's
+    # `fill` has its logits only).
+    output: str = "probabilities"
+
+    def backend(self, manifest, runtime, variant, run_dir, search_graph):
+        signature = self.signatures[0]
+        if runtime == "onnx":
+            from ...runtime.onnx import OnnxFunction
+
+            return OnnxFunction(manifest, variant, self.role, output=self.output)
+        if runtime == "tflite":
+            from ...runtime.tflite import TFLiteFunction
+
+            return TFLiteFunction(manifest, variant, signature, self.output)
+        from ...runtime.tf import KerasFunction, SavedModelFunction, run_model
+
+        if runtime == "savedmodel":
+            return SavedModelFunction(manifest, signature, self.output)
+        return KerasFunction(run_model(manifest, run_dir, self), self.activation)
+
+    @staticmethod
+    def activation(logits):
+        """The model's logits -> the exported function's output `output` (TF)."""
+        raise NotImplementedError
+
+    # What differs between the encoder-only kinds' exports.
+    task: str = ""  # the run's task, for run_tokenizer's messages
+
+    def module(self, model):
+        """The tf.Module whose `signatures[0]` every format holds."""
+        raise NotImplementedError
+
+    def section(self, run_dir: Path, trained, model) -> dict:
+        """The manifest keys of this kind (model, interface, and what its runner reads)."""
+        raise NotImplementedError
+
+    def attention(self, model, out: Path, options: ExportOptions) -> dict | None:
+        """attention.onnx's manifest entry, with --with-attention."""
+        return None
+
+    def export_into(self, out, run_dir, trained, options, versions):
+        import shutil
+
+        from ...formats import export_formats
+        from ...onnx_convert import convert_function
+        from ...onnx_optimize import write_variants
+        from .run import TOKENIZER, run_tokenizer
+
+        tokenizer = run_tokenizer(run_dir, self.task)
+        model = self.load_float32(run_dir, trained)
+        c = model.config
+        shutil.copyfile(run_dir / TOKENIZER, out / TOKENIZER)
+        module = self.module(model)
+        signature = self.signatures[0]
+
+        def onnx_variants(out, int8, lean):
+            # export.onnx_optimize's pass; int8 quantizes weight MatMuls only, as for the
+            # translator.
+            return write_variants({self.role: (f"{self.role}.onnx",
+                                               convert_function(getattr(module, signature)))},
+                                  out, int8, lean)
+
+        manifest_formats = export_formats(out, module, self.signatures, options.formats,
+                                          options.quantize, options.onnx_optimize,
+                                          onnx_variants)
+        return write_manifest(out, self.name, run_dir, manifest_formats, [TOKENIZER], {
+            "tokenizer": {"source": TOKENIZER},
+            "vocab": {"source_size": c.source_vocab_size},
+            "special_ids": {"pad": c.pad_id, "unk": tokenizer.unk_id, "eos": c.eos_id},
+            "max_source_length": c.max_source_length,
+            **self.section(run_dir, trained, model),
+        }, self.attention(model, out, options), versions)
