@@ -252,8 +252,8 @@ def quality_rows(export_dir: Path, sentences: int) -> list[dict]:
     the float16 ONNX conversion and every variant of the export, each one's delta from Keras
     float32, how many of its translations differ from Keras float32's, and the BLEU that
     python -m export.parity recorded for it (parity.json, the same sentences)."""
-    from export.decoding_parity import bleu, demo_test_split
     from export.kinds import load_backend
+    from export.kinds.decoding.parity import bleu, demo_test_split
     from export.runtime.base import Translator
     from keras_transformer.tf_backend import KerasBackend
 

@@ -20,8 +20,8 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.models.transformer import Transformer
 
-# The decoding model classes this module exports (export/kinds/seq2seq.py and
-# language_model.py; the encoder-only ones are export/classifier.py's and extractor.py's).
+# The decoding model classes this module exports (export/kinds/seq2seq/ and language_model/;
+# each encoder-only kind's package has its own module).
 DECODING_MODELS = (Transformer, TransformerLM)
 
 

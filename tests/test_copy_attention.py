@@ -146,7 +146,7 @@ def test_copy_gate_round_trips_its_config():
 
 
 def _export_copy_model(tmp_path, **changes):
-    from export.kinds.seq2seq import export_onnx
+    from export.kinds.decoding import export_onnx
 
     model = Transformer(TransformerConfig.preset(
         "tiny", d_model=32, num_heads=4, d_ff=64, source_vocab_size=50, target_vocab_size=50,

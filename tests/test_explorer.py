@@ -90,7 +90,8 @@ def test_attention_onnx_equals_the_keras_models_weights(world, explorer):
 
 
 def test_parity_checks_the_attention_weights(world, monkeypatch):
-    from export import decoding_parity, parity
+    from export import parity
+    from export.kinds.decoding import parity as decoding_parity
 
     lines = []
     assert parity.run(world["export"], world["run"], sentences=4, beam_sentences=2,

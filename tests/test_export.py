@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export import choice, decoding_parity, parity
+from export import choice, parity
 from export.common import ExportError, Manifest
 from export.formats import FORMATS, RUNTIMES
 from export.kinds import load_backend
+from export.kinds.decoding import parity as decoding_parity
 from export.runtime.base import Translator
 from keras_transformer.cache.layout import cache_names, memory_names
 from keras_transformer.decoding import SearchSettings
@@ -462,7 +463,7 @@ def test_untrained_model_converts_to_onnx_correctly(tmp_path, overrides):
     biases once made tf2onnx merge the encoder's head-split Reshape wrongly."""
     import onnxruntime as ort
 
-    from export.kinds.seq2seq import export_onnx
+    from export.kinds.decoding import export_onnx
     from keras_transformer.config import TransformerConfig
     from keras_transformer.models.transformer import Transformer
 

@@ -16,11 +16,12 @@ import keras
 import numpy as np
 import pytest
 
-from export import decoding_parity, parity
 from export import generate as generate_cli
+from export import parity
 from export.common import Manifest
 from export.formats import FORMATS, RUNTIMES
 from export.kinds import load_backend, open_export
+from export.kinds.decoding import parity as decoding_parity
 from export.kinds.language_model import LM_INTERFACE
 from export.runtime.base import Generator
 from keras_transformer.cache.layout import cache_names, per_layer_heads

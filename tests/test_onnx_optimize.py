@@ -15,9 +15,9 @@ import json
 import numpy as np
 import pytest
 
-from export import decoding_parity
 from export.common import Manifest
 from export.kinds import load_backend
+from export.kinds.decoding import parity as decoding_parity
 from export.runtime.base import Translator
 from keras_transformer.cache.layout import cache_names, memory_names
 from keras_transformer.decoding import SearchSettings

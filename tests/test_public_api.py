@@ -220,7 +220,7 @@ TF_FREE_MODULES = (
     "export.generate",
     "export.kinds",
     "export.parity_check",
-    "export.decoding_parity",
+    "export.kinds.decoding.parity",
     "export.kinds.extractor.parity",
     "export.kinds.extractor.runtime",
     "export.summarize",

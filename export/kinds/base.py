@@ -89,37 +89,6 @@ def check_variant(runtime: str, variant: str) -> None:
                          f"the onnx runtime has int8, tflite fp16 and int8")
 
 
-class DecodingKind(ExportKind):
-    """A kind whose export decodes step by step (a translator, a language model): its
-    runtimes are keras_transformer.generation Backends over `decode_step` (and `encode`)."""
-
-    def backend(self, manifest, runtime, variant, run_dir, search_graph):
-        if runtime == "onnx":
-            from ..runtime.onnx import OnnxBackend
-
-            return OnnxBackend(manifest, variant, search_graph=search_graph)
-        if runtime == "tflite":
-            from ..runtime.tflite import TFLiteBackend
-
-            return TFLiteBackend(manifest, variant)
-        import tensorflow_text  # noqa: F401  (the ops of a translator's SavedModel `translate`)
-
-        from ..runtime.tf import SavedModelBackend, run_model
-
-        if runtime == "savedmodel":
-            return SavedModelBackend(manifest)
-        return self.keras_backend(manifest, run_model(manifest, run_dir, self))
-
-    def keras_backend(self, manifest: Manifest, model):
-        """The Backend over the run's float32 Keras model."""
-        raise NotImplementedError
-
-    def load_float32(self, run_dir: Path, trained):
-        from ..module import float32_transformer
-
-        return float32_transformer(run_dir, trained)
-
-
 def write_manifest(out: Path, kind: str, run_dir: Path, formats: dict, tokenizers,
                    body: dict, attention: dict | None, versions: dict) -> dict:
     """manifest.json into the export directory `out`, written atomically, and returned: what

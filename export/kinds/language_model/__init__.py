@@ -4,9 +4,9 @@ runs it."""
 
 from __future__ import annotations
 
-from .. import decoding_parity
-from .base import ExportOptions
-from .seq2seq import Seq2SeqKind
+from ..base import ExportOptions
+from ..decoding import DecodingKind
+from ..decoding import parity as decoding_parity
 
 # The interface of a language model's export, in words (manifest.json "interface").
 LM_INTERFACE = {
@@ -21,9 +21,8 @@ LM_INTERFACE = {
 }
 
 
-class LanguageModelKind(Seq2SeqKind):
-    """The translator's export without what the encoder brings: no `encode`, no
-    `translate`, no search graph, no attention export."""
+class LanguageModelKind(DecodingKind):
+    """A decoder alone: `decode_step`, with the translator's cache names and layout."""
 
     name = "lm"
     signatures = ("decode_step",)
@@ -41,19 +40,13 @@ class LanguageModelKind(Seq2SeqKind):
                              "a language model's export has none: export it without "
                              "--with-attention")
 
-    def translate_signature(self, options: ExportOptions) -> bool:
-        return False
-
-    def search_graph(self, options: ExportOptions) -> bool:
-        return False
-
     def keras_backend(self, manifest, model):
-        from ..runtime.tf import KerasLMBackend
+        from ...runtime.tf import KerasLMBackend
 
         return KerasLMBackend(manifest, model)
 
     def runner(self, manifest, backend):
-        from ..runtime.base import Generator
+        from ...runtime.base import Generator
 
         return Generator(manifest, backend)
 

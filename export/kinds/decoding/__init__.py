@@ -1,7 +1,7 @@
-"""The translator kind: a seq2seq Transformer's export (translation and summarization runs,
-with or without copy attention), `encode` and `decode_step` in every format, the SavedModel's
-strings-to-strings `translate`, the whole search as search.onnx, and attention.onnx with
---with-attention."""
+"""What the decoding kinds (a translator, a language model) share: an export of `decode_step`
+(and `encode`) in every format, the run's SentencePiece models and search settings, the ONNX
+step and the search graph, and runtimes that are keras_transformer.generation Backends. What
+the encoder adds (`translate`, search.onnx, attention.onnx) is the translator's to switch on."""
 
 from __future__ import annotations
 
@@ -12,33 +12,10 @@ from pathlib import Path
 
 from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 
-from .. import decoding_parity
-from ..common import ATTENTION_INTERFACE, SEARCH_BLOCK, ExportError
-from .base import DecodingKind, ExportOptions, write_manifest
+from ...common import SEARCH_BLOCK, ExportError, Manifest
+from ..base import ExportKind, ExportOptions, write_manifest
 
 log = logging.getLogger("export")
-
-# The interface of a translator's export, in words (manifest.json "interface").
-INTERFACE = {
-    "encode": "source_ids int32 (B,S) -> per decoder layer l cross_keys_l, "
-              "cross_values_l float32 (B,H,S,D/H), and memory_mask bool (B,S)",
-    "decode_step": "tokens int32 (B,), memory_mask bool (B,S), index int32 (), "
-                   "cross_keys_l, cross_values_l as encode gives them, and per layer l "
-                   "cache_keys_l, cache_values_l float32 (B,H,T,D/H) -> logits float32 "
-                   "(B,V), step_key_values float32 (B,L,2,D); the caller writes "
-                   "step_key_values[:, l, 0] split into heads into "
-                   "cache_keys_l[:, :, index], and [:, l, 1] into cache_values_l; "
-                   "with model.copy_attention, encode also returns and decode_step "
-                   "also takes copy_source_ids int32 (B,S), and logits are the copy "
-                   "mixture's log-probabilities",
-    "onnx_decoder_step": "as decode_step, plus a log_normalizer float32 (B,) output "
-                         "(logsumexp of each row of logits)",
-    "onnx_search": "source_ids int32 (B,S), max_length int32 (), beam_size int32 () "
-                   "(1: greedy), alpha float64 (), no_repeat_ngram_size int32 (), "
-                   "min_length int32 () -> tokens int32 (B,T) (PAD after EOS), scores "
-                   "float32 (B,): the whole search of keras_transformer.decoding in "
-                   "one call",
-}
 
 
 def tokenizer_files(run_dir: Path) -> tuple[str, str]:
@@ -65,7 +42,7 @@ def run_settings(run_dir: Path) -> dict:
     """The run's task and the search settings of its config.yaml `eval:` section (the
     manifest's `task` and `search`); only what the config holds (an older run may hold
     fewer keys)."""
-    from ..module import run_config
+    from ...module import run_config
 
     config = run_config(run_dir)
     evaluation = config.get("eval") if isinstance(config.get("eval"), dict) else {}
@@ -82,10 +59,10 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
     (export.onnx_graph), opset 17, checked, through export.onnx_optimize when `lean`, and
     dynamic-int8 copies; with `search`, a seq2seq model's search.onnx too (export.onnx_search:
     encoder, steps and search in one graph; and search.int8.onnx with `int8`)."""
-    from ..module import decoding_module
-    from ..onnx_convert import convert_function
-    from ..onnx_graph import build_decoder_step
-    from ..onnx_optimize import int8_file, ort_extended, write_int8, write_variants
+    from ...module import decoding_module
+    from ...onnx_convert import convert_function
+    from ...onnx_graph import build_decoder_step
+    from ...onnx_optimize import int8_file, ort_extended, write_int8, write_variants
 
     module = decoding_module(model)
     graphs = {}
@@ -98,7 +75,7 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
     if search and "encoder" in graphs:
         import onnx
 
-        from ..onnx_search import SEARCH_FILE, build_search
+        from ...onnx_search import SEARCH_FILE, build_search
 
         log.info("building %s (encoder, steps and search in one graph)", SEARCH_FILE)
         graph = build_search(model, rewritten["encoder"])
@@ -110,39 +87,54 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
     return variants
 
 
-class Seq2SeqKind(DecodingKind):
-    name = "translator"
-    signatures = ("decode_step", "encode")
-    interface = INTERFACE
+class DecodingKind(ExportKind):
+    """A kind whose export decodes step by step (a translator, a language model): its
+    runtimes are keras_transformer.generation Backends over `decode_step` (and `encode`)."""
 
-    def accepts(self, model) -> bool:
-        from keras_transformer.models.transformer import Transformer
+    def backend(self, manifest, runtime, variant, run_dir, search_graph):
+        if runtime == "onnx":
+            from ...runtime.onnx import OnnxBackend
 
-        return isinstance(model, Transformer)
+            return OnnxBackend(manifest, variant, search_graph=search_graph)
+        if runtime == "tflite":
+            from ...runtime.tflite import TFLiteBackend
 
-    # What this kind's export adds: the SavedModel's `translate`, search.onnx, attention.onnx.
+            return TFLiteBackend(manifest, variant)
+        import tensorflow_text  # noqa: F401  (the ops of a translator's SavedModel `translate`)
+
+        from ...runtime.tf import SavedModelBackend, run_model
+
+        if runtime == "savedmodel":
+            return SavedModelBackend(manifest)
+        return self.keras_backend(manifest, run_model(manifest, run_dir, self))
+
+    def keras_backend(self, manifest: Manifest, model):
+        """The Backend over the run's float32 Keras model."""
+        raise NotImplementedError
+
+    def load_float32(self, run_dir: Path, trained):
+        from ...module import float32_transformer
+
+        return float32_transformer(run_dir, trained)
+
+    # What the encoder brings to a translator's export, none of which a decoder alone has.
     def translate_signature(self, options: ExportOptions) -> bool:
-        return options.translate_signature
+        """Whether the SavedModel gets the strings-to-strings `translate`."""
+        return False
 
     def search_graph(self, options: ExportOptions) -> bool:
-        return options.search_graph
+        """Whether the ONNX export gets search.onnx, the whole search in one graph."""
+        return False
 
     def attention(self, model, out: Path, options: ExportOptions) -> dict | None:
         """attention.onnx's manifest entry, with --with-attention."""
-        if not options.with_attention:
-            return None
-        from ..module import attention_function
-        from ..onnx_convert import export_attention
-
-        log.info("exporting the attention weights (ONNX)")
-        return export_attention(attention_function(model), out, ATTENTION_INTERFACE,
-                                options.onnx_optimize)
+        return None
 
     def export_into(self, out, run_dir, trained, options, versions):
         from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
-        from ..formats import export_formats
-        from ..module import decoding_module
+        from ...formats import export_formats
+        from ...module import decoding_module
 
         model = self.load_float32(run_dir, trained)
         source_tok, target_tok = tokenizer_files(run_dir)
@@ -152,7 +144,7 @@ class Seq2SeqKind(DecodingKind):
         add_translate = None
         if self.translate_signature(options):
             def add_translate(signatures):
-                from ..translate_graph import add_translate
+                from ...translate_graph import add_translate
 
                 return {**signatures, "translate": add_translate(module, out / source_tok,
                                                                  out / target_tok)}
@@ -188,22 +180,3 @@ class Seq2SeqKind(DecodingKind):
                               ) from err
         return sorted(key for key, value in manifest.model.items()
                       if key in config and config[key] != value)
-
-    def keras_backend(self, manifest, model):
-        from keras_transformer.tf_backend import KerasBackend
-
-        return KerasBackend(model)
-
-    def runner(self, manifest, backend):
-        from ..runtime.base import Translator
-
-        return Translator(manifest, backend)
-
-    def parity_prepare(self, run, out):
-        decoding_parity.prepare_translator(run, out)
-
-    def parity_checks(self, run):
-        return [decoding_parity.check_tensors(encoder=True), decoding_parity.check_greedy,
-                decoding_parity.check_beam, decoding_parity.check_search_graphs,
-                decoding_parity.check_variants, decoding_parity.check_attention,
-                decoding_parity.record_choice]

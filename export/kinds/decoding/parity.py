@@ -13,11 +13,11 @@ import numpy as np
 
 from keras_transformer.decoding import SearchSettings
 
-from . import choice
-from .common import ExportError, Manifest, variant_bytes
-from .formats import KERAS
-from .parity_check import CheckResult, ParityRun, exported_formats
-from .runtime.base import Generator, Translator
+from ... import choice
+from ...common import ExportError, Manifest, variant_bytes
+from ...formats import KERAS
+from ...parity_check import CheckResult, ParityRun, exported_formats
+from ...runtime.base import Generator, Translator
 
 TOLERANCE = 1e-4
 SHAPES = ((1, 7, 12), (5, 19, 30))  # (batch, source length, cache length)
@@ -120,7 +120,7 @@ def attention_parity(manifest: Manifest, keras_backend, onnx_backend,
     """Rows {output, shape, onnx: max|Δ|} of attention.onnx against the Keras model's own
     weights (export.module.attention_function, the function it was converted from), for one
     random sentence pair per shape (source length S, target length T; the batch is 1)."""
-    from .module import attention_function
+    from ...module import attention_function
 
     function = attention_function(keras_backend.model)
     rng = np.random.default_rng(seed)
