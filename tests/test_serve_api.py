@@ -313,6 +313,9 @@ def test_sigterm_under_load_answers_what_was_accepted_and_exits_0(world, tmp_pat
     assert any(when > signalled[0] for _, when, _ in answered), "nothing in flight finished"
     lost = [detail for t, _, detail in outcomes if t == "lost"]
     # A connection still in the kernel's accept queue when the server stops listening is
-    # reset unread: no request the server read goes unanswered.
-    assert all("Connection reset by peer" in detail for detail in lost), lost
+    # reset unread; one accepted whose request the server had not yet read is closed without
+    # an answer: no request the server read goes unanswered.
+    unread = ("Connection reset by peer", "Server disconnected without sending a response")
+    odd = [detail for detail in lost if not any(u in detail for u in unread)]
+    assert not odd, odd
     _log_is_clean(log)
