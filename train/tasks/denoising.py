@@ -18,12 +18,11 @@ from keras_transformer.translator import translate
 
 from ..batches import replayable
 from ..config import ConfigError
-from ..data import resolve
 from ..tasks.base import DevScore, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import train_tokenizer
 from .language_model import summed_nll
-from .masked_lm import check_training_text, read_texts
+from .masked_lm import read_text_splits
 
 log = logging.getLogger("train")
 
@@ -81,17 +80,7 @@ class DenoisingTask(Seq2SeqTask):
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
         check_noise(d.noise_rate, d.span_lambda)
-        texts = {"train": [], "dev": []}
-        for split, names in (("train", d.texts), ("dev", d.dev_texts)):
-            for name in names:
-                path = resolve(d, name)
-                if split == "train":
-                    check_training_text(path)
-                read = read_texts(path, d.word_joints, d.lowercase)
-                log.info("denoising %s text: %s, %d sentences", split, path, len(read))
-                texts[split] += read
-        if config.eval.dev_score_sentences:
-            texts["dev"] = texts["dev"][: config.eval.dev_score_sentences]
+        texts = read_text_splits(config, "denoising")
         tok = train_tokenizer(config, texts["train"], out / "spm", symbols=(MASK_PIECE,))
         self.source_tok = self.target_tok = self.tok = tok
         self.mask_id = tok.piece_id(MASK_PIECE)

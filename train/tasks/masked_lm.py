@@ -92,6 +92,24 @@ def first_line(path: Path) -> str:
         raise ValueError(f"{path} is not readable ({err})") from None
 
 
+def read_text_splits(config, task: str) -> dict[str, list[str]]:
+    """The training and dev texts of a text-corpus task (data.texts, data.dev_texts), a dev/test
+    split among the training files refused; dev cut to eval.dev_score_sentences."""
+    d = config.data
+    texts = {"train": [], "dev": []}
+    for split, names in (("train", d.texts), ("dev", d.dev_texts)):
+        for name in names:
+            path = resolve(d, name)
+            if split == "train":
+                check_training_text(path)
+            read = read_texts(path, d.word_joints, d.lowercase)
+            log.info("%s %s text: %s, %d sentences", task, split, path, len(read))
+            texts[split] += read
+    if config.eval.dev_score_sentences:
+        texts["dev"] = texts["dev"][: config.eval.dev_score_sentences]
+    return texts
+
+
 class MaskedLMTask(Task):
     """data.texts (training text files) and data.dev_texts: one row per sentence (its first
     max_source_length - 1 pieces + EOS), masked by keras_transformer.text.masking
@@ -124,17 +142,7 @@ class MaskedLMTask(Task):
         if not d.texts or not d.dev_texts:
             raise ConfigError("task masked_lm needs data.texts (training text files) and "
                               "data.dev_texts (dev text files)")
-        texts = {"train": [], "dev": []}
-        for split, names in (("train", d.texts), ("dev", d.dev_texts)):
-            for name in names:
-                path = resolve(d, name)
-                if split == "train":
-                    check_training_text(path)
-                read = read_texts(path, d.word_joints, d.lowercase)
-                log.info("masked_lm %s text: %s, %d sentences", split, path, len(read))
-                texts[split] += read
-        if config.eval.dev_score_sentences:
-            texts["dev"] = texts["dev"][: config.eval.dev_score_sentences]
+        texts = read_text_splits(config, "masked_lm")
         self.tok = train_tokenizer(config, texts["train"], out / "spm", symbols=(MASK_PIECE,))
         self.mask_id = self.tok.piece_id(MASK_PIECE)
         if self.mask_id is None:
