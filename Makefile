@@ -16,7 +16,7 @@ LIBRARY_TESTS := tests/test_attention.py tests/test_embedding.py \
 	tests/test_public_api.py tests/test_masked_lm_head.py
 
 .PHONY: demo test test-fast test-backends demo-jax-tiny lint setup setup-jax clean \
-	uit-vsfc-pretrained sst2-pretrained
+	uit-vsfc-pretrained sst2-pretrained vietnews-summarizer
 
 setup: $(STAMP)
 
@@ -82,6 +82,17 @@ sst2-pretrained: $(STAMP)
 	  $(PY) -m train --config train/configs/en_masked_lm.yaml --out runs/en_masked_lm
 	test -f runs/sst2_pretrained/metrics.json || \
 	  $(PY) -m train --config train/configs/sst2_pretrained.yaml --out runs/sst2_pretrained
+
+# Bottom-up summarization of Vietnamese news (docs/summarization.md): the extractive model
+# that selects, then the copy model that reads only what it selected; a finished stage is
+# reused, an interrupted one resumes.
+vietnews-summarizer: $(STAMP)
+	test -f runs/vietnews_summarizer/selector/metrics.json || \
+	  $(PY) -m train --config train/configs/vietnews_extractive.yaml \
+	    --out runs/vietnews_summarizer/selector
+	test -f runs/vietnews_summarizer/metrics.json || \
+	  $(PY) -m train --config train/configs/vietnews_summarization.yaml \
+	    --out runs/vietnews_summarizer --set eval.selector=runs/vietnews_summarizer/selector
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -165,6 +165,23 @@ def validate(data) -> None:
         name = _check(attention, "file", str, "attention")
         if name not in files:
             raise ExportError(f"key 'attention.file' names {name!r}, which 'files' does not list")
+    if "selector" in data:
+        _selector(data, files)
+
+
+def _selector(data: dict, files: dict) -> None:
+    """A pipeline's `selector` block: the sub-export of its selector, which `files` lists,
+    and epsilon in [0, 1]."""
+    selector = _check(data, "selector", dict, "")
+    directory = _check(selector, "export", str, "selector")
+    if f"{directory}/{MANIFEST}" not in files or "/" in directory or directory in ("", ".", ".."):
+        raise ExportError(f"key 'selector.export' names {directory!r}, which is not a "
+                          f"sub-export that 'files' lists")
+    epsilon = selector.get("epsilon")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
+            0 <= epsilon <= 1):
+        raise ExportError(f"key 'selector.epsilon' must be a number from 0 to 1, got "
+                          f"{epsilon!r}")
 
 
 def _search_settings(block: dict, name: str) -> SearchSettings:

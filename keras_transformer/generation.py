@@ -98,6 +98,13 @@ class Backend:
     def to_numpy(self, x) -> np.ndarray:
         return np.asarray(x)
 
+    def restrict(self, memory_mask, selection: np.ndarray):
+        """memory_mask (B,S) from `encode`, selection (B,S) bool -> the mask of the source
+        positions both keep, in memory_mask's type: what every decoder layer's
+        cross-attention (and a copy model's copy distribution) is renormalized over."""
+        mask = self.to_numpy(memory_mask)
+        return np.logical_and(mask.astype(bool), selection).astype(mask.dtype)
+
     def search_in_runtime(self, source_ids: np.ndarray,
                           settings: SearchSettings) -> SearchResult | None:
         """The whole search of `decoding.search` for source_ids (B,S) inside the runtime, in
@@ -122,9 +129,11 @@ class BackendStepper:
     Backend, for one batch of sources (repeated per beam)."""
 
     def __init__(self, backend: Backend, source_ids: np.ndarray, *, beam_size: int,
-                 max_length: int):
+                 max_length: int, selection: np.ndarray | None = None):
         self.backend = backend
         memory, memory_mask = backend.encode(np.asarray(source_ids, np.int32))
+        if selection is not None:
+            memory_mask = backend.restrict(memory_mask, selection)
         if beam_size > 1:
             memory = backend.repeat(memory, beam_size)
             memory_mask = backend.repeat(memory_mask, beam_size)
@@ -149,14 +158,25 @@ class BackendStepper:
 
 
 def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits,
-               settings: SearchSettings = SearchSettings()) -> SearchResult:
+               settings: SearchSettings = SearchSettings(),
+               selection: np.ndarray | None = None) -> SearchResult:
     """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids, by the
     search `settings` describe (greedy if beam 1). settings.max_length (generated tokens, EOS
-    included) defaults to `default_max_length` of the sources' length."""
+    included) defaults to `default_max_length` of the sources' length.
+
+    selection (B,S) bool, when given, restricts the decoder's attention over each source to
+    the positions it keeps (`Backend.restrict`; text.bottom_up); every row must keep one."""
     source_ids = np.asarray(source_ids)
     if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
         raise ValueError(f"source_ids must be integer ids of shape (batch, length), got "
                          f"{source_ids.dtype} of shape {source_ids.shape}")
+    if selection is not None:
+        selection = np.asarray(selection)
+        if selection.shape != source_ids.shape or selection.dtype != bool:
+            raise ValueError(f"selection must be bool of the sources' shape {source_ids.shape},"
+                             f" got {selection.dtype} of shape {selection.shape}")
+        if not selection.any(axis=1).all():
+            raise ValueError("every row of selection must keep at least one source position")
     if source_ids.shape[1] > limits.max_source_length:
         raise ValueError(f"source_ids hold {source_ids.shape[1]} tokens per row, more than "
                          f"this model's max_source_length={limits.max_source_length}; "
@@ -167,32 +187,43 @@ def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits,
         raise ValueError(f"max_length={max_length} is more than this model's "
                          f"max_target_length={limits.max_target_length}")
     settings = settings.replace(max_length=max_length)
-    result = backend.search_in_runtime(source_ids, settings)
+    # A search inside the runtime (search.onnx) has no input for a selection.
+    result = backend.search_in_runtime(source_ids, settings) if selection is None else None
     if result is not None:
         return result
     stepper = BackendStepper(backend, source_ids, beam_size=settings.beam_size,
-                             max_length=max_length)
+                             max_length=max_length, selection=selection)
     return search(stepper, source_ids.shape[0], settings, bos_id=limits.bos_id,
                   eos_id=limits.eos_id, pad_id=limits.pad_id)
 
 
 def search_batches(encoded: Sequence[Sequence[int] | None],
-                   search_batch: Callable[[np.ndarray], SearchResult], limits: Limits, *,
-                   batch_size: int = 64, progress=None) -> list[list[int]]:
+                   search_batch: Callable[..., SearchResult], limits: Limits, *,
+                   batch_size: int = 64, progress=None,
+                   selections: Sequence[Sequence[bool] | None] | None = None
+                   ) -> list[list[int]]:
     """Encoded sources (id lists ending in EOS, None for blank ones; see
     text.sources.encode_sources) -> the generated ids of each up to EOS ([] for blank ones),
     in input order.
 
     The sources are searched in batches of similar length (`batches_by_length`), each padded
-    and passed to `search_batch`. `progress` (e.g. a tqdm bar), when given, is updated by the
-    number of sources done, blank ones first.
+    and passed to `search_batch`; with `selections` (one bool list per source, of its
+    length) the batch's padded selection (B,S) is passed too. `progress` (e.g. a tqdm bar),
+    when given, is updated by the number of sources done, blank ones first.
     """
     outputs: list[list[int]] = [[] for _ in encoded]
     blank = sum(ids is None for ids in encoded)
     if progress is not None and blank:
         progress.update(blank)
     for chunk in batches_by_length(encoded, batch_size):
-        result = search_batch(pad_batch([encoded[i] for i in chunk], limits.pad_id))
+        ids = pad_batch([encoded[i] for i in chunk], limits.pad_id)
+        if selections is None:
+            result = search_batch(ids)
+        else:
+            selection = np.zeros(ids.shape, bool)
+            for row, i in enumerate(chunk):
+                selection[row, : len(selections[i])] = selections[i]
+            result = search_batch(ids, selection)
         for i, ids in zip(chunk, result.to_lists(limits.eos_id), strict=True):
             outputs[i] = ids
         if progress is not None:
@@ -222,19 +253,35 @@ class Translator:
         self._encode_texts = encode_texts
         self._decode_rows = decode_rows
 
-    def search_ids(self, source_ids: np.ndarray,
-                   settings: SearchSettings = SearchSettings()) -> SearchResult:
+    def search_ids(self, source_ids: np.ndarray, settings: SearchSettings = SearchSettings(),
+                   selection: np.ndarray | None = None) -> SearchResult:
         """source_ids (B,S) padded ids ending in EOS -> SearchResult (`search_ids`)."""
-        return search_ids(self.backend, source_ids, self, settings)
+        return search_ids(self.backend, source_ids, self, settings, selection)
+
+    def pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        """Texts -> their pieces' ids, uncut and without EOS (the source tokenizer's)."""
+        if self._encode_texts is None:
+            raise TypeError("this Translator has no source tokenizer; give it one to translate "
+                            "text")
+        return self._encode_texts(list(texts))
+
+    def search_encoded(self, encoded: Sequence[Sequence[int] | None],
+                       settings: SearchSettings = SearchSettings(), *,
+                       selections: Sequence[Sequence[bool] | None] | None = None,
+                       batch_size: int = 64, progress=None) -> list[list[int]]:
+        """Id lists ending in EOS (None for blank ones), each with its selection when
+        `selections` is given -> generated ids up to EOS, in input order
+        (`search_batches`)."""
+        return search_batches(encoded, lambda *batch: self.search_ids(batch[0], settings,
+                                                                      *batch[1:]),
+                              self, batch_size=batch_size, progress=progress,
+                              selections=selections)
 
     def encode(self, sentences: Sequence[str], truncate: bool = True,
                allow_empty: bool = True) -> list[list[int] | None]:
         """Sentences -> id lists ending in EOS (None for blank ones with allow_empty); see
         text.sources.encode_sources."""
-        if self._encode_texts is None:
-            raise TypeError("this Translator has no source tokenizer; give it one to translate "
-                            "text")
-        return encode_sources(sentences, self._encode_texts, self.max_source_length,
+        return encode_sources(sentences, self.pieces, self.max_source_length,
                               self.eos_id, truncate=truncate, allow_empty=allow_empty)
 
     def translate_ids(self, sentences: Sequence[str],
@@ -245,9 +292,8 @@ class Translator:
         searched in batches of similar length (`search_batches`)."""
         if isinstance(sentences, str):
             raise TypeError("translate expects a list of sentences, not a single str")
-        encoded = self.encode(sentences, truncate, allow_empty)
-        return search_batches(encoded, lambda ids: self.search_ids(ids, settings), self,
-                              batch_size=batch_size, progress=progress)
+        return self.search_encoded(self.encode(sentences, truncate, allow_empty), settings,
+                                   batch_size=batch_size, progress=progress)
 
     def translate(self, sentences: Sequence[str], settings: SearchSettings = SearchSettings(),
                   **kwargs) -> list[str]:

@@ -66,6 +66,11 @@ class KerasOpsBackend(Backend):
             return [ops.repeat(t, times, axis=0) for t in x]
         return ops.repeat(x, times, axis=0)
 
+    def restrict(self, memory_mask, selection):
+        kept = ops.logical_and(ops.cast(memory_mask, "bool"),
+                               ops.convert_to_tensor(np.asarray(selection, bool)))
+        return ops.cast(kept, memory_mask.dtype)
+
     def init_cache(self, batch, length):
         """Zeros in the model's compute dtype (Transformer.init_cache checks the length)."""
         return self.model.init_cache(batch, length)

@@ -27,6 +27,10 @@ class TFBackend(Backend):
             return [tf.repeat(t, times, axis=0) for t in x]
         return tf.repeat(x, times, axis=0)
 
+    def restrict(self, memory_mask, selection):
+        kept = tf.logical_and(tf.cast(memory_mask, tf.bool), tf.constant(selection, tf.bool))
+        return tf.cast(kept, memory_mask.dtype)
+
     def init_cache(self, batch, length):
         return VariableCache(super().init_cache(batch, length), jit_compile=self.jit_compile)
 

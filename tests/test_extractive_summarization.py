@@ -466,3 +466,126 @@ def test_the_api_batches_articles_and_answers_each_as_export_summarize_alone(
     for inputs, answer in zip(requests, outputs, strict=True):
         assert answer == [summarizer.extract([a])[0].summary for a in inputs]
     assert sizes == [9]
+
+
+# Bottom-up summarization: the extractive run as the copy model's selector
+
+
+@pytest.fixture(scope="module")
+def bottom_up_run(extractive_run):
+    """(data directory, extractive run, copy run with eval.selector the extractive run)."""
+    from tests.news_data import tiny_run_config
+
+    data, extractive, _ = extractive_run
+    config = tiny_run_config(data)
+    config["model"]["overrides"]["copy_attention"] = True
+    config["tokenizer"]["joint"] = True
+    config["training"]["epochs"] = 2
+    config["eval"].update(selector=str(extractive), selector_epsilon=0.5)
+    (data / "copy.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
+    out = data / "copy_run"
+    result = run_command("train", "--config", str(data / "copy.yaml"), "--out", str(out),
+                         timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, extractive, out, result
+
+
+@pytest.mark.slow
+def test_a_copy_run_with_a_selector_summarizes_the_selected_sentences(bottom_up_run):
+    from keras_transformer.decoding import SearchSettings
+    from keras_transformer.text.bottom_up import BottomUpSummarizer
+    from keras_transformer.translator import keras_translator
+    from train.data import load_summaries
+    from train.tasks import load_run
+
+    data, extractive, out, result = bottom_up_run
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    selection = metrics["selection"]
+    assert selection["selector"] == str(extractive) and selection["epsilon"] == 0.5
+    assert selection["articles"] == 40 and 0 < selection["kept_share"] < 1
+    assert "selection: " in result.stdout
+    # The run's summaries are the pipeline's, run here from its two models.
+    ext_task, ext_model = load_run(extractive, "extractive_summarization")
+    copy_task, copy_model = load_run(out, "summarization")
+    scorer = ext_task.make_scorer(ext_model)
+    summarizer = BottomUpSummarizer(
+        scorer.score, keras_translator(copy_model, copy_task.source_tok, copy_task.target_tok),
+        0.5)
+    test = load_summaries(data / "test.tsv")
+    settings = SearchSettings(beam_size=2, alpha=0.6, min_length=2)
+    want = summarizer.summarize(test.articles, settings)
+    assert (out / "test.hyp").read_text(encoding="utf-8").splitlines() == want
+    assert summarizer.stats.to_dict()["kept"] == selection["kept"]
+    # train.evaluate scores the pipeline alike.
+    evaluated = run_command("train.evaluate", "--run", str(out), "--tsv", str(data / "test.tsv"))
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    hyp = out / "eval" / "model" / "test.tsv.hyp"
+    assert hyp.read_text(encoding="utf-8").splitlines() == want
+
+
+@pytest.mark.slow
+def test_a_selector_that_is_not_an_extractive_run_is_refused_before_training(bottom_up_run,
+                                                                            tmp_path):
+    data, extractive, out, _ = bottom_up_run
+    config = yaml.safe_load((data / "copy.yaml").read_text(encoding="utf-8"))
+    for selector, message in ((tmp_path / "nothing", "is not a finished training run"),
+                              (out, "is a summarization run; give a run of task extractive_summarization")):
+        config["eval"]["selector"] = str(selector)
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(config, allow_unicode=True))
+        result = run_command("train", "--config", str(path), "--out", str(tmp_path / "run"))
+        assert result.returncode == 2 and message in result.stderr, result.stderr[-1500:]
+        assert "Traceback" not in result.stderr
+        assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+            next(line for line in result.stderr.splitlines() if message in line)]
+        assert not (tmp_path / "run" / "model.keras").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["eval.selector=runs/x"], "eval.selector restricts a copy model's attention"),
+    (["eval.selector_epsilon=1.5"], "eval.selector_epsilon must be"),
+])
+def test_a_selector_without_copy_attention_or_epsilon_outside_0_1_is_refused(overrides,
+                                                                             message, tmp_path):
+    from tests.news_data import tiny_run_config
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_run_config(tmp_path)))
+    with pytest.raises(ConfigError, match=message):
+        load_run_config(path, overrides)
+
+
+@pytest.mark.slow
+def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bottom_up_run,
+                                                                           tmp_path):
+    data, extractive, out, _ = bottom_up_run
+    export = tmp_path / "export"
+    result = run_command("export", "--run", str(out), "--out", str(export), "--format", "onnx",
+                         "--quantize", "int8", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((export / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["selector"] == {"export": "selector", "epsilon": 0.5}
+    assert "selector/manifest.json" in manifest["files"]
+    sub = json.loads((export / "selector" / "manifest.json").read_text(encoding="utf-8"))
+    assert sub["kind"] == "extractor" and "int8" in sub["formats"]["onnx"]["variants"]
+    want = (out / "test.hyp").read_text(encoding="utf-8").splitlines()
+    articles = out / "test.src"
+    got = run_command("export.translate", "--export", str(export), "--runtime", "onnx",
+                      str(articles), "-o", str(tmp_path / "onnx.hyp"))
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert (tmp_path / "onnx.hyp").read_text(encoding="utf-8").splitlines() == want
+    # Epsilon 0 keeps every piece: the copy model alone, as the search graph writes it.
+    from export.kinds import open_export
+    from keras_transformer.decoding import SearchSettings
+
+    lines = articles.read_text(encoding="utf-8").splitlines()[:6]
+    pipeline = open_export(export)
+    settings = SearchSettings(beam_size=2, alpha=0.6, min_length=2)
+    assert pipeline.translate(lines, settings, epsilon=0.0) == \
+        pipeline.translator.translate(lines, settings)
+    assert pipeline.translate(["", lines[0]], settings) == ["", want[0]]
+    # A damaged selector sub-export is refused in one line.
+    (export / "selector" / "manifest.json").write_text("{}", encoding="utf-8")
+    bad = run_command("export.translate", "--export", str(export), str(articles))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-1500:]
+    assert "selector" in bad.stderr.splitlines()[-1], bad.stderr[-1500:]

@@ -160,6 +160,11 @@ class EvalConfig:
     summary_sentences: int = 0
     summary_syllables: int = 0
     trigram_blocking: bool | str = "auto"
+    # task summarization with copy attention: bottom-up selection (text/bottom_up.py). The
+    # copy model reads only the sentences to which the extractive_summarization run `selector`
+    # gives a probability >= selector_epsilon (an article with none: read whole); "": none.
+    selector: str = ""
+    selector_epsilon: float = 0.5
 
 
 @dataclass
@@ -382,6 +387,7 @@ _RANGES = [
     ("eval.summary_sentences", 0, 512, False), ("eval.summary_syllables", 0, None, False),
     ("data.mask_rate", 0, 1, True), ("data.max_predictions", 0, None, False),
     ("data.noise_rate", 0, 1, True), ("data.span_lambda", 0, 64, True),
+    ("eval.selector_epsilon", 0, 1, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2",

@@ -3,7 +3,8 @@
 A run directory holds `run.json`: the fingerprint of the config fields a run must agree on to
 be resumed (`fingerprint_fields`), written before any other file of the run. Then:
 
-- DIR is missing or empty: a new run.
+- DIR is missing or empty: a new run. An earlier stage of the run's pipeline inside DIR (the
+  selector run that eval.selector names, as DIR/selector) does not count, and is kept.
 - DIR holds a run with the same fingerprint that has not finished (no `metrics.json`, or a
   backup still there): the run resumes.
 - DIR holds a run of another config, a finished run, or files this tool did not make: refused
@@ -98,6 +99,15 @@ def _recorded(out: Path) -> dict | None:
     return None
 
 
+def stage_entries(out: Path, config: RunConfig) -> set[str]:
+    """The entries of `out` that are an earlier stage of this run's pipeline, not its own
+    files: the selector run (eval.selector) when it lies directly in `out`. Never deleted."""
+    selector = config.eval.selector
+    if selector and Path(selector).resolve().parent == out.resolve():
+        return {Path(selector).name}
+    return set()
+
+
 def prepare_run_directory(out: Path, config: RunConfig, *, overwrite: bool = False) -> str:
     """Check `out` for a run of `config` and claim it; "new" or "resume". Raises CommandError
     (exit 2) for a directory it must not train into, before touching anything."""
@@ -105,8 +115,9 @@ def prepare_run_directory(out: Path, config: RunConfig, *, overwrite: bool = Fal
         raise CommandError(f"--out {out} is a file, not a run directory")
     wanted = json.loads(json.dumps(fingerprint_fields(config)))  # as run.json holds it
     # The other workers of a multi-worker run may have made their .worker<N>/ already.
-    entries = sorted(p.name for p in out.iterdir()
-                     if not p.name.startswith(".worker")) if out.is_dir() else []
+    stages = stage_entries(out, config)
+    entries = sorted(p.name for p in out.iterdir() if not p.name.startswith(".worker")
+                     and p.name not in stages) if out.is_dir() else []
     state = "new"
     if entries:
         recorded = _recorded(out)

@@ -75,9 +75,17 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
 def open_runner(manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
                 run_dir: str | Path | None = None, **options):
     """What a user runs over an opened export (Translator, Generator, Classifier, Summarizer,
-    FillMask: its kind's runner) over one runtime; `options` go to load_backend."""
-    return kind_of(manifest).runner(manifest, load_backend(manifest, runtime, variant, run_dir,
-                                                           **options))
+    FillMask: its kind's runner) over one runtime; `options` go to load_backend. A pipeline's
+    export (a bottom-up summarizer: a `selector` sub-export) runs its stages in that runtime
+    together."""
+    runner = kind_of(manifest).runner(manifest, load_backend(manifest, runtime, variant,
+                                                             run_dir, **options))
+    if "selector" in manifest.data:
+        from .seq2seq.pipeline import with_selector
+
+        return with_selector(runner, manifest, runtime, run_dir,
+                             lambda sub, sub_run: open_runner(sub, runtime, variant, sub_run))
+    return runner
 
 
 def open_export(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",

@@ -47,3 +47,21 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> RunCo
     config = load_config(path, overrides)
     task_class(config.task).check_config(config)
     return config
+
+
+def load_run(run: str | Path, task: str | None = None):
+    """(the task of a finished run with the run's tokenizers and settings (Task.use_run), its
+    model.keras); a ValueError naming the run when it is not a finished run of `task`."""
+    from ..evaluate import load_run_model
+
+    run = Path(run)
+    for name in ("config.yaml", "model.keras"):
+        if not (run / name).is_file():
+            raise ValueError(f"{run} is not a finished training run (no {name})")
+    config = load_run_config(run / "config.yaml")
+    if task is not None and config.task != task:
+        raise ValueError(f"{run} is a {config.task} run; give a run of task {task}")
+    model = load_run_model(run / "model.keras")
+    instance = task_class(config.task)(config)
+    instance.use_run(run, model)
+    return instance, model

@@ -9,13 +9,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from keras_transformer.command_line import CommandError
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.text.bottom_up import BottomUpSummarizer
 from keras_transformer.text.buckets import bucket_boundaries_for
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 from keras_transformer.text.summary_stats import format_statistics, summary_statistics
-from keras_transformer.translator import translate
+from keras_transformer.translator import keras_translator, translate
 
+from ..config import ConfigError, model_preview
 from ..data import load_summarization, split_sentences, word_joints
 from ..scoring import lead_baselines
 from ..tasks.base import DevScore, final_split, score_prefix, transformer_config
@@ -35,10 +38,51 @@ class SummarizationTask(Seq2SeqTask):
     """data.train_source / dev_source [/ test_source]: TSV files with article and summary
     columns (train.data.load_summaries). The source is the article's first
     data.max_source_length - 1 pieces, the target the summary's first
-    data.max_target_length - 1; scored with ROUGE (train.scoring.rouge)."""
+    data.max_target_length - 1; scored with ROUGE (train.scoring.rouge). With eval.selector
+    a copy model reads only the sentences the selector keeps (text/bottom_up.py)."""
+
+    selector = None  # (the selector run's task, its model), loaded on first use
+    selection_stats: dict | None = None  # the last summarize's, with a selector
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if config.eval.selector and not getattr(model_preview(config), "copy_attention",
+                                                False):
+            raise ConfigError("eval.selector restricts a copy model's attention: set "
+                              "model.overrides.copy_attention: true (or leave eval.selector "
+                              "empty)")
+
+    def load_selector(self) -> None:
+        """Load eval.selector's run once; a ConfigError naming it when it is not a finished
+        extractive_summarization run."""
+        from ..tasks import load_run
+
+        if self.selector is None:
+            try:
+                self.selector = load_run(self.config.eval.selector, "extractive_summarization")
+            except (ValueError, CommandError) as err:
+                raise ConfigError(f"eval.selector: {err}") from None
+
+    def use_run(self, run, model, batch_size=None):
+        super().use_run(run, model, batch_size)
+        if self.config.eval.selector:
+            self.load_selector()
+
+    def bottom_up(self, model) -> BottomUpSummarizer:
+        """The BottomUpSummarizer of eval.selector over `model`."""
+        e = self.config.eval
+        self.load_selector()
+        task, selector_model = self.selector
+        scorer = task.make_scorer(selector_model)
+        translator = keras_translator(model, self.source_tok, self.target_tok)
+        return BottomUpSummarizer(lambda articles: scorer.score(articles, e.batch_size),
+                                  translator, e.selector_epsilon)
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
+        if config.eval.selector:  # a missing selector fails now, not after training
+            self.load_selector()
         self.splits = splits = load_summarization(d)
         train = splits["train"]
         log.info("summarization: %s articles (word joints: %s)",
@@ -83,10 +127,18 @@ class SummarizationTask(Seq2SeqTask):
     def summarize(self, model, articles, settings: SearchSettings,
                   progress=None) -> list[str]:
         """The model's summaries of `articles` (each cut to the model's max_source_length),
-        decoded by `settings`."""
-        return translate(model, self.source_tok, self.target_tok, articles, settings,
-                         batch_size=self.config.eval.batch_size, truncate=True,
-                         progress=progress)
+        decoded by `settings`; with eval.selector, of the sentences it keeps."""
+        if not self.config.eval.selector:
+            return translate(model, self.source_tok, self.target_tok, articles, settings,
+                             batch_size=self.config.eval.batch_size, truncate=True,
+                             progress=progress)
+        summarizer = self.bottom_up(model)
+        summaries = summarizer.summarize(articles, settings,
+                                         batch_size=self.config.eval.batch_size,
+                                         progress=progress)
+        self.selection_stats = {"selector": self.config.eval.selector,
+                                "epsilon": summarizer.epsilon, **summarizer.stats.to_dict()}
+        return summaries
 
     def dev_score(self):
         e = self.config.eval
@@ -125,6 +177,11 @@ class SummarizationTask(Seq2SeqTask):
             for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
                 atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores, lines = self.score(hypotheses, references, articles)
+            if self.selection_stats is not None:
+                scores["selection"] = self.selection_stats
+                lines.insert(1, "selection: {kept_share:.0%} of the pieces kept at epsilon "
+                             "{epsilon} ({unselected_articles} of {articles} articles with "
+                             "nothing selected, read whole)".format(**self.selection_stats))
             prefix = score_prefix(name, last, metrics)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             metrics[f"{prefix}articles"] = len(articles)

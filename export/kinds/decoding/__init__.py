@@ -130,6 +130,12 @@ class DecodingKind(ExportKind):
         """attention.onnx's manifest entry, with --with-attention."""
         return None
 
+    def export_parts(self, out: Path, run_dir: Path, options: ExportOptions,
+                     versions: dict) -> tuple[dict, list[str]]:
+        """The exports of a pipeline's other stages, made inside `out`: (the manifest's
+        entries for them, the files they hold, relative to `out`); none by default."""
+        return {}, []
+
     def export_into(self, out, run_dir, trained, options, versions):
         from keras_transformer.text.tokenizer import SentencePieceTokenizer
 
@@ -155,8 +161,11 @@ class DecodingKind(ExportKind):
             lambda out, int8, lean: export_onnx(model, out, int8, lean,
                                                 search=self.search_graph(options)),
             add_translate)
-        return write_manifest(out, self.name, run_dir, manifest_formats, {source_tok, target_tok}, {
+        parts, part_files = self.export_parts(out, run_dir, options, versions)
+        return write_manifest(out, self.name, run_dir, manifest_formats,
+                              {source_tok, target_tok, *part_files}, {
             **run_settings(run_dir),
+            **parts,
             "tokenizer": {"source": source_tok, "target": target_tok},
             "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
             "special_ids": {"pad": c.pad_id,

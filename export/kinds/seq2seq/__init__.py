@@ -1,7 +1,7 @@
 """The translator kind: a seq2seq Transformer's export (translation and summarization runs,
 with or without copy attention), `encode` and `decode_step` in every format, the SavedModel's
 strings-to-strings `translate`, the whole search as search.onnx, and attention.onnx with
---with-attention."""
+--with-attention; a bottom-up summarizer's with its selector (pipeline.py)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,12 @@ class Seq2SeqKind(DecodingKind):
         log.info("exporting the attention weights (ONNX)")
         return export_attention(attention_function(model), out, ATTENTION_INTERFACE,
                                 options.onnx_optimize)
+
+    def export_parts(self, out, run_dir, options, versions):
+        """A bottom-up summarizer's selector (the run's eval.selector) in out/selector/."""
+        from .pipeline import export_selector
+
+        return export_selector(out, run_dir, options, versions)
 
     def keras_backend(self, manifest, model):
         from keras_transformer.tf_backend import KerasBackend

@@ -1,0 +1,132 @@
+"""Bottom-up summarization on the dev split: the copy-attention model (a summarization run)
+reading only the sentences a selector keeps (keras_transformer.text.bottom_up), for each
+epsilon, beside the copy model alone and the Lead baselines: the choice of the pipeline's
+epsilon.
+
+The selector is an extractive_summarization run's sentence probabilities (--extractive), or
+the greedy oracle's sentences (--oracle: probability 1 for the sentences the oracle picks
+against the reference, 0 for the others), the most that selecting sentences can give this
+copy model. Epsilon 0 keeps every piece: the copy model alone.
+
+    python -m bench.bottom_up --copy runs/vietnews --extractive runs/vietnews_ext \\
+        --articles 300 --epsilon 0 0.1 0.2 0.3 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import RESULTS, payload, write_json
+from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
+from keras_transformer.text.bottom_up import BottomUpSummarizer, check_epsilon
+from keras_transformer.text.rouge import ROUGE_TYPES, rouge
+from keras_transformer.text.summary_stats import summary_statistics
+from train.scoring import lead_baselines, oracle
+
+OUT = RESULTS / "vietnews" / "bottom_up_dev.json"
+
+
+def load_task(run: Path, task_name: str):
+    """(the run's task with its tokenizers, its model.keras) for a finished run of
+    `task_name`."""
+    from train.tasks import load_run
+
+    try:
+        return load_run(run, task_name)
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+
+
+def epsilon_value(text: str) -> float:
+    try:
+        return check_epsilon(float(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+@entry_point
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--copy", required=True, type=Path,
+                        help="a summarization run with copy attention")
+    selector = parser.add_mutually_exclusive_group(required=True)
+    selector.add_argument("--extractive", type=Path, help="an extractive_summarization run")
+    selector.add_argument("--oracle", action="store_true",
+                          help="the greedy oracle's sentences (needs the references)")
+    parser.add_argument("--epsilon", type=epsilon_value, nargs="+", default=[0.0, 0.2, 0.5])
+    parser.add_argument("--articles", type=int_in(1), default=300,
+                        help="the dev split's first N articles")
+    parser.add_argument("--beam", type=int_in(1), default=None,
+                        help="beam size (default: the copy run's eval.beam_size)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    add_debug_flag(parser)
+    args = parser.parse_args(argv)
+
+    from keras_transformer.translator import keras_translator
+    from train.data import load_summarization, split_sentences
+
+    copy_task, copy_model = load_task(args.copy, "summarization")
+    if not copy_model.config.copy_attention:
+        raise CommandError(f"{args.copy} has no copy attention; bottom-up selection masks "
+                           f"a copy model's attention")
+    dev = load_summarization(copy_task.config.data)["dev"]
+    articles, references = dev.articles[: args.articles], dev.summaries[: args.articles]
+    if args.oracle:
+        reference_of = dict(zip(articles, references, strict=True))
+
+        def score(texts):
+            out = []
+            for text in texts:
+                sentences = split_sentences(text)
+                chosen = set(oracle(sentences, reference_of[text]))
+                out.append((sentences, np.array([float(i in chosen)
+                                                 for i in range(len(sentences))])))
+            return out
+
+        selector_name = "oracle"
+    else:
+        ext_task, ext_model = load_task(args.extractive, "extractive_summarization")
+        scorer = ext_task.make_scorer(ext_model)
+        cache: dict[str, tuple] = {}
+
+        def score(texts):
+            missing = [t for t in texts if t not in cache]
+            if missing:
+                cache.update(zip(missing, scorer.score(missing), strict=True))
+            return [cache[t] for t in texts]
+
+        selector_name = str(args.extractive)
+    settings = copy_task.search_settings(**({"beam_size": args.beam} if args.beam else {}))
+    translator = keras_translator(copy_model, copy_task.source_tok, copy_task.target_tok)
+    rows = []
+    result = payload("bottom_up_dev", copy_run=str(args.copy), selector=selector_name,
+                     dev_articles=len(articles), search=settings.to_dict(),
+                     leads=lead_baselines(articles, references), results=rows)
+    for epsilon in args.epsilon:
+        summarizer = BottomUpSummarizer(score, translator, epsilon)
+        start = time.perf_counter()
+        summaries = summarizer.summarize(articles, settings,
+                                         batch_size=copy_task.config.eval.batch_size)
+        seconds = time.perf_counter() - start
+        scores = {k: v for k, v in rouge(summaries, references).items() if k in ROUGE_TYPES}
+        row = {"epsilon": epsilon, **scores, **summarizer.stats.to_dict(),
+               "summary_stats": summary_statistics(summaries, articles),
+               "seconds": round(seconds, 1)}
+        rows.append(row)
+        print(f"epsilon {epsilon:.2f}: " + " / ".join(f"{scores[k]:.2f}" for k in ROUGE_TYPES)
+              + f"  kept {row['kept_share']:.0%} of pieces, {row['unselected_articles']} "
+              f"articles unselected, {seconds:.0f} s", flush=True)
+    for name, scores in result["leads"].items():
+        print(f"{name:6s} " + " / ".join(f"{scores[k]:.2f}" for k in ROUGE_TYPES))
+    write_json(args.out, result)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""A bottom-up summarizer's export (keras_transformer.text.bottom_up): the copy model's export
+with its selector, an extractive summarizer's export, in the sub-directory `selector/`, and
+the manifest's `selector` block naming it with epsilon. Its runner reads every article
+restricted to the sentences the selector keeps, in any runtime of both."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from keras_transformer.decoding import SearchSettings
+from keras_transformer.text.bottom_up import BottomUpSummarizer, check_epsilon
+
+from ...common import MANIFEST, ExportError, Manifest
+
+SELECTOR_DIR = "selector"
+
+
+def run_selector(run_dir: Path) -> tuple[Path, float] | None:
+    """(the selector run, epsilon) of a summarization run's config (eval.selector), or None
+    when it names none."""
+    from ...module import run_config
+
+    evaluation = run_config(run_dir).get("eval")
+    if not isinstance(evaluation, dict) or not evaluation.get("selector"):
+        return None
+    return Path(str(evaluation["selector"])), check_epsilon(evaluation.get("selector_epsilon",
+                                                                           0.5))
+
+
+def export_selector(out: Path, run_dir: Path, options, versions: dict
+                    ) -> tuple[dict, list[str]]:
+    """The run's selector exported into out/selector/ with the same formats and variants:
+    (the manifest's `selector` block, the files it holds relative to `out`); nothing when
+    the run has no selector."""
+    from ...module import load_trained
+    from ..extractor import ExtractorKind
+
+    found = run_selector(run_dir)
+    if found is None:
+        return {}, []
+    selector_run, epsilon = found
+    try:
+        trained = load_trained(selector_run)
+    except FileNotFoundError as err:
+        raise ValueError(f"the run's eval.selector: {err}") from None
+    kind = ExtractorKind()
+    if not kind.accepts(trained):
+        raise ValueError(f"the run's eval.selector {selector_run} holds a "
+                         f"{type(trained).__name__}; a selector is an extractive "
+                         f"summarization run")
+    sub = out / SELECTOR_DIR
+    sub.mkdir()
+    manifest = kind.export_into(sub, selector_run, trained,
+                                dataclasses.replace(options, with_attention=False), versions)
+    files = [f"{SELECTOR_DIR}/{name}" for name in (MANIFEST, *manifest["files"])]
+    return {"selector": {"export": SELECTOR_DIR, "epsilon": epsilon}}, files
+
+
+class PipelineTranslator:
+    """The copy model's Translator (export.runtime.base) whose `translate` reads each
+    article restricted to the sentences the selector (an extractor export's Summarizer)
+    keeps; everything else is the Translator's."""
+
+    def __init__(self, translator, selector, epsilon: float):
+        self.translator, self.selector = translator, selector
+        self.epsilon = check_epsilon(epsilon)
+
+    def __getattr__(self, name):
+        return getattr(self.translator, name)
+
+    def summarizer(self, epsilon: float | None = None,
+                   batch_size: int = 32) -> BottomUpSummarizer:
+        """A BottomUpSummarizer over both runtimes (epsilon: the export's unless given)."""
+        scorer, prepare = self.selector.scorer, self.selector.prepare
+        return BottomUpSummarizer(lambda articles: scorer.score(prepare(articles), batch_size),
+                                  self.translator,
+                                  self.epsilon if epsilon is None else epsilon)
+
+    def translate(self, sentences: Sequence[str], settings: SearchSettings = SearchSettings(),
+                  *, batch_size: int = 64, truncate: bool = True, allow_empty: bool = True,
+                  progress=None, epsilon: float | None = None) -> list[str]:
+        """Articles -> summaries in input order, blank ones "" (or, without allow_empty, a
+        ValueError naming the line); without `truncate`, an article longer than the copy
+        model reads is a ValueError naming its line."""
+        if isinstance(sentences, str):
+            raise TypeError("translate expects a list of articles, not a single str")
+        t = self.translator
+        texts = list(sentences)
+        keep = [i for i, text in enumerate(texts) if text.strip()]
+        if not allow_empty and len(keep) < len(texts):
+            number = next(i for i, text in enumerate(texts, start=1) if not text.strip())
+            raise ValueError(f"line {number} is empty or only whitespace; give every line an "
+                             f"article to summarize")
+        if not truncate:
+            for i, ids in zip(keep, t.pieces([texts[i] for i in keep]), strict=True):
+                if len(ids) + 1 > t.max_source_length:
+                    raise ValueError(f"line {i + 1} has {len(ids) + 1} pieces with EOS but the "
+                                     f"model reads {t.max_source_length}; drop --no-truncate "
+                                     f"to summarize its first ones")
+        if progress is not None and len(keep) < len(texts):
+            progress.update(len(texts) - len(keep))
+        outputs = [""] * len(texts)
+        summaries = self.summarizer(epsilon).summarize(
+            [texts[i] for i in keep], settings, batch_size=batch_size, progress=progress)
+        for i, summary in zip(keep, summaries, strict=True):
+            outputs[i] = summary
+        return outputs
+
+
+def with_selector(translator, manifest: Manifest, runtime: str, run_dir,
+                  open_runner: Callable) -> PipelineTranslator:
+    """The pipeline's runner: the copy model's `translator` and the selector's Summarizer,
+    opened by `open_runner(manifest, run_dir)` in the same runtime (the keras runtime reads
+    the selector run the copy run's config names)."""
+    from ...runtime.base import training_run
+
+    block = manifest["selector"]
+    sub = Manifest(manifest.root / block["export"])
+    if sub.kind != "extractor":
+        raise ExportError(f"{sub.root} holds a {sub.kind}, not the extractive summarizer a "
+                          f"selector is; re-export the run")
+    selector_run = None
+    if runtime == "keras":
+        found = run_selector(training_run(manifest, run_dir))
+        if found is None:
+            raise ExportError(f"the keras runtime of {manifest.root} needs the run's selector, "
+                              f"and the run's config names none (eval.selector)")
+        selector_run = found[0]
+    return PipelineTranslator(translator, open_runner(sub, selector_run), block["epsilon"])

@@ -1,0 +1,147 @@
+"""Bottom-up summarization (Gehrmann, Deng and Rush 2018): a content selector gives each
+piece of the article the copy model reads a probability of being worth copying, and at
+inference the copy model attends only to the pieces selected (probability >= epsilon).
+
+The selection restricts the memory mask (generation.Backend.restrict), so every decoder
+layer's cross-attention, and with it the copy distribution (the last layer's), is
+renormalized over the selected pieces; the copy model is trained as usual and every runtime
+runs it unchanged. The article's EOS stays selected: every source the model was trained on
+ends with it. An article where no piece reaches epsilon is read whole, as without a
+selector (counted in `BottomUpStats.unselected`).
+
+Here the selector is the extractive model: a piece's probability is its sentence's. NumPy
+and plain Python, so the export runtimes use it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from keras_transformer.text.sentences import split_sentences
+
+EOS_SENTENCE = -1  # the sentence index of the source's EOS
+
+
+def check_epsilon(epsilon) -> float:
+    """epsilon as a float, or a ValueError saying what to give: a number from 0 to 1."""
+    if isinstance(epsilon, bool):
+        epsilon = None
+    try:
+        value = float(epsilon)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"epsilon must be a number from 0 to 1 (the selector's probability a "
+                         f"piece needs to be copied from), got {epsilon!r}")
+    return value
+
+
+def sentence_pieces(sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]],
+                    max_length: int, eos_id: int) -> tuple[list[int], list[int]]:
+    """An article's sentences -> (the copy model's source: the pieces of each sentence in
+    turn, cut to max_length - 1, + EOS; the index of each piece's sentence, EOS_SENTENCE
+    for the EOS).
+
+    SentencePiece never joins pieces across a space, so this is the article's own
+    encoding wherever its sentences are separated by spaces, as split_sentences leaves them.
+    """
+    ids: list[int] = []
+    owners: list[int] = []
+    for index, pieces in enumerate(encode(list(sentences)) if sentences else []):
+        room = max_length - 1 - len(ids)
+        if room <= 0:
+            break
+        ids += list(pieces[:room])
+        owners += [index] * min(len(pieces), room)
+    return ids + [eos_id], owners + [EOS_SENTENCE]
+
+
+def piece_probabilities(owners: Sequence[int], sentence_probabilities: Sequence[float]
+                        ) -> np.ndarray:
+    """Each piece's probability: its sentence's (0 for a sentence the selector did not read),
+    1 for the EOS."""
+    scores = np.asarray(sentence_probabilities, np.float64).reshape(-1)
+    owners = np.asarray(owners, np.int64)
+    read = (owners >= 0) & (owners < len(scores))
+    out = np.zeros(len(owners), np.float64)
+    out[read] = scores[owners[read]]
+    out[owners == EOS_SENTENCE] = 1.0
+    return out
+
+
+def selection_mask(probabilities: Sequence[float], owners: Sequence[int], epsilon: float
+                   ) -> tuple[np.ndarray, bool]:
+    """(the pieces kept: probability >= epsilon, and the EOS; whether nothing but the EOS
+    reached epsilon, in which case every piece is kept)."""
+    kept = np.asarray(probabilities, np.float64) >= epsilon
+    eos = np.asarray(owners) == EOS_SENTENCE
+    if not kept[~eos].any():
+        return np.ones(len(kept), bool), True
+    return kept | eos, False
+
+
+@dataclass
+class BottomUpStats:
+    """Over the articles summarized so far: how many, how many pieces the copy model read
+    and kept, and how many articles had nothing selected (read whole)."""
+
+    articles: int = 0
+    pieces: int = 0
+    kept: int = 0
+    unselected: int = 0
+
+    def to_dict(self) -> dict:
+        return {"articles": self.articles, "pieces": self.pieces, "kept": self.kept,
+                "kept_share": round(self.kept / self.pieces, 4) if self.pieces else 0.0,
+                "unselected_articles": self.unselected}
+
+
+@dataclass
+class BottomUpSummarizer:
+    """Articles -> summaries: `score` gives each article's sentence probabilities (the
+    extractive model's text.extractive.SentenceScorer.score), `translator` is the copy
+    model's generation.Translator (any runtime), and the copy model reads each article
+    restricted to the pieces of the sentences with probability >= epsilon."""
+
+    score: Callable[[Sequence[str]], list[tuple[list[str], np.ndarray]]]
+    translator: object
+    epsilon: float
+    stats: BottomUpStats = field(default_factory=BottomUpStats)
+
+    def __post_init__(self):
+        self.epsilon = check_epsilon(self.epsilon)
+
+    def sources(self, articles: Sequence[str]) -> tuple[list[list[int]], list[np.ndarray],
+                                                         list[np.ndarray]]:
+        """(each article's source ids, its pieces' probabilities, the pieces kept)."""
+        t = self.translator
+        encoded, probabilities, masks = [], [], []
+        for article, (_, scores) in zip(articles, self.score(articles), strict=True):
+            ids, owners = sentence_pieces(split_sentences(article), t.pieces,
+                                          t.max_source_length, t.eos_id)
+            piece_scores = piece_probabilities(owners, scores)
+            mask, unselected = selection_mask(piece_scores, owners, self.epsilon)
+            encoded.append(ids)
+            probabilities.append(piece_scores)
+            masks.append(mask)
+            self.stats.articles += 1
+            self.stats.pieces += len(ids)
+            self.stats.kept += int(mask.sum())
+            self.stats.unselected += unselected
+        return encoded, probabilities, masks
+
+    def summarize_ids(self, articles: Sequence[str], settings, *, batch_size: int = 32,
+                      progress=None) -> list[list[int]]:
+        """Articles (none blank) -> each summary's ids, in input order."""
+        encoded, _, masks = self.sources(articles)
+        return self.translator.search_encoded(encoded, settings,
+                                              selections=[m.tolist() for m in masks],
+                                              batch_size=batch_size, progress=progress)
+
+    def summarize(self, articles: Sequence[str], settings, **kwargs) -> list[str]:
+        """Articles (none blank) -> summaries, in input order."""
+        rows = self.summarize_ids(articles, settings, **kwargs)
+        return self.translator.decode_ids(rows) if rows else []
