@@ -1,6 +1,8 @@
-"""Summarize articles with an extractive summarizer's export, one article per line.
+"""Summarize articles with an extractive summarizer's export, or a bottom-up summarizer's,
+one article per line.
 
     python -m export.summarize --export exports/vietnews_ext --runtime onnx [FILE] [-o OUT]
+    python -m export.summarize --export runs/vietnews_summarizer/export [FILE] [-o OUT]
 
 Reads FILE (or stdin), one article a line as the VNDS TSV's article column holds it
 (space-tokenized, sentences ending in a ".", "!" or "?" token), and writes one summary a line:
@@ -14,6 +16,11 @@ an error naming the line); text without sentence-ending punctuation is one sente
 or whitespace-only line is an error naming it. Invalid UTF-8 bytes become U+FFFD with a
 warning. The onnx and tflite runtimes need no TensorFlow.
 
+A bottom-up summarizer's export (docs/summarization.md: a copy model with its selector)
+writes the copy model's summary of the sentences the selector keeps, by the run's search;
+--epsilon replaces the export's epsilon (0 keeps every sentence). The extractive options
+(--sentences, --syllables, --trigram-blocking, --scores) are for an extractive export.
+
 Exit codes: 0 summarized; 2 bad usage or input (an option out of range, a blank line, a
 missing or damaged export, an export of another kind, an -o that cannot be written, a runtime
 whose package is not installed); 1 a runtime failed on sound input; 130 interrupted. Nothing
@@ -26,7 +33,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
+from keras_transformer.command_line import (
+    add_debug_flag,
+    command,
+    entry_point,
+    float_in,
+    int_in,
+)
 
 from .text_io import add_text_io_arguments, open_manifest, read_input, start, write_output
 
@@ -49,10 +62,34 @@ def parse_args(argv=None) -> argparse.Namespace:
                                            "already chosen (default: as the run chose)")
     parser.add_argument("--scores", action="store_true",
                         help="add a tab and every sentence's probability to each line")
+    parser.add_argument("--epsilon", type=float_in(0.0, 1.0), default=None,
+                        help="a bottom-up summarizer's epsilon, from 0 to 1 (default: the "
+                             "export's)")
     parser.add_argument("--batch-size", type=int_in(1, 4096), default=32,
                         help="articles per batch, 1 to 4096 (default 32)")
     add_debug_flag(parser)
     return parser.parse_args(argv)
+
+
+EXTRACTIVE_OPTIONS = {"--sentences": "sentences", "--syllables": "syllables",
+                      "--trigram-blocking": "trigram_blocking", "--scores": "scores"}
+
+
+def summarize_with_pipeline(args, manifest, lines: list[str]) -> list[str]:
+    """A bottom-up summarizer's summaries (export/kinds/seq2seq/pipeline.py), by the run's
+    search settings."""
+    from .kinds import open_runner
+
+    given = [flag for flag, name in EXTRACTIVE_OPTIONS.items()
+             if getattr(args, name) not in (None, False)]
+    if given:
+        raise ValueError(f"{given[0]} is for an extractive summarizer's export; "
+                         f"{args.export} holds a bottom-up summarizer (a copy model and its "
+                         f"selector)")
+    pipeline = open_runner(manifest, args.runtime, args.variant, args.run)
+    return pipeline.translate(lines, manifest.search, batch_size=args.batch_size,
+                              truncate=not args.no_truncate, allow_empty=False,
+                              epsilon=args.epsilon)
 
 
 def selection_of(args, default):
@@ -86,8 +123,16 @@ def check_lengths(summarizer, lines: list[str]) -> None:
 def main(argv) -> int:
     args = parse_args(argv)
     out = start(args, "summaries")
-    manifest = open_manifest(args, "extractor", "export.summarize")
     from .kinds import open_runner
+
+    manifest = open_manifest(args, None, "export.summarize")
+    if manifest.kind == "translator" and "selector" in manifest.data:
+        write_output(out, summarize_with_pipeline(args, manifest, read_input(args)))
+        return 0
+    manifest.require_kind("extractor", command("export.summarize"))
+    if args.epsilon is not None:
+        raise ValueError(f"--epsilon is for a bottom-up summarizer's export; {args.export} "
+                         f"holds an extractive summarizer")
 
     summarizer = open_runner(manifest, args.runtime, args.variant, args.run)
     selection = selection_of(args, summarizer.selection).check(summarizer.max_sentences)

@@ -561,19 +561,27 @@ def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bott
     data, extractive, out, _ = bottom_up_run
     export = tmp_path / "export"
     result = run_command("export", "--run", str(out), "--out", str(export), "--format", "onnx",
-                         "--quantize", "int8", timeout=900)
+                         timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((export / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["selector"] == {"export": "selector", "epsilon": 0.5}
     assert "selector/manifest.json" in manifest["files"]
     sub = json.loads((export / "selector" / "manifest.json").read_text(encoding="utf-8"))
-    assert sub["kind"] == "extractor" and "int8" in sub["formats"]["onnx"]["variants"]
+    assert sub["kind"] == "extractor" and list(sub["formats"]) == ["onnx"]
     want = (out / "test.hyp").read_text(encoding="utf-8").splitlines()
     articles = out / "test.src"
     got = run_command("export.translate", "--export", str(export), "--runtime", "onnx",
                       str(articles), "-o", str(tmp_path / "onnx.hyp"))
     assert got.returncode == 0, got.stderr[-2000:]
     assert (tmp_path / "onnx.hyp").read_text(encoding="utf-8").splitlines() == want
+    # export.summarize runs it too, without TensorFlow; the extractive options do not apply.
+    summarized = run_command("export.summarize", "--export", str(export), str(articles),
+                             "-o", str(tmp_path / "summarize.hyp"))
+    assert summarized.returncode == 0, summarized.stderr[-2000:]
+    assert (tmp_path / "summarize.hyp").read_text(encoding="utf-8").splitlines() == want
+    refused = run_command("export.summarize", "--export", str(export), "--sentences", "2",
+                          str(articles))
+    assert refused.returncode == 2 and "--sentences is for an extractive" in refused.stderr
     # Epsilon 0 keeps every piece: the copy model alone, as the search graph writes it.
     from export.kinds import open_export
     from keras_transformer.decoding import SearchSettings
@@ -584,8 +592,38 @@ def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bott
     assert pipeline.translate(lines, settings, epsilon=0.0) == \
         pipeline.translator.translate(lines, settings)
     assert pipeline.translate(["", lines[0]], settings) == ["", want[0]]
+    # export.parity checks both stages together in every exported runtime.
+    parity = run_command("export.parity", "--export", str(export), "--run", str(out),
+                         "--src", str(out / "test.src"), "--ref", str(out / "test.ref"),
+                         "--sentences", "8", "--beam-sentences", "2", "--bleu-sentences", "8",
+                         timeout=900)
+    assert parity.returncode == 0, parity.stdout[-3000:] + parity.stderr[-2000:]
+    assert "6. the pipeline" in parity.stdout and "summaries identical" in parity.stdout
     # A damaged selector sub-export is refused in one line.
     (export / "selector" / "manifest.json").write_text("{}", encoding="utf-8")
     bad = run_command("export.translate", "--export", str(export), str(articles))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-1500:]
     assert "selector" in bad.stderr.splitlines()[-1], bad.stderr[-1500:]
+
+
+@pytest.mark.slow
+def test_bench_bottom_up_scores_each_epsilon_and_epsilon_0_is_the_copy_model(bottom_up_run,
+                                                                           tmp_path):
+    from keras_transformer.text.rouge import rouge
+    from keras_transformer.translator import translate
+    from train.data import load_summaries
+    from train.tasks import load_run
+
+    data, extractive, out, _ = bottom_up_run
+    result = run_command("bench.bottom_up", "--copy", str(out), "--extractive", str(extractive),
+                         "--articles", "6", "--epsilon", "0", "0.9", "--beam", "1",
+                         "--out", str(tmp_path / "sweep.json"), timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads((tmp_path / "sweep.json").read_text(encoding="utf-8"))["results"]
+    assert [row["epsilon"] for row in rows] == [0.0, 0.9]
+    assert rows[0]["kept_share"] == 1.0 and rows[1]["kept_share"] < 1.0
+    task, model = load_run(out, "summarization")
+    dev = load_summaries(data / "dev.tsv.gz")
+    alone = translate(model, task.source_tok, task.target_tok, dev.articles[:6],
+                      task.search_settings(beam_size=1), truncate=True)
+    assert rows[0]["rouge2"] == rouge(alone, dev.summaries[:6])["rouge2"]

@@ -87,7 +87,10 @@ class Seq2SeqKind(DecodingKind):
         decoding_parity.prepare_translator(run, out)
 
     def parity_checks(self, run):
-        return [decoding_parity.check_tensors(encoder=True), decoding_parity.check_greedy,
-                decoding_parity.check_beam, decoding_parity.check_search_graphs,
-                decoding_parity.check_variants, decoding_parity.check_attention,
-                decoding_parity.record_choice]
+        from .pipeline import check_pipeline
+
+        checks = [decoding_parity.check_tensors(encoder=True), decoding_parity.check_greedy,
+                  decoding_parity.check_beam, decoding_parity.check_search_graphs,
+                  decoding_parity.check_variants, decoding_parity.check_attention,
+                  decoding_parity.record_choice]
+        return checks + ([check_pipeline] if "selector" in run.manifest.data else [])

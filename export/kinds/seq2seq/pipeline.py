@@ -129,3 +129,41 @@ def with_selector(translator, manifest: Manifest, runtime: str, run_dir,
                               f"and the run's config names none (eval.selector)")
         selector_run = found[0]
     return PipelineTranslator(translator, open_runner(sub, selector_run), block["epsilon"])
+
+
+def check_pipeline(run, out):
+    """export.parity's check of a pipeline's export: the selector's sentence probabilities
+    of every runtime against keras', and every runtime's greedy summaries of both stages
+    together identical to keras' (the sentences run.sentences of --src)."""
+    import time
+
+    import numpy as np
+
+    from ...parity_check import CheckResult
+    from ...runtime.base import Translator
+    from .. import open_runner
+
+    manifest = run.manifest
+    articles = [a for a in run.sources[: run.sentences] if a.strip()]
+    settings = run.state["search"].replace(beam_size=1)
+    out(f"\n6. the pipeline (selector at epsilon {manifest['selector']['epsilon']}, then the "
+        f"copy model): greedy summaries of {len(articles)} articles")
+    summaries, scores = {}, {}
+    for name, backend in run.backends.items():
+        start = time.perf_counter()
+        pipeline = with_selector(Translator(manifest, backend), manifest, name, run.run_dir,
+                                 lambda sub, sub_run, name=name: open_runner(sub, name,
+                                                                             "float32", sub_run))
+        scores[name] = [s for _, s in pipeline.selector.scorer.score(
+            pipeline.selector.prepare(articles))]
+        summaries[name] = pipeline.translate(articles, settings)
+        out(f"   {name:<11} {time.perf_counter() - start:6.1f} s")
+    ok = True
+    for name in [n for n in summaries if n != "keras"]:
+        worst = max(float(np.max(np.abs(a - b))) for a, b in zip(scores["keras"], scores[name],
+                                                                 strict=True))
+        same = summaries[name] == summaries["keras"]
+        ok &= same and worst <= 1e-4
+        out(f"   keras vs {name:<11} sentence probabilities max|Δ| {worst:.1e}, summaries "
+            f"{'identical' if same else 'DIFFER'}")
+    return CheckResult("pipeline", ok)
