@@ -22,13 +22,23 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import RESULTS, payload, write_json
-from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
+from keras_transformer.command_line import (
+    CommandError,
+    add_debug_flag,
+    add_search_constraints,
+    entry_point,
+    float_in,
+    int_in,
+    search_bounds,
+)
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.text.bottom_up import BottomUpSummarizer, check_epsilon
 from keras_transformer.text.rouge import ROUGE_TYPES, rouge
 from keras_transformer.text.summary_stats import summary_statistics
 from train.scoring import lead_baselines, oracle
 
 OUT = RESULTS / "vietnews" / "bottom_up_dev.json"
+MERGE_KEYS = ("selector", "epsilon", "articles", *SEQ2SEQ_KEYS)
 
 
 def load_task(run: Path, task_name: str):
@@ -61,8 +71,11 @@ def main(argv=None) -> int:
     parser.add_argument("--epsilon", type=epsilon_value, nargs="+", default=[0.0, 0.2, 0.5])
     parser.add_argument("--articles", type=int_in(1), default=300,
                         help="the dev split's first N articles")
-    parser.add_argument("--beam", type=int_in(1), default=None,
+    parser.add_argument("--beam", type=int_in(*search_bounds("beam_size")), default=None,
                         help="beam size (default: the copy run's eval.beam_size)")
+    parser.add_argument("--alpha", type=float_in(*search_bounds("alpha")), default=None,
+                        help="length penalty (default: the copy run's eval.alpha)")
+    add_search_constraints(parser, "the copy run's")
     parser.add_argument("--out", type=Path, default=OUT)
     add_debug_flag(parser)
     args = parser.parse_args(argv)
@@ -101,11 +114,13 @@ def main(argv=None) -> int:
             return [cache[t] for t in texts]
 
         selector_name = str(args.extractive)
-    settings = copy_task.search_settings(**({"beam_size": args.beam} if args.beam else {}))
+    given = {"beam_size": args.beam, "alpha": args.alpha, "min_length": args.min_length,
+             "no_repeat_ngram_size": args.no_repeat_ngram_size}
+    settings = copy_task.search_settings(**{k: v for k, v in given.items() if v is not None})
     translator = keras_translator(copy_model, copy_task.source_tok, copy_task.target_tok)
     rows = []
     result = payload("bottom_up_dev", copy_run=str(args.copy), selector=selector_name,
-                     dev_articles=len(articles), search=settings.to_dict(),
+                     dev_articles=len(articles),
                      leads=lead_baselines(articles, references), results=rows)
     for epsilon in args.epsilon:
         summarizer = BottomUpSummarizer(score, translator, epsilon)
@@ -114,7 +129,8 @@ def main(argv=None) -> int:
                                          batch_size=copy_task.config.eval.batch_size)
         seconds = time.perf_counter() - start
         scores = {k: v for k, v in rouge(summaries, references).items() if k in ROUGE_TYPES}
-        row = {"epsilon": epsilon, **scores, **summarizer.stats.to_dict(),
+        row = {"selector": selector_name, "epsilon": epsilon, "articles": len(articles),
+               **settings.to_dict(SEQ2SEQ_KEYS), **scores, **summarizer.stats.to_dict(),
                "summary_stats": summary_statistics(summaries, articles),
                "seconds": round(seconds, 1)}
         rows.append(row)
@@ -123,7 +139,8 @@ def main(argv=None) -> int:
               f"articles unselected, {seconds:.0f} s", flush=True)
     for name, scores in result["leads"].items():
         print(f"{name:6s} " + " / ".join(f"{scores[k]:.2f}" for k in ROUGE_TYPES))
-    write_json(args.out, result)
+    # Rows of other selectors, epsilons and searches from earlier runs stay.
+    write_json(args.out, result, merge_keys=MERGE_KEYS)
     print(f"wrote {args.out}")
     return 0
 
