@@ -391,3 +391,21 @@ def test_a_step_killed_by_a_signal_is_reported_with_the_signal(monkeypatch, caps
     assert "!!! roofline failed (killed by SIGKILL)" in out
     assert "!!! report failed (exit status 3)" in out
     assert "FAILED steps: roofline report" in out
+
+
+def test_learning_curves_draw_the_committed_metrics(tmp_path):
+    from bench import learning_curves
+
+    pre = learning_curves.pretraining_curves()
+    first = json.loads((learning_curves.SOURCE / "vi_masked_lm_metrics.json").read_text())
+    more = json.loads((learning_curves.SOURCE / "vi_masked_lm_more_metrics.json").read_text())
+    assert pre[0][2] == first["epoch_dev"]["masked_perplexity"]
+    # The continued run's minutes follow the first run's last.
+    assert pre[1][1][0] == pytest.approx(first["epoch_minutes"][-1]
+                                         + more["epoch_minutes"][0])
+    tunes = dict((label, f1) for label, _, f1 in learning_curves.fine_tune_curves())
+    random = json.loads((learning_curves.SOURCE / "uit_random_metrics.json").read_text())
+    assert tunes["random weights"] == random["epoch_dev"]["macro_f1"]
+    assert learning_curves.main(["--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "masked_lm_dev_perplexity.png", "uit_vsfc_dev_macro_f1.png"]
