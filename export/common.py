@@ -27,7 +27,8 @@ READABLE_VERSIONS = (3, 4)
 ATTENTION_FILE = "attention.onnx"
 ATTENTION_INTERFACE = (
     "source_ids int32 (1,S) ending in EOS, target_ids int32 (1,T) = BOS and the generated "
-    "tokens -> per layer stacked: encoder_self float32 (L,H,S,S), decoder_self (L,H,T,T) "
+    "tokens, memory_mask bool (1,S) = the source positions the decoder attends to -> per "
+    "layer stacked: encoder_self float32 (L,H,S,S), decoder_self (L,H,T,T) "
     "(zero above the diagonal), cross (L,H,T,S); row i of the decoder's weights is the step "
     "that produced output token i")
 # A classifier's attention.onnx: its classify graph with one more output.

@@ -20,6 +20,7 @@ from keras_transformer.text.sources import default_max_length
 from .common import KIND_NAMES, Manifest
 from .kinds import open_manifest, open_runner
 from .kinds.classifier.runtime import attention_runtime
+from .kinds.seq2seq.pipeline import PipelineTranslator
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 CLASSIFIER_KINDS = ("encoder_self",)
@@ -101,21 +102,33 @@ class Explorer:
         """text -> {"output", "source_tokens", "output_tokens", "decoder_input_tokens",
         "truncated", "attention": {kind: nested lists [layer][head][row][column]}}; a
         copy-attention model adds the kind "copy" (one layer and head: output tokens x
-        source tokens) and "copy_gate", the share copied of each output token.
+        source tokens) and "copy_gate", the share copied of each output token; a bottom-up
+        summarizer adds "selector": each source token's probability, whether it was kept
+        (the decoder attends only to those), and epsilon.
 
         `output` is what export.translate prints for that line. Rows of decoder_self and
         cross are output_tokens (the step that produced each), their columns
         decoder_input_tokens (BOS, then the output) and source_tokens (EOS included)."""
         text = check_text(text)
         translator = self.translator
-        try:
-            (source_ids,) = translator.encode([text], truncate=self.truncate)
-        except ValueError as err:  # over-long, with truncation off
-            raise InputError(str(err).replace("sentence 1", "the text", 1)) from None
-        if source_ids is None:  # pieces of nothing, e.g. only characters the model drops
-            raise InputError('"text" gives no tokens for this model; type a sentence')
+        selected = {}
+        if isinstance(translator, PipelineTranslator):
+            # A bottom-up summarizer: the article as its selector sees it, and the pieces kept.
+            (source_ids,), (probabilities,), (kept,) = translator.summarizer().sources([text])
+            (ids,) = translator.search_encoded([source_ids], self.search,
+                                               selections=[kept.tolist()])
+            selected = {"selector": {"probabilities": probabilities.tolist(),
+                                     "kept": kept.tolist(),
+                                     "epsilon": translator.epsilon}}
+        else:
+            try:
+                (source_ids,) = translator.encode([text], truncate=self.truncate)
+            except ValueError as err:  # over-long, with truncation off
+                raise InputError(str(err).replace("sentence 1", "the text", 1)) from None
+            if source_ids is None:  # pieces of nothing, e.g. only characters the model drops
+                raise InputError('"text" gives no tokens for this model; type a sentence')
+            (ids,) = translator.translate_ids([text], self.search, truncate=self.truncate)
         truncated = len(translator.source_sp.encode(text)) + 1 > len(source_ids)
-        (ids,) = translator.translate_ids([text], self.search, truncate=self.truncate)
         (output,) = translator.decode_ids([ids])
         # The search stops at EOS or at its length limit; only in the first case did a last
         # step produce EOS, and that step's weights are shown as a row of their own.
@@ -123,7 +136,9 @@ class Explorer:
         ended = len(ids) < limit
         produced = list(ids) + [translator.eos_id] if ended else list(ids)
         decoder_input = [translator.bos_id] + produced[:-1]
-        weights = self.backend.attention([source_ids], [decoder_input])
+        weights = self.backend.attention(
+            [source_ids], [decoder_input],
+            [selected["selector"]["kept"]] if selected else None)
         pieces = translator.target_sp.id_to_piece
         # Copy attention: one more map, the copy distribution (one layer, one "head"), and
         # the copy gate of each output token.
@@ -140,6 +155,7 @@ class Explorer:
             "truncated": bool(truncated),
             "attention": {kind: weights[kind].tolist() for kind in kinds},
             **copied,
+            **selected,
         }
 
 

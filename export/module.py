@@ -141,17 +141,20 @@ class DecodingModule(tf.Module):
 
 def attention_function(model: Transformer) -> tf.function:
     """The attention weights of one sentence pair, teacher-forced: source_ids (1,S) and
-    target_ids (1,T) int32 (BOS and the generated tokens) -> encoder_self (L,H,S,S),
-    decoder_self (L,H,T,T) and cross (L,H,T,S) float32, every layer's weights stacked; a
-    copy-attention model adds copy (T,S), its copy distribution, and copy_gate (T,).
+    target_ids (1,T) int32 (BOS and the generated tokens), and memory_mask (1,S) bool, the
+    source positions the decoder may attend to (a bottom-up selection; all of them
+    otherwise) -> encoder_self (L,H,S,S), decoder_self (L,H,T,T) and cross (L,H,T,S)
+    float32, every layer's weights stacked; a copy-attention model adds copy (T,S), its copy
+    distribution, and copy_gate (T,).
 
     A function of its own, not a method of DecodingModule: the SavedModel and TFLite files
     are saved from that module and stay as they are. The batch is fixed to one sentence,
     which is what a person looks at; its rows then hold no padding."""
 
-    def attention(source_ids, target_ids):
+    def attention(source_ids, target_ids, memory_mask):
         memory, mask, encoder_self = model.encode(source_ids, training=False,
                                                   return_attention_scores=True)
+        mask = tf.logical_and(mask, memory_mask)
         _, weights = model.decode(target_ids, memory, mask, training=False,
                                   return_attention_scores=True, source_ids=source_ids)
         stacked = {"encoder_self": encoder_self, "decoder_self": weights["self"],
@@ -165,7 +168,8 @@ def attention_function(model: Transformer) -> tf.function:
 
     return tf.function(attention, input_signature=[
         tf.TensorSpec([1, None], tf.int32, name="source_ids"),
-        tf.TensorSpec([1, None], tf.int32, name="target_ids")])
+        tf.TensorSpec([1, None], tf.int32, name="target_ids"),
+        tf.TensorSpec([1, None], tf.bool, name="memory_mask")])
 
 
 def lm_step_key_values(model: TransformerLM, tokens, cache, index):

@@ -561,7 +561,7 @@ def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bott
     data, extractive, out, _ = bottom_up_run
     export = tmp_path / "export"
     result = run_command("export", "--run", str(out), "--out", str(export), "--format", "onnx",
-                         timeout=900)
+                         "--with-attention", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((export / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["selector"] == {"export": "selector", "epsilon": 0.5}
@@ -599,6 +599,29 @@ def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bott
                          timeout=900)
     assert parity.returncode == 0, parity.stdout[-3000:] + parity.stderr[-2000:]
     assert "6. the pipeline" in parity.stdout and "summaries identical" in parity.stdout
+    # The explorer shows the pipeline's summary, the selector's probability of each source
+    # token, and attention over the kept tokens only: the Keras model's, so restricted.
+    import keras
+
+    from export.explorer import open_explorer
+
+    answer = open_explorer(export).explain(lines[0])
+    assert answer["output"] == want[0]
+    encoded, probabilities, masks = pipeline.summarizer().sources([lines[0]])
+    assert answer["selector"] == {"probabilities": probabilities[0].tolist(),
+                                  "kept": masks[0].tolist(), "epsilon": 0.5}
+    sp = pipeline.source_sp
+    assert [sp.piece_to_id(p) for p in answer["source_tokens"]] == encoded[0]
+    produced = [sp.piece_to_id(p) for p in answer["output_tokens"]]
+    target_in = np.array([[pipeline.bos_id, *produced[:-1]]], np.int32)
+    model = keras.models.load_model(out / "model.keras")
+    source = np.array(encoded, np.int32)
+    memory, mask = model.encode(source)
+    _, weights = model.decode(target_in, memory, np.logical_and(mask, masks[0][None]),
+                              source_ids=source, return_attention_scores=True)
+    copy = np.asarray(answer["attention"]["copy"])[0, 0]
+    np.testing.assert_allclose(copy, np.asarray(weights["copy"])[0], atol=1e-4)
+    assert np.all(copy[:, ~masks[0]] == 0.0) and not masks[0].all()
     # A damaged selector sub-export is refused in one line.
     (export / "selector" / "manifest.json").write_text("{}", encoding="utf-8")
     bad = run_command("export.translate", "--export", str(export), str(articles))

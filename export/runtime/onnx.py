@@ -167,13 +167,15 @@ class OnnxBackend(Backend):
             check(session, path)
         return session
 
-    def attention(self, source_ids, target_ids) -> dict[str, np.ndarray]:
+    def attention(self, source_ids, target_ids, selection=None) -> dict[str, np.ndarray]:
         """One sentence pair's attention weights from attention.onnx (an export made with
         --with-attention): source_ids (1,S) ending in EOS and target_ids (1,T), BOS followed
         by the generated tokens -> {"encoder_self": (L,H,S,S), "decoder_self": (L,H,T,T),
         "cross": (L,H,T,S)} float32, and for a copy-attention model "copy" (T,S) and
         "copy_gate" (T,). Row i of the decoder's weights is the step that produced generated
-        token i. The session is made on first use, once."""
+        token i. `selection` (1,S) bool restricts the decoder to the source positions it
+        keeps, as the search's (an export from before that input refuses it). The session
+        is made on first use, once."""
         with self._attention_lock:
             if "attention" not in self.sessions:
                 # Runs once per sentence, between searches whose step pool must keep its cores.
@@ -182,9 +184,17 @@ class OnnxBackend(Backend):
         names = ("encoder_self", "decoder_self", "cross")
         if self.copy_attention:
             names += ("copy", "copy_gate")
-        feeds = {"source_ids": np.asarray(source_ids, np.int32).reshape(1, -1),
+        session = self.sessions["attention"]
+        source_ids = np.asarray(source_ids, np.int32).reshape(1, -1)
+        feeds = {"source_ids": source_ids,
                  "target_ids": np.asarray(target_ids, np.int32).reshape(1, -1)}
-        return dict(zip(names, self.sessions["attention"].run(list(names), feeds), strict=True))
+        if "memory_mask" in {i.name for i in session.get_inputs()}:
+            feeds["memory_mask"] = (np.ones(source_ids.shape, bool) if selection is None else
+                                    np.asarray(selection, bool).reshape(1, -1))
+        elif selection is not None:
+            raise ExportError(f"{self.manifest.attention_file()} takes no selection: re-export "
+                              f"the run with --with-attention")
+        return dict(zip(names, session.run(list(names), feeds), strict=True))
 
     def search_in_runtime(self, source_ids, settings):
         if "search" not in self.sessions:
