@@ -249,3 +249,13 @@ def test_the_selector_stage_inside_the_run_directory_is_kept_and_never_deleted(t
     (out / "run.json").unlink()
     with pytest.raises(CommandError, match="files this tool did not make"):
         prepare_run_directory(out, plain)
+
+
+def test_an_article_of_one_sentence_is_read_whole_or_by_its_one_probability():
+    owners = sentence_pieces(["a bb ccc"], _encode, max_length=16, eos_id=3)[1]
+    assert owners == [0, 0, 0, EOS_SENTENCE]
+    kept, unselected = selection_mask(piece_probabilities(owners, [0.7]), owners, 0.5)
+    assert kept.all() and not unselected
+    kept, unselected = selection_mask(piece_probabilities(owners, [0.2]), owners, 0.5)
+    assert kept.all() and unselected  # nothing reached epsilon: read whole
+    assert sentence_pieces([], _encode, max_length=16, eos_id=3) == ([3], [EOS_SENTENCE])
