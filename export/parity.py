@@ -36,7 +36,7 @@ from keras_transformer.command_line import (
 )
 from keras_transformer.text.lines import read_lines
 
-from .kinds import kind_of, load_backend, open_manifest
+from .kinds import kind_of, load_backend, open_manifest, open_runner
 from .parity_check import ParityRun
 
 
@@ -57,7 +57,7 @@ def run(export_dir: str | Path, run_dir: str | Path | None = None, sentences: in
         return load_backend(manifest, runtime, variant, run_dir, search_graph)
 
     checked = ParityRun(manifest, run_dir, sentences, beam_sentences, bleu_sentences,
-                        sources, references, record, backends, load=load)
+                        sources, references, record, backends, load=load, open=open_runner)
     kind.parity_prepare(checked, out)
     for check in kind.parity_checks(checked):
         checked.results.append(check(checked, out))

@@ -47,6 +47,9 @@ class ParityRun:
     backends: dict | None = None
     # load(runtime, variant="float32", search_graph=True): export.runtime.load_backend
     load: Callable | None = None
+    # open(manifest, runtime, variant, run_dir): export.kinds.open_runner, for the exports
+    # inside this one (a pipeline's stages)
+    open: Callable | None = None
     results: list[CheckResult] = field(default_factory=list)
     state: dict = field(default_factory=dict)
 

@@ -126,7 +126,7 @@ def main(argv) -> int:
     from .kinds import open_runner
 
     manifest = open_manifest(args, None, "export.summarize")
-    if manifest.kind == "translator" and "selector" in manifest.data:
+    if "selector" in manifest.data:  # a copy model with its selector (a translator's export)
         write_output(out, summarize_with_pipeline(args, manifest, read_input(args)))
         return 0
     manifest.require_kind("extractor", command("export.summarize"))

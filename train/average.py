@@ -60,7 +60,7 @@ def main(argv) -> int:
             f"--last {args.last} (training.keep_checkpoints sets how many are kept)", 1)
     from .callbacks import set_average
     from .engine import save_model
-    from .evaluate import load_run_model
+    from .run_model import load_run_model
 
     chosen = checkpoints[-args.last:]
     model = load_run_model(run / "model.keras")

@@ -50,29 +50,10 @@ from keras_transformer.file_safety import atomic_write_text, check_output_file
 from keras_transformer.text.lines import read_lines
 
 from .data import load_summaries
+from .run_model import load_run_model
 
 EVAL_DIR = "eval"  # train.evaluate's own directory in a run
 MAX_BATCH, MAX_PLOTS = 4096, 100
-
-
-def load_run_model(path: Path):
-    """keras.models.load_model, with a missing or unreadable file named as such."""
-    import keras
-
-    import keras_transformer
-
-    keras_transformer.register_serializables()
-
-    if not path.is_file():
-        raise FileNotFoundError(f"model not found: {path}")
-    try:
-        return keras.models.load_model(path, compile=False)
-    except Exception as err:  # zipfile, h5py and Keras raise many types for a bad file
-        detail = " ".join(str(err).split())[:200]
-        if "not found" in detail.lower():  # Keras' words for a file that is not a zip
-            detail = "not a readable .keras zip file"
-        raise CommandError(f"{path} is corrupt or not a Keras model ({type(err).__name__}: "
-                           f"{detail})") from err
 
 
 def output_path(args, run: Path) -> Path:

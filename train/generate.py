@@ -66,7 +66,7 @@ def parse_args(argv):
 def load_language_model_run(run: Path, model_name: str):
     """(model, tokenizer) of a language_model run directory; errors name what is missing."""
     from .config import load_config
-    from .evaluate import load_run_model
+    from .run_model import load_run_model
     from .tokenizers import load_run_tokenizers
 
     if not run.is_dir():

@@ -348,7 +348,7 @@ def main(argv) -> int:
     from keras_transformer.file_safety import atomic_write_text, staged_directory
 
     from .config import load_config
-    from .evaluate import load_run_model
+    from .run_model import load_run_model
     from .tokenizers import load_run_tokenizers
 
     config = load_config(run / "config.yaml")

@@ -52,7 +52,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> RunCo
 def load_run(run: str | Path, task: str | None = None):
     """(the task of a finished run with the run's tokenizers and settings (Task.use_run), its
     model.keras); a ValueError naming the run when it is not a finished run of `task`."""
-    from ..evaluate import load_run_model
+    from ..run_model import load_run_model
 
     run = Path(run)
     for name in ("config.yaml", "model.keras"):

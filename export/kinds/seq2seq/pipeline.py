@@ -141,7 +141,6 @@ def check_pipeline(run, out):
 
     from ...parity_check import CheckResult
     from ...runtime.base import Translator
-    from .. import open_runner
 
     manifest = run.manifest
     articles = [a for a in run.sources[: run.sentences] if a.strip()]
@@ -152,8 +151,8 @@ def check_pipeline(run, out):
     for name, backend in run.backends.items():
         start = time.perf_counter()
         pipeline = with_selector(Translator(manifest, backend), manifest, name, run.run_dir,
-                                 lambda sub, sub_run, name=name: open_runner(sub, name,
-                                                                             "float32", sub_run))
+                                 lambda sub, sub_run, name=name: run.open(sub, name,
+                                                                          "float32", sub_run))
         scores[name] = [s for _, s in pipeline.selector.scorer.score(
             pipeline.selector.prepare(articles))]
         summaries[name] = pipeline.translate(articles, settings)
