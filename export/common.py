@@ -37,24 +37,11 @@ CLASSIFIER_ATTENTION_INTERFACE = (
     "probabilities float32 (B,C), logits float32 (B,C), and encoder_self float32 (B,L,H,S,S), "
     "every encoder layer's self-attention weights stacked (rows are queries and sum to 1; "
     "the columns of PAD keys are 0)")
-# What an export holds (manifest "kind"): an encoder-decoder ("translator": encode and
-# decode_step, for translation and summarization), an encoder-only classifier ("classifier":
-# classify, text to class probabilities), a decoder-only TransformerLM ("lm": decode_step
-# alone), or an encoder-only extractive summarizer ("extractor": extract, an article's
-# sentences to their probabilities), or an encoder-only masked language model ("masked_lm":
-# fill, ids with [MASK] pieces to the logits of every position). A manifest without "kind" is
-# a translator's.
-KINDS = ("translator", "classifier", "lm", "extractor", "masked_lm")
-KIND_NAMES = {"translator": "translator (encoder-decoder)", "classifier": "classifier",
-              "lm": "language model", "extractor": "extractive summarizer",
-              "masked_lm": "masked language model"}
-# The task a manifest without "task" was exported from, per kind.
-DEFAULT_TASKS = {"translator": "translation", "classifier": "classification",
-                 "lm": "translation", "extractor": "extractive_summarization",
-                 "masked_lm": "masked_lm"}
-KIND_TOOLS = {"translator": "export.translate", "classifier": "export.classify",
-              "lm": "export.generate", "extractor": "export.summarize",
-              "masked_lm": "export.fill_mask"}
+# The kinds of export by manifest name: export.kinds.KINDS (each kind's title, default task,
+# tool and manifest keys), handed over by register_kinds when export.kinds is imported, which
+# export/__init__.py does first. The kinds import this module, so it cannot import them. A
+# manifest without "kind" is a translator's.
+_KINDS: dict = {}
 # The block of the run's search settings (keras_transformer.decoding.SearchSettings), and the
 # name older exports gave it.
 SEARCH_BLOCK, OLD_SEARCH_BLOCK = "search", "decoding"
@@ -67,6 +54,11 @@ class ExportError(RuntimeError):
     is wrong, not the work: command-line tools exit with code 2."""
 
     exit_code = 2
+
+
+def register_kinds(kinds: dict) -> None:
+    """Take export.kinds' registry (name -> kind), which validate and Manifest ask."""
+    _KINDS.update(kinds)
 
 
 def sha256(path: Path) -> str:
@@ -151,9 +143,9 @@ def validate(data) -> None:
             for role in roles:
                 _check(roles, role, str, where)
     kind = data.get("kind", "translator")
-    if kind not in KINDS:
-        raise ExportError(f"key 'kind' is {kind!r}, not one of {', '.join(KINDS)}")
-    _SECTIONS[kind](data)
+    if kind not in _KINDS:
+        raise ExportError(f"key 'kind' is {kind!r}, not one of {', '.join(_KINDS)}")
+    _KINDS[kind].validate_section(data)
     if "run" in data:
         _check(data, "run", str, "")
     if "task" in data:
@@ -190,89 +182,6 @@ def _search_settings(block: dict, name: str) -> SearchSettings:
         return SearchSettings.from_mapping(block, f"key {name!r}")
     except ValueError as err:
         raise ExportError(str(err)) from None
-
-
-def _validate_translator(data: dict) -> None:
-    tokenizer = _check(data, "tokenizer", dict, "")
-    for key in ("source", "target"):
-        _check(tokenizer, key, str, "tokenizer")
-    vocab = _check(data, "vocab", dict, "")
-    for key in ("source_size", "target_size"):
-        _check(vocab, key, int, "vocab", minimum=1)
-    special_ids = _check(data, "special_ids", dict, "")
-    for key in ("pad", "unk", "bos", "eos"):
-        value = _check(special_ids, key, int, "special_ids", minimum=0)
-        if value >= vocab["target_size"]:
-            raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
-                              f"vocab.target_size {vocab['target_size']}")
-    for key in ("max_source_length", "max_target_length"):
-        _check(data, key, int, "", minimum=1)
-    model = _check(data, "model", dict, "")
-    for key in ("num_decoder_layers", "d_model", "num_heads"):
-        _check(model, key, int, "model", minimum=1)
-    if not isinstance(model.get("copy_attention", False), bool):
-        raise ExportError("key 'model.copy_attention' must be true or false")
-    if model["d_model"] % model["num_heads"]:
-        raise ExportError(f"key 'model.d_model' ({model['d_model']}) is not a multiple of "
-                          f"'model.num_heads' ({model['num_heads']})")
-
-
-def _validate_encoder_only(data: dict) -> None:
-    """The keys of a classifier's or an extractor's manifest: one tokenizer, the source
-    vocabulary, pad/unk/eos and max_source_length."""
-    _check(_check(data, "tokenizer", dict, ""), "source", str, "tokenizer")
-    vocab = _check(_check(data, "vocab", dict, ""), "source_size", int, "vocab", minimum=1)
-    special_ids = _check(data, "special_ids", dict, "")
-    for key in ("pad", "unk", "eos"):
-        value = _check(special_ids, key, int, "special_ids", minimum=0)
-        if value >= vocab:
-            raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
-                              f"vocab.source_size {vocab}")
-    _check(data, "max_source_length", int, "", minimum=2)
-
-
-def _validate_classifier(data: dict) -> None:
-    _validate_encoder_only(data)
-    labels = _check(data, "labels", list, "")
-    if len(labels) < 2 or not all(isinstance(v, str) and v for v in labels):
-        raise ExportError("key 'labels' must list at least two class names (strings)")
-    model = _check(data, "model", dict, "")
-    if _check(model, "num_classes", int, "model", minimum=2) != len(labels):
-        raise ExportError(f"key 'model.num_classes' is {model['num_classes']} but 'labels' "
-                          f"names {len(labels)} classes")
-
-
-def _validate_extractor(data: dict) -> None:
-    from keras_transformer.text.extractive import Selection
-
-    _validate_encoder_only(data)
-    sentences = _check(data, "max_sentences", int, "", minimum=1, maximum=_LIMIT)
-    if data.get("word_joints", "keep") not in ("keep", "split"):
-        raise ExportError(f"key 'word_joints' is {data['word_joints']!r}, not keep or split")
-    try:
-        Selection.from_dict(_check(data, "selection", dict, "")).check(sentences)
-    except ValueError as err:
-        raise ExportError(f"key 'selection': {err}") from None
-
-
-def _validate_masked_lm(data: dict) -> None:
-    _validate_encoder_only(data)
-    mask = _check(data, "mask", dict, "")
-    _check(mask, "piece", str, "mask")
-    mask_id = _check(mask, "id", int, "mask", minimum=0)
-    vocab = data["vocab"]["source_size"]
-    if mask_id >= vocab:
-        raise ExportError(f"key 'mask.id' is {mask_id}, not below vocab.source_size {vocab}")
-    if data.get("word_joints", "keep") not in ("keep", "split"):
-        raise ExportError(f"key 'word_joints' is {data['word_joints']!r}, not keep or split")
-    if not isinstance(data.get("lowercase", False), bool):
-        raise ExportError("key 'lowercase' must be true or false")
-
-
-# The keys each kind's manifest adds (the runtimes read them): checked by validate.
-_SECTIONS = {"translator": _validate_translator, "lm": _validate_translator,
-             "classifier": _validate_classifier, "extractor": _validate_extractor,
-             "masked_lm": _validate_masked_lm}
 
 
 def variant_bytes(data: dict, files: dict[str, str]) -> int:
@@ -322,15 +231,16 @@ class Manifest:
 
     @property
     def kind(self) -> str:
-        """One of KINDS ("translator" when the manifest names none)."""
+        """A name of export.kinds.KINDS ("translator" when the manifest names none)."""
         return self.data.get("kind", "translator")
 
     def require_kind(self, kind: str, tool: str) -> None:
         """ExportError (exit 2) when the export holds another kind of model than `tool` runs."""
         if self.kind != kind:
-            raise ExportError(f"{self.root} holds a {KIND_NAMES[self.kind]}, not a "
-                              f"{KIND_NAMES[kind]}: {tool} cannot run it; use "
-                              f"{command(KIND_TOOLS[self.kind])}")
+            held = _KINDS[self.kind]
+            raise ExportError(f"{self.root} holds a {held.title}, not a "
+                              f"{_KINDS[kind].title}: {tool} cannot run it; use "
+                              f"{command(held.tool)}")
 
     @property
     def model(self) -> dict:
@@ -338,9 +248,9 @@ class Manifest:
 
     @property
     def task(self) -> str:
-        """The run's task (translation, summarization, ...); when unrecorded, classification
-        for a classifier's export, else translation."""
-        return self.data.get("task", DEFAULT_TASKS[self.kind])
+        """The run's task (translation, summarization, ...); when unrecorded, its kind's
+        default_task."""
+        return self.data.get("task", _KINDS[self.kind].default_task)
 
     @property
     def search(self) -> SearchSettings:

@@ -24,9 +24,9 @@ from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.generation import BackendStepper
 from keras_transformer.text.sources import default_max_length, pad_batch
 
-from .common import KIND_NAMES, KIND_TOOLS, ExportError, Manifest
+from .common import ExportError, Manifest
 from .explorer import InputError
-from .kinds import open_manifest, open_runner
+from .kinds import kind_of, open_manifest, open_runner
 from .runtime.base import LMStepper
 
 # Request options each kind takes, with what they mean (the OpenAPI description shows them).
@@ -344,6 +344,7 @@ def open_engine(export_dir: str | Path, runtime: str = "onnx", variant: str = "f
     if manifest.kind not in ENGINES:
         from keras_transformer.command_line import command
 
-        raise ExportError(f"{export_dir} holds a {KIND_NAMES[manifest.kind]}, which the API "
-                          f"server does not serve; use {command(KIND_TOOLS[manifest.kind])}")
+        kind = kind_of(manifest)
+        raise ExportError(f"{export_dir} holds a {kind.title}, which the API server does not "
+                          f"serve; use {command(kind.tool)}")
     return ENGINES[manifest.kind](manifest, runtime, variant, run_dir)

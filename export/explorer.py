@@ -17,8 +17,8 @@ import numpy as np
 from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.text.sources import default_max_length
 
-from .common import KIND_NAMES, Manifest
-from .kinds import open_manifest, open_runner
+from .common import Manifest
+from .kinds import kind_of, open_manifest, open_runner
 from .kinds.classifier.runtime import attention_runtime
 from .kinds.seq2seq.pipeline import PipelineTranslator
 
@@ -57,7 +57,7 @@ def open_explorer(export_dir: str | Path, beam_size: int | None = None,
     if explorer is Explorer:
         return Explorer(export_dir, beam_size, alpha, manifest)
     if beam_size is not None or alpha is not None:
-        raise ValueError(f"{export_dir} holds a {KIND_NAMES[manifest.kind]}, which has no "
+        raise ValueError(f"{export_dir} holds a {kind_of(manifest).title}, which has no "
                          f"search: drop --beam and --alpha")
     return explorer(export_dir, manifest)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from keras_transformer.command_line import command
 
-from ..common import KIND_TOOLS, ExportError, Manifest
+from ..common import ExportError, Manifest, register_kinds
 from ..formats import RUNTIMES
 from .base import ExportKind, check_variant
 from .classifier import ClassifierKind
@@ -18,9 +18,14 @@ from .language_model import LanguageModelKind
 from .masked_lm import MaskedLMKind
 from .seq2seq import Seq2SeqKind
 
+# What an export holds (manifest "kind"): an encoder-decoder ("translator": encode and
+# decode_step), an encoder-only classifier ("classifier": classify), a decoder-only
+# TransformerLM ("lm": decode_step alone), an extractive summarizer ("extractor": extract) or
+# a masked language model ("masked_lm": fill). In this order a bad manifest's message lists them.
 KINDS: dict[str, ExportKind] = {kind.name: kind for kind in (
-    Seq2SeqKind(), LanguageModelKind(), ClassifierKind(), ExtractorKind(),
+    Seq2SeqKind(), ClassifierKind(), LanguageModelKind(), ExtractorKind(),
     MaskedLMKind())}
+register_kinds(KINDS)
 TENSORFLOW = "tensorflow==2.21.0 tensorflow-text==2.21.1"  # as requirements.txt pins them
 
 
@@ -47,7 +52,7 @@ def open_manifest(export_dir: str | Path, kind: str | None = None,
     that kind does not have. `tool` is the refusing tool's module (default: `kind`'s)."""
     manifest = Manifest(export_dir)
     if kind is not None:
-        manifest.require_kind(kind, command(tool or KIND_TOOLS[kind]))
+        manifest.require_kind(kind, command(tool or KINDS[kind].tool))
     return manifest
 
 

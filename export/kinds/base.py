@@ -32,11 +32,19 @@ class ExportKind:
     """One kind of export; `name` is the manifest's "kind"."""
 
     name: str = ""
+    title: str = ""  # in messages: "holds a <title>"
+    default_task: str = ""  # the task of a manifest without "task"
+    tool: str = ""  # the module whose command line runs it, e.g. export.translate
     # The tf.functions of its exported module: the SavedModel's and TFLite's signatures.
     signatures: tuple[str, ...] = ()
 
     def accepts(self, model) -> bool:
         """Whether a trained model (any class of the library) is exported as this kind."""
+        raise NotImplementedError
+
+    def validate_section(self, data: dict) -> None:
+        """ExportError (common._check's) naming the first of this kind's manifest keys, the
+        ones its runtimes read, that is missing or wrong."""
         raise NotImplementedError
 
     # --- export (TensorFlow) ---

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from ...common import CLASSIFIER_ATTENTION_INTERFACE
+from ...common import CLASSIFIER_ATTENTION_INTERFACE, ExportError, _check
 from ..encoder_only import EncoderOnlyKind
 from ..encoder_only import parity as encoder_parity
 from . import parity
@@ -20,6 +20,9 @@ INTERFACE = ("ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
 
 class ClassifierKind(EncoderOnlyKind):
     name = "classifier"
+    title = "classifier"
+    default_task = "classification"
+    tool = "export.classify"
     signatures = ("classify",)
     role = "classifier"  # classifier.onnx
     task = "classification"
@@ -28,6 +31,16 @@ class ClassifierKind(EncoderOnlyKind):
         from keras_transformer.models.classifier import TransformerClassifier
 
         return isinstance(model, TransformerClassifier)
+
+    def validate_section(self, data):
+        super().validate_section(data)
+        labels = _check(data, "labels", list, "")
+        if len(labels) < 2 or not all(isinstance(v, str) and v for v in labels):
+            raise ExportError("key 'labels' must list at least two class names (strings)")
+        model = _check(data, "model", dict, "")
+        if _check(model, "num_classes", int, "model", minimum=2) != len(labels):
+            raise ExportError(f"key 'model.num_classes' is {model['num_classes']} but 'labels' "
+                              f"names {len(labels)} classes")
 
     def load_float32(self, run_dir, trained):
         from .module import load_float32_classifier

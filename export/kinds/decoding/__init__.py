@@ -12,7 +12,7 @@ from pathlib import Path
 
 from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 
-from ...common import SEARCH_BLOCK, ExportError, Manifest
+from ...common import SEARCH_BLOCK, ExportError, Manifest, _check
 from ..base import ExportKind, ExportOptions, write_manifest
 
 log = logging.getLogger("export")
@@ -90,6 +90,32 @@ def export_onnx(model, out: Path, int8: bool, lean: bool = True,
 class DecodingKind(ExportKind):
     """A kind whose export decodes step by step (a translator, a language model): its
     runtimes are keras_transformer.generation Backends over `decode_step` (and `encode`)."""
+
+    def validate_section(self, data):
+        """Both tokenizers, both vocabularies, pad/unk/bos/eos, both maximum lengths and the
+        decoder's shape (a language model's manifest has them as a translator's does)."""
+        tokenizer = _check(data, "tokenizer", dict, "")
+        for key in ("source", "target"):
+            _check(tokenizer, key, str, "tokenizer")
+        vocab = _check(data, "vocab", dict, "")
+        for key in ("source_size", "target_size"):
+            _check(vocab, key, int, "vocab", minimum=1)
+        special_ids = _check(data, "special_ids", dict, "")
+        for key in ("pad", "unk", "bos", "eos"):
+            value = _check(special_ids, key, int, "special_ids", minimum=0)
+            if value >= vocab["target_size"]:
+                raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
+                                  f"vocab.target_size {vocab['target_size']}")
+        for key in ("max_source_length", "max_target_length"):
+            _check(data, key, int, "", minimum=1)
+        model = _check(data, "model", dict, "")
+        for key in ("num_decoder_layers", "d_model", "num_heads"):
+            _check(model, key, int, "model", minimum=1)
+        if not isinstance(model.get("copy_attention", False), bool):
+            raise ExportError("key 'model.copy_attention' must be true or false")
+        if model["d_model"] % model["num_heads"]:
+            raise ExportError(f"key 'model.d_model' ({model['d_model']}) is not a multiple of "
+                              f"'model.num_heads' ({model['num_heads']})")
 
     def backend(self, manifest, runtime, variant, run_dir, search_graph):
         if runtime == "onnx":

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...common import ExportError, _check
 from ..base import ExportKind, ExportOptions, write_manifest
+
+
+def check_word_joints(data: dict) -> None:
+    """The manifest's word_joints, when given: keep or split, as run_word_joints reads it."""
+    if data.get("word_joints", "keep") not in ("keep", "split"):
+        raise ExportError(f"key 'word_joints' is {data['word_joints']!r}, not keep or split")
 
 
 class EncoderOnlyKind(ExportKind):
@@ -20,6 +27,19 @@ class EncoderOnlyKind(ExportKind):
     # The output of the exported function the runtimes return (a masked language model's
     # `fill` has its logits only).
     output: str = "probabilities"
+
+    def validate_section(self, data):
+        """One tokenizer, the source vocabulary, pad/unk/eos and max_source_length; a kind
+        checks what its manifest adds after these."""
+        _check(_check(data, "tokenizer", dict, ""), "source", str, "tokenizer")
+        vocab = _check(_check(data, "vocab", dict, ""), "source_size", int, "vocab", minimum=1)
+        special_ids = _check(data, "special_ids", dict, "")
+        for key in ("pad", "unk", "eos"):
+            value = _check(special_ids, key, int, "special_ids", minimum=0)
+            if value >= vocab:
+                raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
+                                  f"vocab.source_size {vocab}")
+        _check(data, "max_source_length", int, "", minimum=2)
 
     def backend(self, manifest, runtime, variant, run_dir, search_graph):
         signature = self.signatures[0]

@@ -4,7 +4,8 @@ the selection it chose on dev in the manifest; Summarizer runs it."""
 
 from __future__ import annotations
 
-from ..encoder_only import EncoderOnlyKind
+from ...common import ExportError, _check
+from ..encoder_only import EncoderOnlyKind, check_word_joints
 from . import parity
 
 INTERFACE = ("ids int32 (B,K,S): an article's first K sentences (K at most "
@@ -16,6 +17,9 @@ INTERFACE = ("ids int32 (B,K,S): an article's first K sentences (K at most "
 
 class ExtractorKind(EncoderOnlyKind):
     name = "extractor"
+    title = "extractive summarizer"
+    default_task = "extractive_summarization"
+    tool = "export.summarize"
     signatures = ("extract",)
     role = "extractor"  # extractor.onnx
     task = "extractive summarization"
@@ -24,6 +28,17 @@ class ExtractorKind(EncoderOnlyKind):
         from keras_transformer.models.extractor import TransformerExtractor
 
         return isinstance(model, TransformerExtractor)
+
+    def validate_section(self, data):
+        from keras_transformer.text.extractive import Selection
+
+        super().validate_section(data)
+        sentences = _check(data, "max_sentences", int, "", minimum=1)
+        check_word_joints(data)
+        try:
+            Selection.from_dict(_check(data, "selection", dict, "")).check(sentences)
+        except ValueError as err:
+            raise ExportError(f"key 'selection': {err}") from None
 
     def check_options(self, options) -> None:
         if options.with_attention:

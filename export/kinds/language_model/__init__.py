@@ -25,6 +25,9 @@ class LanguageModelKind(DecodingKind):
     """A decoder alone: `decode_step`, with the translator's cache names and layout."""
 
     name = "lm"
+    title = "language model"
+    default_task = "translation"
+    tool = "export.generate"
     signatures = ("decode_step",)
     interface = LM_INTERFACE
 

@@ -4,7 +4,8 @@ its text in the manifest; FillMask runs it."""
 
 from __future__ import annotations
 
-from ..encoder_only import EncoderOnlyKind
+from ...common import ExportError, _check
+from ..encoder_only import EncoderOnlyKind, check_word_joints
 from . import parity
 
 INTERFACE = ("ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
@@ -14,6 +15,9 @@ INTERFACE = ("ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
 
 class MaskedLMKind(EncoderOnlyKind):
     name = "masked_lm"
+    title = "masked language model"
+    default_task = "masked_lm"
+    tool = "export.fill_mask"
     signatures = ("fill",)
     role = "masked_lm"  # masked_lm.onnx
     task = "masked_lm"
@@ -23,6 +27,18 @@ class MaskedLMKind(EncoderOnlyKind):
         from keras_transformer.models.masked_lm import TransformerMaskedLM
 
         return isinstance(model, TransformerMaskedLM)
+
+    def validate_section(self, data):
+        super().validate_section(data)
+        mask = _check(data, "mask", dict, "")
+        _check(mask, "piece", str, "mask")
+        mask_id = _check(mask, "id", int, "mask", minimum=0)
+        vocab = data["vocab"]["source_size"]
+        if mask_id >= vocab:
+            raise ExportError(f"key 'mask.id' is {mask_id}, not below vocab.source_size {vocab}")
+        check_word_joints(data)
+        if not isinstance(data.get("lowercase", False), bool):
+            raise ExportError("key 'lowercase' must be true or false")
 
     def check_options(self, options) -> None:
         if options.with_attention:

@@ -40,6 +40,9 @@ INTERFACE = {
 
 class Seq2SeqKind(DecodingKind):
     name = "translator"
+    title = "translator (encoder-decoder)"
+    default_task = "translation"
+    tool = "export.translate"
     signatures = ("decode_step", "encode")
     interface = INTERFACE
 
