@@ -41,13 +41,13 @@ OUT = RESULTS / "vietnews" / "bottom_up_dev.json"
 MERGE_KEYS = ("selector", "epsilon", "articles", *SEQ2SEQ_KEYS)
 
 
-def load_task(run: Path, task_name: str):
-    """(the run's task with its tokenizers, its model.keras) for a finished run of
+def load_task(run: Path, task_name: str, model: str = "model.keras"):
+    """(the run's task with its tokenizers, its `model`) for a finished run of
     `task_name`."""
     from train.tasks import load_run
 
     try:
-        return load_run(run, task_name)
+        return load_run(run, task_name, model)
     except ValueError as err:
         raise CommandError(str(err)) from None
 
@@ -64,6 +64,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--copy", required=True, type=Path,
                         help="a summarization run with copy attention")
+    parser.add_argument("--copy-model", default="model.keras",
+                        help="the copy run's model file (default model.keras; e.g. best.keras)")
     selector = parser.add_mutually_exclusive_group(required=True)
     selector.add_argument("--extractive", type=Path, help="an extractive_summarization run")
     selector.add_argument("--oracle", action="store_true",
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
     from keras_transformer.translator import keras_translator
     from train.data import load_summarization, split_sentences
 
-    copy_task, copy_model = load_task(args.copy, "summarization")
+    copy_task, copy_model = load_task(args.copy, "summarization", args.copy_model)
     if not copy_model.config.copy_attention:
         raise CommandError(f"{args.copy} has no copy attention; bottom-up selection masks "
                            f"a copy model's attention")
@@ -119,7 +121,8 @@ def main(argv=None) -> int:
     settings = copy_task.search_settings(**{k: v for k, v in given.items() if v is not None})
     translator = keras_translator(copy_model, copy_task.source_tok, copy_task.target_tok)
     rows = []
-    result = payload("bottom_up_dev", copy_run=str(args.copy), selector=selector_name,
+    result = payload("bottom_up_dev", copy_run=str(args.copy), copy_model=args.copy_model,
+                     selector=selector_name,
                      dev_articles=len(articles),
                      leads=lead_baselines(articles, references), results=rows)
     for epsilon in args.epsilon:

@@ -49,19 +49,20 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> RunCo
     return config
 
 
-def load_run(run: str | Path, task: str | None = None):
+def load_run(run: str | Path, task: str | None = None, model: str = "model.keras"):
     """(the task of a finished run with the run's tokenizers and settings (Task.use_run), its
-    model.keras); a ValueError naming the run when it is not a finished run of `task`."""
+    `model`: model.keras, or another of its files such as best.keras); a ValueError naming
+    the run when it is not a finished run of `task`."""
     from ..run_model import load_run_model
 
     run = Path(run)
-    for name in ("config.yaml", "model.keras"):
+    for name in ("config.yaml", model):
         if not (run / name).is_file():
             raise ValueError(f"{run} is not a finished training run (no {name})")
     config = load_run_config(run / "config.yaml")
     if task is not None and config.task != task:
         raise ValueError(f"{run} is a {config.task} run; give a run of task {task}")
-    model = load_run_model(run / "model.keras")
+    loaded = load_run_model(run / model)
     instance = task_class(config.task)(config)
-    instance.use_run(run, model)
-    return instance, model
+    instance.use_run(run, loaded)
+    return instance, loaded
