@@ -519,6 +519,9 @@ def test_a_copy_run_with_a_selector_summarizes_the_selected_sentences(bottom_up_
     # train.evaluate scores the pipeline alike.
     evaluated = run_command("train.evaluate", "--run", str(out), "--tsv", str(data / "test.tsv"))
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    entry = json.loads((out / "metrics.json").read_text(encoding="utf-8"))[
+        "evaluations"]["model.keras"]["test.tsv"]
+    assert entry["selection"] == selection and "selection: " in evaluated.stdout
     hyp = out / "eval" / "model" / "test.tsv.hyp"
     assert hyp.read_text(encoding="utf-8").splitlines() == want
 

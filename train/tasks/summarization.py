@@ -177,11 +177,6 @@ class SummarizationTask(Seq2SeqTask):
             for suffix, lines in (("src", articles), ("hyp", hypotheses), ("ref", references)):
                 atomic_write_text(out / f"{name}.{suffix}", "".join(f"{x}\n" for x in lines))
             scores, lines = self.score(hypotheses, references, articles)
-            if self.selection_stats is not None:
-                scores["selection"] = self.selection_stats
-                lines.insert(1, "selection: {kept_share:.0%} of the pieces kept at epsilon "
-                             "{epsilon} ({unselected_articles} of {articles} articles with "
-                             "nothing selected, read whole)".format(**self.selection_stats))
             prefix = score_prefix(name, last, metrics)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
             metrics[f"{prefix}articles"] = len(articles)
@@ -214,5 +209,10 @@ class SummarizationTask(Seq2SeqTask):
                  "reference_stats": summary_statistics(references, sources)}
         lines += [f"{who:9s} {format_statistics(stats[key])}"
                   for who, key in (("model", "summary_stats"), ("reference", "reference_stats"))]
+        if self.selection_stats is not None:  # the summaries of the last summarize
+            stats["selection"] = self.selection_stats
+            lines.insert(1, "selection: {kept_share:.0%} of the pieces kept at epsilon "
+                         "{epsilon} ({unselected_articles} of {articles} articles with "
+                         "nothing selected, read whole)".format(**self.selection_stats))
         return {**scores, **leads, **stats}, lines
 
