@@ -76,8 +76,11 @@ class SummarizationTask(Seq2SeqTask):
         task, selector_model = self.selector
         scorer = task.make_scorer(selector_model)
         translator = keras_translator(model, self.source_tok, self.target_tok)
-        return BottomUpSummarizer(lambda articles: scorer.score(articles, e.batch_size),
-                                  translator, e.selector_epsilon)
+        # The selector reads articles as its own run's data did (its word joints), as the
+        # export's pipeline does (export/kinds/seq2seq/pipeline.py).
+        return BottomUpSummarizer(
+            lambda articles: scorer.score(task.prepare_sources(articles), e.batch_size),
+            translator, e.selector_epsilon)
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
