@@ -1,7 +1,9 @@
 """Bottom-up summarization on the dev split: the copy-attention model (a summarization run)
 reading only the sentences a selector keeps (keras_transformer.text.bottom_up), for each
-epsilon, beside the copy model alone and the Lead baselines: the choice of the pipeline's
-epsilon.
+epsilon (or each k of --top-k: the selector's k best sentences), beside the copy model alone
+and the Lead baselines: the choice of the pipeline's epsilon. With --source extract the copy
+model reads the kept sentences alone, in article order (extract then abstract), instead of the
+article with the other sentences masked.
 
 The selector is an extractive_summarization run's sentence probabilities (--extractive), or
 the greedy oracle's sentences (--oracle: probability 1 for the sentences the oracle picks
@@ -32,13 +34,14 @@ from keras_transformer.command_line import (
     search_bounds,
 )
 from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
-from keras_transformer.text.bottom_up import BottomUpSummarizer, check_epsilon
+from keras_transformer.text.bottom_up import SOURCES, BottomUpSummarizer, check_epsilon
 from keras_transformer.text.rouge import ROUGE_TYPES, rouge
 from keras_transformer.text.summary_stats import summary_statistics
 from train.scoring import lead_baselines, oracle
 
 OUT = RESULTS / "vietnews" / "bottom_up_dev.json"
-MERGE_KEYS = ("selector", "epsilon", "articles", *SEQ2SEQ_KEYS)
+MERGE_KEYS = ("copy_run", "copy_model", "selector", "epsilon", "top_k", "source", "articles",
+              *SEQ2SEQ_KEYS)
 
 
 def load_task(run: Path, task_name: str, model: str = "model.keras"):
@@ -71,6 +74,11 @@ def main(argv=None) -> int:
     selector.add_argument("--oracle", action="store_true",
                           help="the greedy oracle's sentences (needs the references)")
     parser.add_argument("--epsilon", type=epsilon_value, nargs="+", default=[0.0, 0.2, 0.5])
+    parser.add_argument("--top-k", type=int_in(1, 64), nargs="+", default=[],
+                        help="also keep the selector's K best sentences, for each K")
+    parser.add_argument("--source", choices=SOURCES, default="mask",
+                        help="mask: the article, other sentences masked (default); extract: "
+                             "the kept sentences alone")
     parser.add_argument("--articles", type=int_in(1), default=300,
                         help="the dev split's first N articles")
     parser.add_argument("--beam", type=int_in(*search_bounds("beam_size")), default=None,
@@ -125,24 +133,29 @@ def main(argv=None) -> int:
                      selector=selector_name,
                      dev_articles=len(articles),
                      leads=lead_baselines(articles, references), results=rows)
-    for epsilon in args.epsilon:
-        summarizer = BottomUpSummarizer(score, translator, epsilon)
+    rules = [(epsilon, 0) for epsilon in args.epsilon] + [(0.0, k) for k in args.top_k]
+    for epsilon, top_k in rules:
+        summarizer = BottomUpSummarizer(score, translator, epsilon, top_k=top_k,
+                                        source=args.source)
         start = time.perf_counter()
         summaries = summarizer.summarize(articles, settings,
                                          batch_size=copy_task.config.eval.batch_size)
         seconds = time.perf_counter() - start
         scores = {k: v for k, v in rouge(summaries, references).items() if k in ROUGE_TYPES}
-        row = {"selector": selector_name, "epsilon": epsilon, "articles": len(articles),
+        row = {"copy_run": str(args.copy), "copy_model": args.copy_model,
+               "selector": selector_name, "epsilon": epsilon, "top_k": top_k,
+               "source": args.source, "articles": len(articles),
                **settings.to_dict(SEQ2SEQ_KEYS), **scores, **summarizer.stats.to_dict(),
                "summary_stats": summary_statistics(summaries, articles),
                "seconds": round(seconds, 1)}
         rows.append(row)
-        print(f"epsilon {epsilon:.2f}: " + " / ".join(f"{scores[k]:.2f}" for k in ROUGE_TYPES)
+        rule = f"top {top_k}" if top_k else f"epsilon {epsilon:.2f}"
+        print(f"{args.source} {rule}: " + " / ".join(f"{scores[k]:.2f}" for k in ROUGE_TYPES)
               + f"  kept {row['kept_share']:.0%} of pieces, {row['unselected_articles']} "
               f"articles unselected, {seconds:.0f} s", flush=True)
     for name, scores in result["leads"].items():
         print(f"{name:6s} " + " / ".join(f"{scores[k]:.2f}" for k in ROUGE_TYPES))
-    # Rows of other selectors, epsilons and searches from earlier runs stay.
+    # Rows of other copy models, selectors, rules and searches from earlier runs stay.
     write_json(args.out, result, merge_keys=MERGE_KEYS)
     print(f"wrote {args.out}")
     return 0

@@ -12,6 +12,7 @@ from keras_transformer.text.bottom_up import (
     EOS_SENTENCE,
     BottomUpSummarizer,
     check_epsilon,
+    chosen_sentences,
     piece_probabilities,
     selection_mask,
     sentence_pieces,
@@ -259,3 +260,65 @@ def test_an_article_of_one_sentence_is_read_whole_or_by_its_one_probability():
     kept, unselected = selection_mask(piece_probabilities(owners, [0.2]), owners, 0.5)
     assert kept.all() and unselected  # nothing reached epsilon: read whole
     assert sentence_pieces([], _encode, max_length=16, eos_id=3) == ([3], [EOS_SENTENCE])
+
+
+def test_chosen_sentences_by_epsilon_or_the_k_best_in_article_order():
+    scores = [0.2, 0.7, 0.2, 0.9, 0.1]
+    assert chosen_sentences(scores, 0.5).tolist() == [1, 3]
+    assert chosen_sentences(scores, 0.0).tolist() == [0, 1, 2, 3, 4]
+    assert chosen_sentences(scores, 0.5, top_k=3).tolist() == [0, 1, 3]  # tie: the earlier
+    assert chosen_sentences(scores, 0.5, top_k=9).tolist() == [0, 1, 2, 3, 4]
+    assert chosen_sentences([], 0.5, top_k=2).tolist() == []
+
+
+def _stand_in_summarizer(probabilities, **options):
+    from keras_transformer.translator import keras_translator
+
+    model, _ = _copy_model()
+    translator = keras_translator(model)
+    translator._encode_texts = _encode
+    translator._decode_rows = lambda rows: [" ".join(map(str, r)) for r in rows]
+
+    def score(texts):
+        return [(None, np.array(probabilities[t])) for t in texts]
+
+    return BottomUpSummarizer(score, translator, **options), translator, model
+
+
+def test_the_k_best_sentences_select_as_an_epsilon_between_the_kth_and_the_next():
+    articles = ["a bb . ccc dddd . eeeee ff . g .", "ggg . h ."]
+    probabilities = {articles[0]: [0.3, 0.8, 0.1, 0.5], articles[1]: [0.4, 0.35]}
+    by_rank, translator, _ = _stand_in_summarizer(probabilities, epsilon=0.0, top_k=2)
+    encoded, _, masks = by_rank.sources(articles)
+    # The 2 best are those at or above 0.45 in the first article, both (0.3) in the second.
+    for article, ids, mask, epsilon in zip(articles, encoded, masks, (0.45, 0.3),
+                                           strict=True):
+        by_epsilon = BottomUpSummarizer(by_rank.score, translator, epsilon)
+        (want_ids,), _, (want,) = by_epsilon.sources([article])
+        assert ids == want_ids and mask.tolist() == want.tolist()
+    settings = SearchSettings(beam_size=1, max_length=5)
+    assert by_rank.summarize(articles[:1], settings) == \
+        BottomUpSummarizer(by_rank.score, translator, 0.45).summarize(articles[:1], settings)
+    with pytest.raises(ValueError, match="top_k must be"):
+        _stand_in_summarizer(probabilities, epsilon=0.0, top_k=-1)
+
+
+def test_extract_then_abstract_reads_the_kept_sentences_alone_in_article_order():
+    """source="extract": the copy model's source is the kept sentences joined in article
+    order, as the plain translator encodes that text, nothing masked; an article with
+    nothing kept is read whole."""
+    articles = ["a bb . ccc dddd . eeeee ff . g .", "ggg . h ."]
+    probabilities = {articles[0]: [0.3, 0.8, 0.1, 0.5], articles[1]: [0.1, 0.2]}
+    summarizer, translator, model = _stand_in_summarizer(probabilities, epsilon=0.4,
+                                                         source="extract")
+    encoded, piece_scores, masks = summarizer.sources(articles)
+    kept_text = "ccc dddd . g ."
+    assert encoded[0] == translator.pieces([kept_text])[0] + [model.config.eos_id]
+    assert piece_scores[0].tolist() == [0.8, 0.8, 0.8, 0.5, 0.5, 1.0]
+    assert encoded[1] == translator.pieces([articles[1]])[0] + [model.config.eos_id]
+    assert all(m.all() for m in masks) and summarizer.stats.unselected == 1
+    settings = SearchSettings(beam_size=2, max_length=5)
+    assert summarizer.summarize(articles, settings) == translator.translate(
+        [kept_text, articles[1]], settings)
+    with pytest.raises(ValueError, match="source must be one of"):
+        _stand_in_summarizer(probabilities, epsilon=0.4, source="rewrite")

@@ -9,7 +9,11 @@ runs it unchanged. The article's EOS stays selected: every source the model was 
 ends with it. An article where no piece reaches epsilon is read whole, as without a
 selector (counted in `BottomUpStats.unselected`).
 
-Here the selector is the extractive model: a piece's probability is its sentence's. NumPy
+Here the selector is the extractive model: a piece's probability is its sentence's. Two
+choices beside epsilon, for dev comparisons: the selector's k most probable sentences instead
+of a threshold (`top_k`), and the kept sentences alone as the source (`source="extract"`:
+extract then abstract, in article order, so that a sentence past the copy model's
+max_source_length pieces can be read) instead of the article with the others masked. NumPy
 and plain Python, so the export runtimes use it too.
 """
 
@@ -83,6 +87,19 @@ def selection_mask(probabilities: Sequence[float], owners: Sequence[int], epsilo
     return kept | eos, False
 
 
+def chosen_sentences(scores: Sequence[float], epsilon: float, top_k: int = 0) -> np.ndarray:
+    """The indices, in article order, of the sentences a selector keeps: its `top_k` most
+    probable when top_k > 0 (ties: the earlier sentence), else those of probability >=
+    epsilon."""
+    scores = np.asarray(scores, np.float64).reshape(-1)
+    if top_k:
+        return np.sort(np.argsort(-scores, kind="stable")[:top_k])
+    return np.flatnonzero(scores >= epsilon)
+
+
+SOURCES = ("mask", "extract")
+
+
 @dataclass
 class BottomUpStats:
     """Over the articles summarized so far: how many, how many pieces the copy model read
@@ -110,28 +127,54 @@ class BottomUpSummarizer:
     translator: object
     epsilon: float
     stats: BottomUpStats = field(default_factory=BottomUpStats)
+    top_k: int = 0  # > 0: the k most probable sentences, whatever epsilon
+    source: str = "mask"  # or "extract": the kept sentences alone, in article order
 
     def __post_init__(self):
         self.epsilon = check_epsilon(self.epsilon)
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0: by epsilon), got "
+                             f"{self.top_k!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
 
     def sources(self, articles: Sequence[str]) -> tuple[list[list[int]], list[np.ndarray],
                                                          list[np.ndarray]]:
         """(each article's source ids, its pieces' probabilities, the pieces kept)."""
-        t = self.translator
         encoded, probabilities, masks = [], [], []
         for article, (_, scores) in zip(articles, self.score(articles), strict=True):
-            ids, owners = sentence_pieces(split_sentences(article), t.pieces,
-                                          t.max_source_length, t.eos_id)
-            piece_scores = piece_probabilities(owners, scores)
-            mask, unselected = selection_mask(piece_scores, owners, self.epsilon)
+            sentences = split_sentences(article)
+            ids, owners, mask, unselected = self._source(sentences, scores)
             encoded.append(ids)
-            probabilities.append(piece_scores)
+            probabilities.append(piece_probabilities(owners, scores))
             masks.append(mask)
             self.stats.articles += 1
             self.stats.pieces += len(ids)
             self.stats.kept += int(mask.sum())
             self.stats.unselected += unselected
         return encoded, probabilities, masks
+
+    def _source(self, sentences: list[str], scores) -> tuple[list[int], list[int], np.ndarray,
+                                                             bool]:
+        """One article -> (source ids, each piece's sentence, the pieces kept, whether
+        nothing was selected and the article is read whole)."""
+        t = self.translator
+        chosen = chosen_sentences(scores, self.epsilon, self.top_k)
+        if self.source == "extract" and len(chosen):
+            ids, owners = sentence_pieces([sentences[i] for i in chosen], t.pieces,
+                                          t.max_source_length, t.eos_id)
+            owners = [int(chosen[o]) if o != EOS_SENTENCE else o for o in owners]
+            return ids, owners, np.ones(len(ids), bool), False
+        ids, owners = sentence_pieces(sentences, t.pieces, t.max_source_length, t.eos_id)
+        if self.source == "extract":
+            return ids, owners, np.ones(len(ids), bool), True
+        if self.top_k:
+            keep = np.isin(owners, chosen).astype(np.float64)
+            mask, unselected = selection_mask(keep, owners, 1.0)
+        else:
+            mask, unselected = selection_mask(piece_probabilities(owners, scores), owners,
+                                              self.epsilon)
+        return ids, owners, mask, unselected
 
     def summarize_ids(self, articles: Sequence[str], settings, *, batch_size: int = 32,
                       progress=None) -> list[list[int]]:
