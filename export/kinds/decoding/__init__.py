@@ -10,7 +10,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS, SearchSettings
 
 from ...common import SEARCH_BLOCK, ExportError, Manifest, _check
 from ..base import ExportKind, ExportOptions, write_manifest
@@ -173,13 +173,17 @@ class DecodingKind(ExportKind):
         c = model.config
         for name in {source_tok, target_tok}:
             shutil.copyfile(run_dir / name, out / name)
+        settings = run_settings(run_dir)
         add_translate = None
         if self.translate_signature(options):
+            # The search the manifest's `search` block records, baked into the graph.
+            search = SearchSettings.from_mapping(settings.get(SEARCH_BLOCK, {}), "eval")
+
             def add_translate(signatures):
                 from ...translate_graph import add_translate
 
                 return {**signatures, "translate": add_translate(module, out / source_tok,
-                                                                 out / target_tok)}
+                                                                 out / target_tok, search)}
         module = decoding_module(model)
         manifest_formats = export_formats(
             out, module, self.signatures, options.formats, options.quantize,
@@ -190,7 +194,7 @@ class DecodingKind(ExportKind):
         parts, part_files = self.export_parts(out, run_dir, options, versions)
         return write_manifest(out, self.name, run_dir, manifest_formats,
                               {source_tok, target_tok, *part_files}, {
-            **run_settings(run_dir),
+            **settings,
             **parts,
             "tokenizer": {"source": source_tok, "target": target_tok},
             "vocab": {"source_size": c.source_vocab_size, "target_size": c.target_vocab_size},
