@@ -1,5 +1,6 @@
 """Cross-runtime parity of an export: tensors, greedy/beam tokens, search.onnx against the
-NumPy search, BLEU of the variants, and the attention weights of attention.onnx when the
+NumPy search, the SavedModel's `translate` signature against keras under the manifest's
+search, BLEU of the variants, and the attention weights of attention.onnx when the
 export holds it; for a classifier export,
 class probabilities and their argmax (export/kinds/classifier/parity.py); for an extractive
 summarizer's, sentence probabilities and the sentences chosen (export/kinds/extractor/parity.py);

@@ -1,6 +1,7 @@
 """export.parity's checks of a translator's and a language model's export (the kinds that
 decode step by step): encode/decode_step tensors against keras, greedy and beam tokens,
-search.onnx against the NumPy search, the variants' quality, the attention weights of
+search.onnx against the NumPy search, the SavedModel's `translate` signature against keras
+under the manifest's search, the variants' quality, the attention weights of
 attention.onnx; a language model's greedy and sampled tokens of random prompts. Each check is a
 function (ParityRun, out) -> CheckResult that prints its lines with `out`.
 """
@@ -12,6 +13,7 @@ import time
 import numpy as np
 
 from keras_transformer.decoding import SearchSettings
+from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 
 from ... import choice
 from ...common import ExportError, Manifest, variant_bytes
@@ -25,6 +27,9 @@ SHAPES = ((1, 7, 12), (5, 19, 30))  # (batch, source length, cache length)
 # continued by up to LM_NEW_TOKENS tokens; sampled at LM_SAMPLING with one seed.
 LM_PROMPT, LM_NEW_TOKENS = 8, 20
 LM_SAMPLING = SearchSettings(temperature=1.0, top_k=0, top_p=0.9, seed=1)
+# Sentences per call of the `translate` signature: what the Translator searches as one batch
+# by default, so both pad and bound the lengths of the same batches.
+SIGNATURE_BATCH = 64
 
 
 def random_inputs(manifest: Manifest, batch: int, source_length: int, cache_length: int,
@@ -416,6 +421,42 @@ def check_search_graphs(run: ParityRun, out) -> CheckResult:
                                               fmt, v, search_graph=search_graph),
                                           out, variant)
     return CheckResult("search_graph", ok)
+
+
+def signature_translations(backend, sentences: list[str]) -> list[str]:
+    """The SavedModel's `translate` signature (what TensorFlow Serving serves) on
+    `sentences`, SIGNATURE_BATCH per call."""
+    import tensorflow as tf
+
+    translate = backend.loaded.signatures["translate"]
+    texts = []
+    for start in range(0, len(sentences), SIGNATURE_BATCH):
+        chunk = tf.constant(sentences[start: start + SIGNATURE_BATCH])
+        texts += [t.decode("utf-8") for t in translate(sentences=chunk)["translations"].numpy()]
+    return texts
+
+
+def check_translate_signature(run: ParityRun, out) -> CheckResult:
+    """Check 3c, of an export whose SavedModel has `translate`: its translations (the search
+    of the manifest's `search`, baked in at export) identical to keras' under the same
+    settings, batch by batch."""
+    signatures = run.manifest["formats"].get("savedmodel", {}).get("signatures", [])
+    if "savedmodel" not in run.state["others"] or "translate" not in signatures:
+        return CheckResult("translate_signature", True)
+    search = run.manifest.search
+    sentences = run.sources[: min(run.beam_sentences, len(run.sources))]
+    described = ", ".join(f"{k} {v}" for k, v in search.to_dict(SEQ2SEQ_KEYS).items())
+    out(f"\n3c. SavedModel translate signature ({described}) against keras on "
+        f"{len(sentences)} sentences")
+    keras = run.state["translators"][KERAS]
+    expected = []
+    for start in range(0, len(sentences), SIGNATURE_BATCH):
+        expected += keras.translate(sentences[start: start + SIGNATURE_BATCH], search,
+                                    batch_size=SIGNATURE_BATCH)
+    diff = first_difference(expected, signature_translations(run.backends["savedmodel"],
+                                                              sentences))
+    out(f"   {'identical' if diff is None else f'DIFFER at sentence {diff}'}")
+    return CheckResult("translate_signature", diff is None)
 
 
 def check_variants(run: ParityRun, out) -> CheckResult:

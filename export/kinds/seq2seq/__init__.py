@@ -94,6 +94,7 @@ class Seq2SeqKind(DecodingKind):
 
         checks = [decoding_parity.check_tensors(encoder=True), decoding_parity.check_greedy,
                   decoding_parity.check_beam, decoding_parity.check_search_graphs,
+                  decoding_parity.check_translate_signature,
                   decoding_parity.check_variants, decoding_parity.check_attention,
                   decoding_parity.record_choice]
         return checks + ([check_pipeline] if "selector" in run.manifest.data else [])
