@@ -19,9 +19,10 @@ SEED = 20240611
 WORDS = ["red", "blue", "cat", "dog", "big", "small", "one", "two", "three", "I", "saw"]
 
 
-def tiny_run(run: Path) -> None:
+def tiny_run(run: Path, config_yaml: str = "task: translation\n", **overrides) -> None:
     """model.keras (random weights, so its attention is far from uniform), model_config.json,
-    spm.model (trained on random sentences of WORDS) and a config.yaml naming the task."""
+    spm.model (trained on random sentences of WORDS) and a config.yaml (`config_yaml`: by
+    default one naming the task); `overrides` are TransformerConfig options."""
     from keras_transformer.config import TransformerConfig
     from keras_transformer.models.transformer import Transformer
     from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
@@ -34,13 +35,13 @@ def tiny_run(run: Path) -> None:
     model = Transformer(TransformerConfig.preset(
         "tiny", source_vocab_size=vocab, target_vocab_size=vocab, d_model=32, num_heads=4,
         d_ff=64, num_encoder_layers=2, num_decoder_layers=2, max_source_length=16,
-        max_target_length=20, dropout=0.0), dtype="float32")
+        max_target_length=20, dropout=0.0, **overrides), dtype="float32")
     model.build()
     model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype(np.float32)
                        for w in model.get_weights()])
     model.save(run / "model.keras")
     (run / "model_config.json").write_text(json.dumps(model.config.to_dict()))
-    (run / "config.yaml").write_text("task: translation\n")
+    (run / "config.yaml").write_text(config_yaml)
 
 
 def start_server(export: Path, log: Path, *args, module: str = "export.serve"

@@ -148,16 +148,52 @@ def test_quantized_variants_keep_bleu(manifest, backends):
         assert abs(score - base) <= 1.0, (key, scores)
 
 
-def test_savedmodel_translate_signature_matches_greedy_search(exported, manifest, backends,
-                                                              sources):
-    import tensorflow as tf
-
-    loaded = backends["savedmodel"].loaded
+def test_savedmodel_translate_signature_matches_the_manifest_search(exported, manifest,
+                                                                     backends, sources):
+    """The signature runs the manifest's search (this run's eval: greedy), as the Keras
+    Translator does under the same settings; blank lines give ""."""
+    assert manifest.search.beam_size == 1
     batch = sources[:20] + ["", "   "]
-    out = loaded.signatures["translate"](sentences=tf.constant(batch))["translations"]
-    got = [s.decode("utf-8") for s in out.numpy()]
-    expected = Translator(manifest, backends["keras"]).translate(batch, SearchSettings(beam_size=1))
+    got = decoding_parity.signature_translations(backends["savedmodel"], batch)
+    expected = Translator(manifest, backends["keras"]).translate(batch, manifest.search)
     assert got == expected
+
+
+BEAM_EVAL = {"beam_size": 4, "alpha": 1.0, "no_repeat_ngram_size": 2, "min_length": 3}
+
+
+@pytest.mark.parametrize("copy_attention", [False, True], ids=["plain", "copy_attention"])
+def test_savedmodel_translate_signature_runs_the_runs_beam_search(tmp_path, copy_attention):
+    """A run whose eval asks for beam 4, alpha, no_repeat_ngram_size and min_length: the
+    manifest records them, and the signature's translations are the Keras Translator's
+    under them (keras_transformer.decoding.beam_search), not its greedy ones."""
+    import yaml
+
+    from export.exporters import export_run
+    from tests.serving import WORDS, tiny_run
+
+    run, out = tmp_path / "run", tmp_path / "export"
+    config = {"task": "translation", "eval": BEAM_EVAL}
+    tiny_run(run, yaml.safe_dump(config), share_embeddings=True,
+             copy_attention=copy_attention)
+    export_run(run, out, formats=("savedmodel",))
+    manifest = Manifest(out)
+    assert manifest["search"] == BEAM_EVAL
+    assert manifest.model["copy_attention"] is copy_attention
+    rng = np.random.default_rng(1)
+    sentences = [" ".join(rng.choice(WORDS, size=rng.integers(1, 9))) for _ in range(40)]
+    sentences[5:5] = ["", "  "]
+    keras = Translator(manifest, load_backend(manifest, "keras", run_dir=run))
+    expected = keras.translate(sentences, manifest.search)
+    got = decoding_parity.signature_translations(load_backend(manifest, "savedmodel"),
+                                                 sentences)
+    assert got == expected
+    assert got[5:7] == ["", ""]
+    # The settings matter on these sentences: greedy, or beam 4 without the constraints,
+    # translates some of them otherwise.
+    for other in (SearchSettings(beam_size=1), manifest.search.replace(
+            no_repeat_ngram_size=0, min_length=0)):
+        assert keras.translate(sentences, other) != expected, other
 
 
 def test_parity_report_passes_and_fails(exported, backends, monkeypatch, capsys, tmp_path):
@@ -166,6 +202,8 @@ def test_parity_report_passes_and_fails(exported, backends, monkeypatch, capsys,
                       out=lines.append, backends=backends)
     report = "\n".join(lines)
     assert "savedmodel" in report and "tflite" in report and report.endswith("PASS")
+    signature = report.index("3c. SavedModel translate signature (beam_size 1, ")
+    assert report[signature:].split("\n")[1].strip() == "identical"
     monkeypatch.setattr(decoding_parity, "TOLERANCE", -1.0)
     lines.clear()
     assert not parity.run(exported[1], sentences=4, beam_sentences=2, bleu_sentences=4,
