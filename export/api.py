@@ -49,8 +49,8 @@ from keras_transformer.command_line import (
 )
 
 from .batching import Batcher, Overloaded, Ticket
-from .explorer import InputError
 from .formats import RUNTIMES
+from .inputs import InputError
 from .serve import (
     CLOSE,
     MAX_CONCURRENCY,

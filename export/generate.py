@@ -74,12 +74,8 @@ def sampling(args: argparse.Namespace) -> bool:
 def search_settings(args: argparse.Namespace) -> SearchSettings:
     """The search of Generator.generate: greedy (temperature 0) unless a sampling option is
     given."""
-    if not sampling(args):
-        return SearchSettings(temperature=0.0, seed=args.seed, num_samples=args.num_samples)
-    return SearchSettings(temperature=1.0 if args.temperature is None else args.temperature,
-                          top_k=args.top_k or 0,
-                          top_p=1.0 if args.top_p is None else args.top_p, seed=args.seed,
-                          num_samples=args.num_samples)
+    return SearchSettings.for_sampling(args.temperature, args.top_k, args.top_p, args.seed,
+                                       args.num_samples)
 
 
 @entry_point

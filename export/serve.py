@@ -50,7 +50,14 @@ from keras_transformer.command_line import (
     search_bounds,
 )
 
-from .explorer import ClassifierExplorer, Explorer, ExtractorExplorer, InputError, open_explorer
+from .explorer import (
+    ROUTES,
+    ClassifierExplorer,
+    Explorer,
+    ExtractorExplorer,
+    InputError,
+    open_explorer,
+)
 
 PAGE = Path(__file__).with_name("explorer.html")
 # A sentence is a few hundred bytes; this bounds the work a single request can ask for.
@@ -184,10 +191,6 @@ async def capped_body(request, limit: int = MAX_BODY, what: str = "one sentence"
 CLOSE = {"Connection": "close"}
 
 
-# The route that explains a sentence, per kind of export (Explorer.kind).
-ROUTES = {"translator": "/translate", "classifier": "/classify", "extractor": "/summarize"}
-
-
 def create_app(explorer: Explorer | ClassifierExplorer | ExtractorExplorer,
                plotly_path: Path | None = None):
     """The Starlette application: the page, plotly.js, /health, and /translate, /classify or
@@ -211,7 +214,7 @@ def create_app(explorer: Explorer | ClassifierExplorer | ExtractorExplorer,
         return JSONResponse({"status": "ok", **explorer.info()})
 
     async def explain(request: Request):
-        route = ROUTES[explorer.kind]
+        route = explorer.route
         if request.url.path != route:
             return JSONResponse({"error": f"this server runs a {explorer.kind}'s export: POST "
                                           f'{{"text": "..."}} to {route}'}, status_code=404)
@@ -239,7 +242,7 @@ def create_app(explorer: Explorer | ClassifierExplorer | ExtractorExplorer,
         Route("/", index),
         Route("/plotly.min.js", plotly),
         Route("/health", health),
-        *(Route(route, explain, methods=["POST"]) for route in ROUTES.values()),
+        *(Route(route, explain, methods=["POST"]) for route in ROUTES),
     ])
 
 

@@ -49,9 +49,9 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def explorer(world):
-    from export.explorer import Explorer
+    from export.explorer import open_explorer
 
-    return Explorer(world["export"])
+    return open_explorer(world["export"])
 
 
 def _translate_cli(export: Path, lines: list[str], tmp: Path, *args) -> list[str]:
@@ -108,7 +108,7 @@ def test_parity_checks_the_attention_weights(world, monkeypatch):
 
 def test_manifest_version_3_still_loads_and_the_explorer_names_the_fix(world, tmp_path):
     from export.common import ExportError, Manifest
-    from export.explorer import Explorer
+    from export.explorer import open_explorer
     from export.kinds import open_export
 
     data = json.loads((world["export"] / "manifest.json").read_text())
@@ -125,7 +125,7 @@ def test_manifest_version_3_still_loads_and_the_explorer_names_the_fix(world, tm
     assert (open_export(old).translate(SENTENCES, SearchSettings(beam_size=1))
             == open_export(world["export"]).translate(SENTENCES, SearchSettings(beam_size=1)))
     with pytest.raises(ExportError, match="--with-attention"):
-        Explorer(old)
+        open_explorer(old)
     data["manifest_version"] = 5
     (old / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ExportError, match="manifest_version 5"):
@@ -169,20 +169,20 @@ def test_explain_gives_export_translates_output_and_matching_shapes(world, explo
 
 
 def test_summaries_truncate_over_long_text_as_export_translate_does(world, tmp_path):
-    from export.explorer import Explorer, InputError
+    from export.explorer import InputError, open_explorer
 
     long_text = " ".join(["I saw three big dogs"] * 8)
     with pytest.raises(InputError, match="max_source_length=16"):
-        Explorer(world["export"]).explain(long_text)
+        open_explorer(world["export"]).explain(long_text)
     summaries = tmp_path / "summaries"
     shutil.copytree(world["export"], summaries)
     data = json.loads((summaries / "manifest.json").read_text())
     data["task"] = "summarization"
     (summaries / "manifest.json").write_text(json.dumps(data))
-    result = Explorer(summaries).explain(long_text)
+    result = open_explorer(summaries).explain(long_text)
     assert result["truncated"] and len(result["source_tokens"]) == 16
     assert result["output"] == _translate_cli(summaries, [long_text], tmp_path)[0]
-    assert not Explorer(summaries).explain("one red cat")["truncated"]
+    assert not open_explorer(summaries).explain("one red cat")["truncated"]
 
 
 # --- the server -----------------------------------------------------------------------------

@@ -158,11 +158,11 @@ def test_explain_gives_export_classifys_label_and_probabilities(export, explorer
 
 
 def test_each_explorer_refuses_the_other_kind_and_serve_names_the_fix(export, tmp_path):
-    from export.common import ExportError
-    from export.explorer import ClassifierExplorer, Explorer, open_explorer
+    from export.common import ExportError, Manifest
+    from export.explorer import Explorer, open_explorer
 
     with pytest.raises(ExportError, match="export.classify"):
-        Explorer(export)
+        Explorer(Manifest(export), None)
     with pytest.raises(ValueError, match="--beam and --alpha"):
         open_explorer(export, beam_size=2)
 
@@ -178,7 +178,7 @@ def test_each_explorer_refuses_the_other_kind_and_serve_names_the_fix(export, tm
     del data["attention"], data["files"]["attention.onnx"]
     (without / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ExportError, match="--with-attention"):
-        ClassifierExplorer(without)
+        open_explorer(without)
     assert_clean_failure(serve("--export", without, "--port", "0"), 2, "--with-attention")
 
 
@@ -308,13 +308,12 @@ def test_the_api_batches_sentences_and_answers_each_as_export_classify_alone(exp
     """export.api's engine for a classifier: sentences of several lengths (one truncated)
     from concurrent requests, batched and padded together, each answered with the label and
     probabilities the Classifier gives it alone; a blank one is refused naming it."""
-    from export.common import Manifest
-    from export.engines import ClassifierEngine
+    from export.engines import open_engine
     from export.explorer import InputError
     from export.kinds import open_export
     from tests.serving import batched
 
-    engine = ClassifierEngine(Manifest(export))
+    engine = open_engine(export)
     requests = [texts[i:i + 4] for i in range(0, len(texts), 4)]
     outputs, _, sizes = batched(engine, requests)
     classifier = open_export(export)

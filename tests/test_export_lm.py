@@ -343,11 +343,11 @@ def test_the_api_batches_prompts_and_answers_each_as_export_generate_alone(lm_ex
     """export.api's engine for a language model: prompts of several lengths from concurrent
     requests batched greedily, each answer the Generator's text of that prompt alone; a
     seeded sample (run alone) the Generator's sample; a stream's tokens spell its answer."""
-    from export.engines import GeneratorEngine
+    from export.engines import open_engine
     from tests.serving import batched
 
     generator = open_export(lm_export, "onnx")
-    engine = GeneratorEngine(Manifest(lm_export))
+    engine = open_engine(lm_export)
     requests = [[PROMPTS[0]], [PROMPTS[1], PROMPTS[2]], [PROMPTS[2] + " " + PROMPTS[0]]]
     outputs, _, sizes = batched(engine, requests, {"max_new_tokens": 12})
     for inputs, answer in zip(requests, outputs, strict=True):

@@ -453,15 +453,14 @@ def test_the_api_batches_articles_and_answers_each_as_export_summarize_alone(
         extractive_export):
     """export.api's engine for an extractive summarizer: the test articles from concurrent
     requests, batched, each answered with the summary the Summarizer gives it alone."""
-    from export.common import Manifest
-    from export.engines import ExtractorEngine
+    from export.engines import open_engine
     from export.kinds import open_export
     from tests.serving import batched
 
     out, export = extractive_export
     articles = (out / "test.src").read_text(encoding="utf-8").splitlines()[:9]
     requests = [articles[i:i + 3] for i in range(0, len(articles), 3)]
-    outputs, _, sizes = batched(ExtractorEngine(Manifest(export)), requests)
+    outputs, _, sizes = batched(open_engine(export), requests)
     summarizer = open_export(export)
     for inputs, answer in zip(requests, outputs, strict=True):
         assert answer == [summarizer.extract([a])[0].summary for a in inputs]

@@ -39,7 +39,7 @@ LOG_PROBLEMS = ("Traceback", "Error", "Exception", "CancelledError", "ClientDisc
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """{root, export, explorer}: a tiny run's ONNX export with attention."""
-    from export.explorer import Explorer
+    from export.explorer import open_explorer
     from tests.cli_probe import run_cli
 
     root = tmp_path_factory.mktemp("fuzz_serve")
@@ -48,7 +48,7 @@ def world(tmp_path_factory):
     done = run_cli("export", "--run", root / "run", "--format", "onnx", "--with-attention",
                    "--out", export)
     assert done.code == 0, done.stderr[-3000:]
-    return {"root": root, "export": export, "explorer": Explorer(export)}
+    return {"root": root, "export": export, "explorer": open_explorer(export)}
 
 
 @pytest.fixture(scope="module")

@@ -79,6 +79,18 @@ class ExportKind:
         """What a user runs (Translator, Generator, Classifier, Summarizer) over a backend."""
         raise NotImplementedError
 
+    # --- serving: export.serve's explorer, export.api's engine ---
+
+    def explorer(self):
+        """The class of this kind's explorer (export.serve), built from the manifest and its
+        onnx runner; None: the explorer refuses the export, naming `tool`."""
+        return None
+
+    def engine(self):
+        """The class of this kind's engine (export.api), built from the manifest and a runner;
+        None: the API server refuses the export, naming `tool`."""
+        return None
+
     # --- export.parity ---
 
     def parity_prepare(self, run: ParityRun, out) -> None:

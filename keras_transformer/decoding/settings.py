@@ -87,6 +87,18 @@ class SearchSettings:
         return cls.from_mapping({k: v for k, v in values.items() if v is not None},
                                 "eval").given(**overrides)
 
+    @classmethod
+    def for_sampling(cls, temperature=None, top_k=None, top_p=None, seed=0,
+                     num_samples=1) -> SearchSettings:
+        """A language model's search from its sampling options as a user gives them (None:
+        not given): greedy (temperature 0) unless one of temperature, top_k and top_p is
+        given; then the others default to off and temperature to 1."""
+        if temperature is None and top_k is None and top_p is None:
+            return cls(temperature=0.0, seed=seed, num_samples=num_samples)
+        return cls(temperature=1.0 if temperature is None else temperature,
+                   top_k=top_k or 0, top_p=1.0 if top_p is None else top_p, seed=seed,
+                   num_samples=num_samples)
+
     def replace(self, **changes) -> SearchSettings:
         """A copy with `changes` (validated like the constructor's arguments)."""
         return dataclasses.replace(self, **changes)

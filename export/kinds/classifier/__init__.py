@@ -86,6 +86,16 @@ class ClassifierKind(EncoderOnlyKind):
 
         return Classifier(manifest, backend)
 
+    def explorer(self):
+        from .explorer import ClassifierExplorer
+
+        return ClassifierExplorer
+
+    def engine(self):
+        from .engine import ClassifierEngine
+
+        return ClassifierEngine
+
     def parity_prepare(self, run, out):
         encoder_parity.prepare(run, out)
 

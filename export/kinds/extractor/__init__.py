@@ -86,6 +86,16 @@ class ExtractorKind(EncoderOnlyKind):
 
         return Summarizer(manifest, backend)
 
+    def explorer(self):
+        from .explorer import ExtractorExplorer
+
+        return ExtractorExplorer
+
+    def engine(self):
+        from .engine import ExtractorEngine
+
+        return ExtractorEngine
+
     def parity_prepare(self, run, out):
         parity.prepare(run, out)
 

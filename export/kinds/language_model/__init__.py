@@ -53,6 +53,11 @@ class LanguageModelKind(DecodingKind):
 
         return Generator(manifest, backend)
 
+    def engine(self):
+        from .engine import GeneratorEngine
+
+        return GeneratorEngine
+
     def parity_prepare(self, run, out):
         decoding_parity.prepare(run, out)
 

@@ -86,6 +86,16 @@ class Seq2SeqKind(DecodingKind):
 
         return Translator(manifest, backend)
 
+    def explorer(self):
+        from .explorer import Explorer
+
+        return Explorer
+
+    def engine(self):
+        from .engine import TranslatorEngine
+
+        return TranslatorEngine
+
     def parity_prepare(self, run, out):
         decoding_parity.prepare_translator(run, out)
 

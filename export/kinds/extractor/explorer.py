@@ -1,0 +1,64 @@
+"""The explorer of an extractive summarizer's export (export.serve: /summarize): each
+sentence of one article with its probability, the chosen ones marked."""
+
+from __future__ import annotations
+
+from ...common import Manifest
+from ...inputs import InputError, check_text
+
+
+class ExtractorExplorer:
+    """Summarize one article as `python -m export.summarize` does (the same Summarizer over
+    the onnx runtime's float32 extractor.onnx and the run's selection) and return every
+    sentence it read with its probability, the chosen ones marked. An extractor has no
+    attention export; the page shows the sentences shaded by their probability instead.
+
+    Thread-safe: the onnxruntime session is made once, before serving; the Summarizer's
+    counts of cut articles are the only state a call changes, and none is read from it."""
+
+    kind = "extractor"
+    route = "/summarize"
+    searches = False  # takes --beam and --alpha
+
+    def __init__(self, manifest: Manifest, summarizer):
+        self.manifest = manifest
+        self.manifest.require_kind("extractor", "the extractive summarizer's explorer")
+        self.summarizer = summarizer
+        self.task = self.manifest.task
+        model = self.manifest.model
+        self.num_layers = model.get("num_encoder_layers")
+        self.sentence_layers = model.get("sentence_layers")
+        self.num_heads = model.get("num_heads")
+
+    def info(self) -> dict:
+        return {"kind": self.kind, "task": self.task, "encoder_layers": self.num_layers,
+                "sentence_layers": self.sentence_layers, "heads": self.num_heads,
+                "max_source_length": self.manifest["max_source_length"],
+                "max_sentences": self.summarizer.max_sentences,
+                "selection": self.summarizer.selection.describe()}
+
+    def explain(self, text: str) -> dict:
+        """article -> {"summary", "sentences", "scores", "chosen", "truncated",
+        "sentences_not_read"}: the sentences the model read (its first max_sentences), the
+        probability of each that the summary takes it, the chosen ones (0-based, in article
+        order), whether a sentence was cut to max_source_length pieces, and how many
+        sentences past max_sentences were not read."""
+        from keras_transformer.text.sentences import split_sentences
+
+        text = check_text(text)
+        summarizer = self.summarizer
+        [article] = summarizer.prepare([text])
+        sentences = split_sentences(article)
+        encoded = summarizer.scorer.encode(sentences[: summarizer.max_sentences])
+        if not any(encoded):
+            raise InputError('"text" gives no tokens for this model; type an article')
+        [extraction] = summarizer.extract([text])
+        length = self.manifest["max_source_length"]
+        return {
+            "summary": extraction.summary,
+            "sentences": extraction.sentences,
+            "scores": [float(p) for p in extraction.scores],
+            "chosen": extraction.chosen,
+            "truncated": any(len(ids) + 1 > length for ids in encoded),
+            "sentences_not_read": max(0, len(sentences) - summarizer.max_sentences),
+        }
