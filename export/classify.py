@@ -24,7 +24,7 @@ import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import add_text_io_arguments, open_manifest, read_input, start, write_output
+from .text_io import add_text_io_arguments, open_tool, write_output
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -50,15 +50,16 @@ def format_line(best: list[tuple[str, float]]) -> str:
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    out = start(args, "labels")
-    manifest = open_manifest(args, "classifier", "export.classify")
-    labels = manifest["labels"]
-    if args.top_k > len(labels):
-        raise ValueError(f"--top-k {args.top_k} is more than the {len(labels)} classes of "
-                         f"{args.export} ({', '.join(labels)})")
+
+    def check(manifest):
+        labels = manifest["labels"]
+        if args.top_k > len(labels):
+            raise ValueError(f"--top-k {args.top_k} is more than the {len(labels)} classes of "
+                             f"{args.export} ({', '.join(labels)})")
+
+    out, manifest, lines = open_tool(args, "labels", "classifier", "export.classify", check)
     from .kinds import open_runner
 
-    lines = read_input(args)
     classifier = open_runner(manifest, args.runtime, args.variant, args.run)
     probabilities = classifier.probabilities(lines, batch_size=args.batch_size,
                                              truncate=not args.no_truncate)

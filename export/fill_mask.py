@@ -27,7 +27,7 @@ import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import add_text_io_arguments, open_manifest, read_input, start, write_output
+from .text_io import add_text_io_arguments, open_tool, write_output
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -56,15 +56,16 @@ def format_lines(number: int, masks) -> list[str]:
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    out = start(args, "fills")
-    manifest = open_manifest(args, "masked_lm", "export.fill_mask")
-    vocab = manifest["vocab"]["source_size"]
-    if args.top_k > vocab:
-        raise ValueError(f"--top-k {args.top_k} is more than the {vocab} pieces of "
-                         f"{args.export}'s vocabulary")
+
+    def check(manifest):
+        vocab = manifest["vocab"]["source_size"]
+        if args.top_k > vocab:
+            raise ValueError(f"--top-k {args.top_k} is more than the {vocab} pieces of "
+                             f"{args.export}'s vocabulary")
+
+    out, manifest, lines = open_tool(args, "fills", "masked_lm", "export.fill_mask", check)
     from .kinds import open_runner
 
-    lines = read_input(args)
     fill_mask = open_runner(manifest, args.runtime, args.variant, args.run)
     filled = fill_mask.fill(lines, args.top_k, batch_size=args.batch_size,
                             truncate=not args.no_truncate)

@@ -41,7 +41,7 @@ from keras_transformer.command_line import (
     int_in,
 )
 
-from .text_io import add_text_io_arguments, open_manifest, read_input, start, write_output
+from .text_io import add_text_io_arguments, open_tool, write_output
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -75,21 +75,22 @@ EXTRACTIVE_OPTIONS = {"--sentences": "sentences", "--syllables": "syllables",
                       "--trigram-blocking": "trigram_blocking", "--scores": "scores"}
 
 
-def summarize_with_pipeline(args, manifest, lines: list[str]) -> list[str]:
-    """A bottom-up summarizer's summaries (export/kinds/seq2seq/pipeline.py), by the run's
-    search settings."""
-    from .kinds import open_runner
-
-    given = [flag for flag, name in EXTRACTIVE_OPTIONS.items()
-             if getattr(args, name) not in (None, False)]
-    if given:
-        raise ValueError(f"{given[0]} is for an extractive summarizer's export; "
-                         f"{args.export} holds a bottom-up summarizer (a copy model and its "
-                         f"selector)")
-    pipeline = open_runner(manifest, args.runtime, args.variant, args.run)
-    return pipeline.translate(lines, manifest.search, batch_size=args.batch_size,
-                              truncate=not args.no_truncate, allow_empty=False,
-                              epsilon=args.epsilon)
+def check_kind(args, manifest) -> None:
+    """The options refused by the export's kind, in one line: a bottom-up summarizer's export
+    (a copy model with its selector, a translator's export) takes no extractive option, an
+    extractive summarizer's no --epsilon; any other kind names its tool."""
+    if "selector" in manifest.data:
+        given = [flag for flag, name in EXTRACTIVE_OPTIONS.items()
+                 if getattr(args, name) not in (None, False)]
+        if given:
+            raise ValueError(f"{given[0]} is for an extractive summarizer's export; "
+                             f"{args.export} holds a bottom-up summarizer (a copy model and its "
+                             f"selector)")
+        return
+    manifest.require_kind("extractor", command("export.summarize"))
+    if args.epsilon is not None:
+        raise ValueError(f"--epsilon is for a bottom-up summarizer's export; {args.export} "
+                         f"holds an extractive summarizer")
 
 
 def selection_of(args, default):
@@ -119,24 +120,10 @@ def check_lengths(summarizer, lines: list[str]) -> None:
                              f"EOS) but the model reads {length}; drop --no-truncate to cut it")
 
 
-@entry_point
-def main(argv) -> int:
-    args = parse_args(argv)
-    out = start(args, "summaries")
-    from .kinds import open_runner
-
-    manifest = open_manifest(args, None, "export.summarize")
-    if "selector" in manifest.data:  # a copy model with its selector (a translator's export)
-        write_output(out, summarize_with_pipeline(args, manifest, read_input(args)))
-        return 0
-    manifest.require_kind("extractor", command("export.summarize"))
-    if args.epsilon is not None:
-        raise ValueError(f"--epsilon is for a bottom-up summarizer's export; {args.export} "
-                         f"holds an extractive summarizer")
-
-    summarizer = open_runner(manifest, args.runtime, args.variant, args.run)
+def extract(args, summarizer, lines: list[str]) -> list[str]:
+    """An extractive summarizer's output lines: each article's summary, with --scores its
+    sentences' probabilities; a warning on stderr counts the articles and sentences cut."""
     selection = selection_of(args, summarizer.selection).check(summarizer.max_sentences)
-    lines = read_input(args)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise ValueError(f"line {number} is empty or only whitespace; give every line an "
@@ -149,9 +136,26 @@ def main(argv) -> int:
         print(f"warning: {scorer.cut_articles} articles have more than "
               f"{summarizer.max_sentences} sentences (summarized from their first "
               f"{summarizer.max_sentences}), {scorer.cut_sentences} sentences are cut to "
-              f"{manifest['max_source_length'] - 1} pieces", file=sys.stderr)
-    write_output(out, (e.summary + ("\t" + " ".join(f"{p:.{PRECISION}f}" for p in e.scores)
-                                    if args.scores else "") for e in extractions))
+              f"{summarizer.manifest['max_source_length'] - 1} pieces", file=sys.stderr)
+    return [e.summary + ("\t" + " ".join(f"{p:.{PRECISION}f}" for p in e.scores)
+                         if args.scores else "") for e in extractions]
+
+
+@entry_point
+def main(argv) -> int:
+    args = parse_args(argv)
+    out, manifest, lines = open_tool(args, "summaries", None, "export.summarize",
+                                     lambda manifest: check_kind(args, manifest))
+    from .kinds import open_runner
+
+    summarizer = open_runner(manifest, args.runtime, args.variant, args.run)
+    if "selector" in manifest.data:  # the pipeline's summaries, by the run's search settings
+        outputs = summarizer.translate(lines, manifest.search, batch_size=args.batch_size,
+                                       truncate=not args.no_truncate, allow_empty=False,
+                                       epsilon=args.epsilon)
+    else:
+        outputs = extract(args, summarizer, lines)
+    write_output(out, outputs)
     return 0
 
 

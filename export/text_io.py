@@ -1,6 +1,7 @@
 """What the line-in, line-out tools of an export (export.translate, export.classify,
-export.summarize) share: their start, their input, runtime and output options, the -o check,
-opening the export, reading the input, writing the output."""
+export.summarize, export.fill_mask) share: their start, their input, runtime and output
+options, the -o check, opening the export, reading the input (`open_tool`), writing the
+output."""
 
 from __future__ import annotations
 
@@ -24,16 +25,22 @@ def start(args, what: str) -> Path | None:
     return check_output(args, what)
 
 
-def open_manifest(args, kind: str, tool: str):
-    """The export's manifest, refused in one line if the export is of another kind than
-    `kind` (naming `tool`), or if --run stands beside a runtime that would ignore it; the
-    tool's runner comes from it (export.kinds.open_runner), without reading it again."""
+def open_tool(args, what: str, kind: str | None, tool: str, check=None):
+    """What a line tool does before its own work -> (out, manifest, lines): `start` (-o
+    checked), the export's manifest, refused in one line if the export is of another kind than
+    `kind` (naming `tool`) or if --run stands beside a runtime that would ignore it, then
+    `check(manifest)` (the tool's own refusals, before any input is read), then the input
+    lines. The tool's runner comes from the manifest (export.kinds.open_runner) without
+    reading it again."""
+    out = start(args, what)
+    check_run_option(args.run, args.runtime)
     # Here, not at the top: --help and a bad option need none of the runtimes.
     from .kinds import open_manifest
 
     manifest = open_manifest(args.export, kind, tool)
-    check_run_option(args.run, args.runtime)
-    return manifest
+    if check is not None:
+        check(manifest)
+    return out, manifest, read_input(args)
 
 
 def check_run_option(run, runtime: str) -> None:

@@ -86,10 +86,11 @@ def open_runner(manifest: Manifest, runtime: str = "onnx", variant: str = "float
     runner = kind_of(manifest).runner(manifest, load_backend(manifest, runtime, variant,
                                                              run_dir, **options))
     if "selector" in manifest.data:
-        from .seq2seq.pipeline import with_selector
+        from .seq2seq.pipeline import PipelineTranslator, selector_of
 
-        return with_selector(runner, manifest, runtime, run_dir,
-                             lambda sub, sub_run: open_runner(sub, runtime, variant, sub_run))
+        sub, sub_run = selector_of(manifest, runtime, run_dir)
+        return PipelineTranslator(runner, open_runner(sub, runtime, variant, sub_run),
+                                  manifest["selector"]["epsilon"])
     return runner
 
 

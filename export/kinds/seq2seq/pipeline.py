@@ -6,7 +6,7 @@ restricted to the sentences the selector keeps, in any runtime of both."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from keras_transformer.decoding import SearchSettings
@@ -109,26 +109,23 @@ class PipelineTranslator:
         return outputs
 
 
-def with_selector(translator, manifest: Manifest, runtime: str, run_dir,
-                  open_runner: Callable) -> PipelineTranslator:
-    """The pipeline's runner: the copy model's `translator` and the selector's Summarizer,
-    opened by `open_runner(manifest, run_dir)` in the same runtime (the keras runtime reads
-    the selector run the copy run's config names)."""
+def selector_of(manifest: Manifest, runtime: str, run_dir) -> tuple[Manifest, Path | None]:
+    """The pipeline's selector: its sub-export's manifest and, for the keras runtime, its
+    training run (the one the copy run's config names); the caller opens its runner in the
+    same runtime and hands it to PipelineTranslator with the manifest's epsilon."""
     from ...runtime.base import training_run
 
-    block = manifest["selector"]
-    sub = Manifest(manifest.root / block["export"])
+    sub = Manifest(manifest.root / manifest["selector"]["export"])
     if sub.kind != "extractor":
         raise ExportError(f"{sub.root} holds a {sub.kind}, not the extractive summarizer a "
                           f"selector is; re-export the run")
-    selector_run = None
-    if runtime == "keras":
-        found = run_selector(training_run(manifest, run_dir))
-        if found is None:
-            raise ExportError(f"the keras runtime of {manifest.root} needs the run's selector, "
-                              f"and the run's config names none (eval.selector)")
-        selector_run = found[0]
-    return PipelineTranslator(translator, open_runner(sub, selector_run), block["epsilon"])
+    if runtime != "keras":
+        return sub, None
+    found = run_selector(training_run(manifest, run_dir))
+    if found is None:
+        raise ExportError(f"the keras runtime of {manifest.root} needs the run's selector, "
+                          f"and the run's config names none (eval.selector)")
+    return sub, found[0]
 
 
 def check_pipeline(run, out):
@@ -150,9 +147,10 @@ def check_pipeline(run, out):
     summaries, scores = {}, {}
     for name, backend in run.backends.items():
         start = time.perf_counter()
-        pipeline = with_selector(Translator(manifest, backend), manifest, name, run.run_dir,
-                                 lambda sub, sub_run, name=name: run.open(sub, name,
-                                                                          "float32", sub_run))
+        sub, sub_run = selector_of(manifest, name, run.run_dir)
+        pipeline = PipelineTranslator(Translator(manifest, backend),
+                                      run.open(sub, name, "float32", sub_run),
+                                      manifest["selector"]["epsilon"])
         scores[name] = [s for _, s in pipeline.selector.scorer.score(
             pipeline.selector.prepare(articles))]
         summaries[name] = pipeline.translate(articles, settings)
