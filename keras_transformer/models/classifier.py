@@ -7,17 +7,16 @@ from keras import ops
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.embedding import PositionalEmbedding
-from keras_transformer.layers.encoder import Encoder
-from keras_transformer.layers.masks import masked_mean, padding_mask
+from keras_transformer.layers.masks import masked_mean
+from keras_transformer.models.backbone import EncoderBackbone
 from keras_transformer.models.presets import FromPreset
-from keras_transformer.models.transformer import as_config, check_ids, stack_options
+from keras_transformer.models.transformer import as_config
 
 POOLINGS = ("mean", "first")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerClassifier(FromPreset, keras.Model):
+class TransformerClassifier(EncoderBackbone, FromPreset, keras.Model):
     """ids (B,S) int -> class logits (B,num_classes) float32 (uses the source-side config).
 
     Args:
@@ -50,16 +49,12 @@ class TransformerClassifier(FromPreset, keras.Model):
         self.pooling = pooling
         c = self.config
         policy = self.dtype_policy
-        self.embedding = PositionalEmbedding(c.source_vocab_size, c.d_model, c.max_source_length,
-                                             c.positional, c.dropout, dtype=policy,
-                                             name="embedding")
-        self.encoder = Encoder(c.num_encoder_layers, name="encoder", **stack_options(c, policy))
+        self.make_backbone()
         self.head_dropout = Dropout(c.dropout, dtype=policy)
         self.head = keras.layers.Dense(num_classes, dtype=policy, name="classifier")
 
     def build(self, input_shape=None):
-        self.embedding.build((None, None))
-        self.encoder.build((None, None, self.config.d_model))
+        self.build_backbone()
         self.head.build((None, self.config.d_model))
         self.built = True
 
@@ -68,19 +63,6 @@ class TransformerClassifier(FromPreset, keras.Model):
         if self.pooling == "first":
             return states[:, 0, :]
         return masked_mean(states, mask)
-
-    def encode(self, ids, training=None, return_attention_scores=False):
-        """ids (B,S) -> encoder states (B,S,d_model) and their padding mask (B,S) bool; with
-        return_attention_scores also every layer's self-attention weights, a list of
-        `num_encoder_layers` (B,H,S,S) (what the attention explorer shows)."""
-        check_ids(ids, "ids")
-        mask = padding_mask(ids, self.config.pad_id)
-        out = self.encoder(self.embedding(ids, training=training), mask, training=training,
-                           return_attention_scores=return_attention_scores)
-        if return_attention_scores:
-            states, weights = out
-            return states, mask, weights
-        return out, mask
 
     def classify(self, states, mask, training=None):
         """Encoder states (B,S,d_model) and their mask (B,S) -> class logits (B,num_classes)

@@ -8,15 +8,15 @@ from keras import ops
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.encoder import Encoder
-from keras_transformer.layers.masks import masked_mean, padding_mask
+from keras_transformer.layers.masks import masked_mean
+from keras_transformer.models.backbone import EncoderBackbone
 from keras_transformer.models.presets import FromPreset
-from keras_transformer.models.transformer import as_config, check_ids, stack_options
+from keras_transformer.models.transformer import as_config, check_ids
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerExtractor(FromPreset, keras.Model):
+class TransformerExtractor(EncoderBackbone, FromPreset, keras.Model):
     """ids (B,K,S) int -> sentence logits (B,K) float32 (uses the source-side config).
 
     Row k of an article is its k-th sentence's pieces + EOS, right-padded with PAD to S; an
@@ -55,10 +55,7 @@ class TransformerExtractor(FromPreset, keras.Model):
         self.sentence_layers = sentence_layers
         c = self.config
         policy = self.dtype_policy
-        self.embedding = PositionalEmbedding(c.source_vocab_size, c.d_model, c.max_source_length,
-                                             c.positional, c.dropout, dtype=policy,
-                                             name="embedding")
-        self.encoder = Encoder(c.num_encoder_layers, name="encoder", **stack_options(c, policy))
+        self.make_backbone()
         # Learned: news puts its gist first, and how much a place counts is for the data to say.
         self.sentence_position = keras.layers.Embedding(max_sentences, c.d_model, dtype=policy,
                                                         name="sentence_position")
@@ -71,8 +68,7 @@ class TransformerExtractor(FromPreset, keras.Model):
 
     def build(self, input_shape=None):
         d = self.config.d_model
-        self.embedding.build((None, None))
-        self.encoder.build((None, None, d))
+        self.build_backbone()
         self.sentence_position.build((None,))
         self.sentence_encoder.build((None, None, d))
         self.head.build((None, None, d))
@@ -85,8 +81,7 @@ class TransformerExtractor(FromPreset, keras.Model):
         shape = ops.shape(ids)
         batch, sentences, length = shape[0], shape[1], shape[2]
         flat = ops.reshape(ids, (batch * sentences, length))
-        mask = padding_mask(flat, self.config.pad_id)
-        states = self.encoder(self.embedding(flat, training=training), mask, training=training)
+        states, mask = self.encode(flat, training=training)
         vectors = ops.reshape(masked_mean(states, mask), (batch, sentences, self.config.d_model))
         sentence_mask = ops.reshape(ops.any(mask, axis=-1), (batch, sentences))
         return vectors, sentence_mask

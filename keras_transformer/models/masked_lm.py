@@ -13,15 +13,13 @@ import keras
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers.embedding import PositionalEmbedding
-from keras_transformer.layers.encoder import Encoder
-from keras_transformer.layers.masks import padding_mask
+from keras_transformer.models.backbone import EncoderBackbone
 from keras_transformer.models.presets import FromPreset
-from keras_transformer.models.transformer import as_config, check_ids, stack_options, vocab_logits
+from keras_transformer.models.transformer import as_config, vocab_logits
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerMaskedLM(FromPreset, keras.Model):
+class TransformerMaskedLM(EncoderBackbone, FromPreset, keras.Model):
     """ids (B,S) int -> logits (B,S,V) float32 of the piece at every position (source side);
     (ids (B,S), positions (B,P)) int -> logits (B,P,V) at those positions only.
 
@@ -55,10 +53,7 @@ class TransformerMaskedLM(FromPreset, keras.Model):
         self.config = as_config(config)
         c = self.config
         policy = self.dtype_policy
-        self.embedding = PositionalEmbedding(c.source_vocab_size, c.d_model, c.max_source_length,
-                                             c.positional, c.dropout, dtype=policy,
-                                             name="embedding")
-        self.encoder = Encoder(c.num_encoder_layers, name="encoder", **stack_options(c, policy))
+        self.make_backbone()
         self.head_transform = keras.layers.Dense(c.d_model, activation="gelu", dtype=policy,
                                                  name="mlm_transform")
         self.head_norm = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon,
@@ -66,20 +61,12 @@ class TransformerMaskedLM(FromPreset, keras.Model):
 
     def build(self, input_shape=None):
         c = self.config
-        self.embedding.build((None, None))
-        self.encoder.build((None, None, c.d_model))
+        self.build_backbone()
         self.head_transform.build((None, None, c.d_model))
         self.head_norm.build((None, None, c.d_model))
         self.head_bias = self.add_weight(name="mlm_bias", shape=(c.source_vocab_size,),
                                          initializer="zeros")
         self.built = True
-
-    def encode(self, ids, training=None):
-        """ids (B,S) -> encoder states (B,S,d_model) and their padding mask (B,S) bool."""
-        check_ids(ids, "ids")
-        mask = padding_mask(ids, self.config.pad_id)
-        return self.encoder(self.embedding(ids, training=training), mask,
-                            training=training), mask
 
     def call(self, inputs, training=None):
         ids, positions = inputs if isinstance(inputs, (tuple, list)) else (inputs, None)
