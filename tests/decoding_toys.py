@@ -114,3 +114,24 @@ def seq_logprob(model, source, seq):
         total += float(log_softmax(model(source, prefix).astype(np.float64))[tok])
         prefix = prefix + (tok,)
     return total
+
+
+def random_transformer(seed: int, vocab: int = 40, eos_bias: float = 0.0, **overrides):
+    """A tiny random-weight Transformer (keras seeded with `seed`; `overrides` change its
+    config), built; `eos_bias` is added to EOS's output bias, so that hypotheses end at
+    different lengths."""
+    import keras
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.models.transformer import Transformer
+
+    keras.utils.set_random_seed(seed)
+    config = TransformerConfig.preset(
+        "tiny", source_vocab_size=vocab, target_vocab_size=vocab, d_model=32, num_heads=4,
+        d_ff=64, max_source_length=24, max_target_length=24, dropout=0.0, **overrides)
+    model = Transformer(config)
+    model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
+    if eos_bias:
+        bias = model.output_projection.bias
+        bias.assign(bias.numpy() + eos_bias * (np.arange(vocab) == config.eos_id))
+    return model

@@ -9,30 +9,21 @@ no_repeat_ngram_size and min_length, over random batches with padding.
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 
 from keras_transformer import decoding
 from keras_transformer.cache import layout
 from keras_transformer.generation import trimmed
+from tests.decoding_toys import random_transformer
 
 ort = pytest.importorskip("onnxruntime")
 
 VOCAB = 40
 
 
-def _model(seed: int, **overrides):
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.models.transformer import Transformer
-
-    keras.utils.set_random_seed(seed)
-    config = TransformerConfig.preset(
-        "tiny", source_vocab_size=VOCAB, target_vocab_size=VOCAB, d_model=32, num_heads=4,
-        d_ff=64, max_source_length=24, max_target_length=24, dropout=0.0, **overrides)
-    model = Transformer(config)
-    model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
-    return model
+def _model(seed: int, **options):
+    return random_transformer(seed, VOCAB, **options)
 
 
 class _Graphs:

@@ -11,11 +11,11 @@ without no_repeat_ngram_size and min_length, over random batches with padding.
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 
 from keras_transformer.decoding import SearchSettings
+from tests.decoding_toys import random_transformer
 
 tf = pytest.importorskip("tensorflow")
 
@@ -33,20 +33,8 @@ SETTINGS = [
 ]
 
 
-def _model(seed: int, eos_bias: float = 0.0, **overrides):
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.models.transformer import Transformer
-
-    keras.utils.set_random_seed(seed)
-    config = TransformerConfig.preset(
-        "tiny", source_vocab_size=VOCAB, target_vocab_size=VOCAB, d_model=32, num_heads=4,
-        d_ff=64, max_source_length=24, max_target_length=24, dropout=0.0, **overrides)
-    model = Transformer(config)
-    model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
-    if eos_bias:
-        bias = model.output_projection.bias
-        bias.assign(bias.numpy() + eos_bias * (np.arange(VOCAB) == config.eos_id))
-    return model
+def _model(seed: int, **options):
+    return random_transformer(seed, VOCAB, **options)
 
 
 @pytest.fixture(scope="module", params=["post_ln", "eos_often", "copy_attention"])
