@@ -12,6 +12,7 @@ from pathlib import Path
 from keras_transformer.command_line import command
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import UnsafePath, resolve_inside
+from keras_transformer.text.bottom_up import SOURCES as SELECTOR_SOURCES
 
 from .formats import FORMATS, variants_of
 
@@ -164,7 +165,7 @@ def validate(data) -> None:
 
 def _selector(data: dict, files: dict) -> None:
     """A pipeline's `selector` block: the sub-export of its selector, which `files` lists,
-    and epsilon in [0, 1]."""
+    epsilon in [0, 1], and where given top_k (>= 0) and source."""
     selector = _check(data, "selector", dict, "")
     directory = _check(selector, "export", str, "selector")
     if f"{directory}/{MANIFEST}" not in files or "/" in directory or directory in ("", ".", ".."):
@@ -175,6 +176,12 @@ def _selector(data: dict, files: dict) -> None:
             0 <= epsilon <= 1):
         raise ExportError(f"key 'selector.epsilon' must be a number from 0 to 1, got "
                           f"{epsilon!r}")
+    top_k = selector.get("top_k", 0)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ExportError(f"key 'selector.top_k' must be an integer >= 0, got {top_k!r}")
+    if selector.get("source", "mask") not in SELECTOR_SOURCES:
+        raise ExportError(f"key 'selector.source' must be one of {SELECTOR_SOURCES}, got "
+                          f"{selector.get('source')!r}")
 
 
 def _search_settings(block: dict, name: str) -> SearchSettings:

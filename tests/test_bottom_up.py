@@ -322,3 +322,30 @@ def test_extract_then_abstract_reads_the_kept_sentences_alone_in_article_order()
         [kept_text, articles[1]], settings)
     with pytest.raises(ValueError, match="source must be one of"):
         _stand_in_summarizer(probabilities, epsilon=0.4, source="rewrite")
+
+
+def test_a_pipelines_rule_comes_from_its_manifest_and_epsilon_given_selects_by_threshold():
+    """export: the manifest's selector block (epsilon, top_k, source; an older export's
+    epsilon alone) is the rule of the pipeline's summarizer; a given epsilon (export.summarize
+    --epsilon) is a threshold, whatever top_k the export has; a bad rule is refused."""
+    from types import SimpleNamespace
+
+    from export.common import ExportError, _selector
+    from export.kinds.seq2seq.pipeline import PipelineTranslator, selector_rule
+
+    manifest = {"selector": {"export": "selector", "epsilon": 0.2}}  # an older export's
+    assert selector_rule(manifest) == {"epsilon": 0.2, "top_k": 0, "source": "mask"}
+    manifest["selector"] = {"export": "selector", "epsilon": 0.2, "top_k": 2,
+                            "source": "extract"}
+    selector = SimpleNamespace(scorer=SimpleNamespace(score=None), prepare=None)
+    pipeline = PipelineTranslator(object(), selector, **selector_rule(manifest))
+    assert pipeline.summarizer().describe() == {"epsilon": 0.2, "top_k": 2,
+                                                "source": "extract"}
+    assert pipeline.summarizer(0.3).describe() == {"epsilon": 0.3, "top_k": 0,
+                                                   "source": "extract"}
+    files = {"selector/manifest.json": {}}
+    _selector({"selector": manifest["selector"]}, files)
+    for key, value, message in (("top_k", -1, "selector.top_k"), ("top_k", True, "top_k"),
+                                ("source", "rewrite", "selector.source")):
+        with pytest.raises(ExportError, match=message):
+            _selector({"selector": {**manifest["selector"], key: value}}, files)

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -546,6 +547,8 @@ def test_a_selector_that_is_not_an_extractive_run_is_refused_before_training(bot
 @pytest.mark.parametrize("overrides, message", [
     (["eval.selector=runs/x"], "eval.selector restricts a copy model's attention"),
     (["eval.selector_epsilon=1.5"], "eval.selector_epsilon must be"),
+    (["eval.selector_top_k=-1"], "eval.selector_top_k must be"),
+    (["eval.selector_source=rewrite"], "eval.selector_source must be one of"),
 ])
 def test_a_selector_without_copy_attention_or_epsilon_outside_0_1_is_refused(overrides,
                                                                              message, tmp_path):
@@ -566,7 +569,8 @@ def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bott
                          "--with-attention", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((export / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["selector"] == {"export": "selector", "epsilon": 0.5}
+    assert manifest["selector"] == {"export": "selector", "epsilon": 0.5, "top_k": 0,
+                                    "source": "mask"}
     assert "selector/manifest.json" in manifest["files"]
     sub = json.loads((export / "selector" / "manifest.json").read_text(encoding="utf-8"))
     assert sub["kind"] == "extractor" and list(sub["formats"]) == ["onnx"]
@@ -594,6 +598,24 @@ def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bott
     assert pipeline.translate(lines, settings, epsilon=0.0) == \
         pipeline.translator.translate(lines, settings)
     assert pipeline.translate(["", lines[0]], settings) == ["", want[0]]
+    # A manifest's rule reaches the runner: the selector's 2 best sentences alone (extract
+    # then abstract) in the onnx runtime, as the Keras pipeline writes them.
+    from keras_transformer.text.bottom_up import BottomUpSummarizer
+    from keras_transformer.translator import keras_translator
+    from train.tasks import load_run
+
+    extract = tmp_path / "extract"
+    shutil.copytree(export, extract)
+    manifest["selector"].update(top_k=2, source="extract")
+    (extract / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    ext_task, ext_model = load_run(extractive, "extractive_summarization")
+    copy_task, copy_model = load_run(out, "summarization")
+    keras_pipeline = BottomUpSummarizer(
+        ext_task.make_scorer(ext_model).score,
+        keras_translator(copy_model, copy_task.source_tok, copy_task.target_tok), 0.5,
+        top_k=2, source="extract")
+    assert open_export(extract).translate(lines, settings) == \
+        keras_pipeline.summarize(lines, settings)
     # export.parity checks both stages together in every exported runtime.
     parity = run_command("export.parity", "--export", str(export), "--run", str(out),
                          "--src", str(out / "test.src"), "--ref", str(out / "test.ref"),
@@ -611,7 +633,8 @@ def test_the_pipeline_exports_as_one_and_runs_without_tensorflow_as_trained(bott
     assert answer["output"] == want[0]
     encoded, probabilities, masks = pipeline.summarizer().sources([lines[0]])
     assert answer["selector"] == {"probabilities": probabilities[0].tolist(),
-                                  "kept": masks[0].tolist(), "epsilon": 0.5}
+                                  "kept": masks[0].tolist(), "epsilon": 0.5, "top_k": 0,
+                                  "source": "mask"}
     sp = pipeline.source_sp
     assert [sp.piece_to_id(p) for p in answer["source_tokens"]] == encoded[0]
     produced = [sp.piece_to_id(p) for p in answer["output_tokens"]]

@@ -18,6 +18,7 @@ import yaml
 from keras_transformer.decoding.settings import BOUNDS as SEARCH_BOUNDS
 from keras_transformer.decoding.settings import SEQ2SEQ_KEYS
 from keras_transformer.file_safety import atomic_write_text, check_input_file
+from keras_transformer.text.bottom_up import SOURCES as SELECTOR_SOURCES
 
 
 @dataclass
@@ -162,9 +163,13 @@ class EvalConfig:
     trigram_blocking: bool | str = "auto"
     # task summarization with copy attention: bottom-up selection (text/bottom_up.py). The
     # copy model reads only the sentences to which the extractive_summarization run `selector`
-    # gives a probability >= selector_epsilon (an article with none: read whole); "": none.
+    # gives a probability >= selector_epsilon (an article with none: read whole), or its
+    # selector_top_k best sentences when > 0; "": none. selector_source: "mask" (the article
+    # with the other sentences masked) or "extract" (the kept sentences alone).
     selector: str = ""
     selector_epsilon: float = 0.5
+    selector_top_k: int = 0
+    selector_source: str = "mask"
 
 
 @dataclass
@@ -334,6 +339,9 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
     if config.data.word_joints not in WORD_JOINTS:
         raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got "
                           f"{config.data.word_joints!r}")
+    if config.eval.selector_source not in SELECTOR_SOURCES:
+        raise ConfigError(f"eval.selector_source must be one of {SELECTOR_SOURCES}, got "
+                          f"{config.eval.selector_source!r}")
     return config
 
 
@@ -387,7 +395,7 @@ _RANGES = [
     ("eval.summary_sentences", 0, 512, False), ("eval.summary_syllables", 0, None, False),
     ("data.mask_rate", 0, 1, True), ("data.max_predictions", 0, None, False),
     ("data.noise_rate", 0, 1, True), ("data.span_lambda", 0, 64, True),
-    ("eval.selector_epsilon", 0, 1, False),
+    ("eval.selector_epsilon", 0, 1, False), ("eval.selector_top_k", 0, 64, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2",

@@ -86,11 +86,11 @@ def open_runner(manifest: Manifest, runtime: str = "onnx", variant: str = "float
     runner = kind_of(manifest).runner(manifest, load_backend(manifest, runtime, variant,
                                                              run_dir, **options))
     if "selector" in manifest.data:
-        from .seq2seq.pipeline import PipelineTranslator, selector_of
+        from .seq2seq.pipeline import PipelineTranslator, selector_of, selector_rule
 
         sub, sub_run = selector_of(manifest, runtime, run_dir)
         return PipelineTranslator(runner, open_runner(sub, runtime, variant, sub_run),
-                                  manifest["selector"]["epsilon"])
+                                  **selector_rule(manifest))
     return runner
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from keras_transformer.text.sentences import split_sentences
 
 EOS_SENTENCE = -1  # the sentence index of the source's EOS
+SOURCES = ("mask", "extract")  # what the copy model reads: BottomUpSummarizer.source
 
 
 def check_epsilon(epsilon) -> float:
@@ -87,6 +88,23 @@ def selection_mask(probabilities: Sequence[float], owners: Sequence[int], epsilo
     return kept | eos, False
 
 
+def check_top_k(top_k) -> int:
+    """top_k as an int, or a ValueError saying what to give: an integer >= 0."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (the selector's k best sentences; "
+                         f"0: those at or above epsilon), got {top_k!r}")
+    return top_k
+
+
+def check_source(source) -> str:
+    """source, or a ValueError naming the choices."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES} (mask: the article with the other "
+                         f"sentences masked; extract: the kept sentences alone), got "
+                         f"{source!r}")
+    return source
+
+
 def chosen_sentences(scores: Sequence[float], epsilon: float, top_k: int = 0) -> np.ndarray:
     """The indices, in article order, of the sentences a selector keeps: its `top_k` most
     probable when top_k > 0 (ties: the earlier sentence), else those of probability >=
@@ -95,9 +113,6 @@ def chosen_sentences(scores: Sequence[float], epsilon: float, top_k: int = 0) ->
     if top_k:
         return np.sort(np.argsort(-scores, kind="stable")[:top_k])
     return np.flatnonzero(scores >= epsilon)
-
-
-SOURCES = ("mask", "extract")
 
 
 @dataclass
@@ -132,11 +147,12 @@ class BottomUpSummarizer:
 
     def __post_init__(self):
         self.epsilon = check_epsilon(self.epsilon)
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0: by epsilon), got "
-                             f"{self.top_k!r}")
-        if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+        self.top_k = check_top_k(self.top_k)
+        self.source = check_source(self.source)
+
+    def describe(self) -> dict:
+        """The selection rule, as configs and manifests write it."""
+        return {"epsilon": self.epsilon, "top_k": self.top_k, "source": self.source}
 
     def sources(self, articles: Sequence[str]) -> tuple[list[list[int]], list[np.ndarray],
                                                          list[np.ndarray]]:

@@ -80,7 +80,7 @@ class SummarizationTask(Seq2SeqTask):
         # export's pipeline does (export/kinds/seq2seq/pipeline.py).
         return BottomUpSummarizer(
             lambda articles: scorer.score(task.prepare_sources(articles), e.batch_size),
-            translator, e.selector_epsilon)
+            translator, e.selector_epsilon, top_k=e.selector_top_k, source=e.selector_source)
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
@@ -140,7 +140,7 @@ class SummarizationTask(Seq2SeqTask):
                                          batch_size=self.config.eval.batch_size,
                                          progress=progress)
         self.selection_stats = {"selector": self.config.eval.selector,
-                                "epsilon": summarizer.epsilon, **summarizer.stats.to_dict()}
+                                **summarizer.describe(), **summarizer.stats.to_dict()}
         return summaries
 
     def dev_score(self):

@@ -74,7 +74,8 @@ class Explorer:
                                                selections=[kept.tolist()])
             selected = {"selector": {"probabilities": probabilities.tolist(),
                                      "kept": kept.tolist(),
-                                     "epsilon": translator.epsilon}}
+                                     "epsilon": translator.epsilon, "top_k": translator.top_k,
+                                     "source": translator.source}}
         else:
             try:
                 (source_ids,) = translator.encode([text], truncate=self.truncate)

@@ -10,23 +10,30 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from keras_transformer.decoding import SearchSettings
-from keras_transformer.text.bottom_up import BottomUpSummarizer, check_epsilon
+from keras_transformer.text.bottom_up import (
+    BottomUpSummarizer,
+    check_epsilon,
+    check_source,
+    check_top_k,
+)
 
 from ...common import MANIFEST, ExportError, Manifest
 
 SELECTOR_DIR = "selector"
 
 
-def run_selector(run_dir: Path) -> tuple[Path, float] | None:
-    """(the selector run, epsilon) of a summarization run's config (eval.selector), or None
-    when it names none."""
+def run_selector(run_dir: Path) -> tuple[Path, dict] | None:
+    """(the selector run, its rule: the manifest's epsilon, top_k and source) of a
+    summarization run's config (eval.selector), or None when it names none."""
     from ...module import run_config
 
     evaluation = run_config(run_dir).get("eval")
     if not isinstance(evaluation, dict) or not evaluation.get("selector"):
         return None
-    return Path(str(evaluation["selector"])), check_epsilon(evaluation.get("selector_epsilon",
-                                                                           0.5))
+    return Path(str(evaluation["selector"])), {
+        "epsilon": check_epsilon(evaluation.get("selector_epsilon", 0.5)),
+        "top_k": check_top_k(evaluation.get("selector_top_k", 0)),
+        "source": check_source(evaluation.get("selector_source", "mask"))}
 
 
 def export_selector(out: Path, run_dir: Path, options, versions: dict
@@ -40,7 +47,7 @@ def export_selector(out: Path, run_dir: Path, options, versions: dict
     found = run_selector(run_dir)
     if found is None:
         return {}, []
-    selector_run, epsilon = found
+    selector_run, rule = found
     try:
         trained = load_trained(selector_run)
     except FileNotFoundError as err:
@@ -55,28 +62,41 @@ def export_selector(out: Path, run_dir: Path, options, versions: dict
     manifest = kind.export_into(sub, selector_run, trained,
                                 dataclasses.replace(options, with_attention=False), versions)
     files = [f"{SELECTOR_DIR}/{name}" for name in (MANIFEST, *manifest["files"])]
-    return {"selector": {"export": SELECTOR_DIR, "epsilon": epsilon}}, files
+    return {"selector": {"export": SELECTOR_DIR, **rule}}, files
+
+
+def selector_rule(manifest: Manifest) -> dict:
+    """The manifest's selection rule: epsilon, top_k and source (an export that records only
+    epsilon selects by it and masks)."""
+    block = manifest["selector"]
+    return {"epsilon": block["epsilon"], "top_k": block.get("top_k", 0),
+            "source": block.get("source", "mask")}
 
 
 class PipelineTranslator:
     """The copy model's Translator (export.runtime.base) whose `translate` reads each
     article restricted to the sentences the selector (an extractor export's Summarizer)
-    keeps; everything else is the Translator's."""
+    keeps, by the rule of text/bottom_up.py (epsilon, top_k, source); everything else is the
+    Translator's."""
 
-    def __init__(self, translator, selector, epsilon: float):
+    def __init__(self, translator, selector, epsilon: float, top_k: int = 0,
+                 source: str = "mask"):
         self.translator, self.selector = translator, selector
         self.epsilon = check_epsilon(epsilon)
+        self.top_k, self.source = check_top_k(top_k), check_source(source)
 
     def __getattr__(self, name):
         return getattr(self.translator, name)
 
     def summarizer(self, epsilon: float | None = None,
                    batch_size: int = 32) -> BottomUpSummarizer:
-        """A BottomUpSummarizer over both runtimes (epsilon: the export's unless given)."""
+        """A BottomUpSummarizer over both runtimes, by the export's rule; a given epsilon
+        selects by that threshold instead (top_k 0)."""
         scorer, prepare = self.selector.scorer, self.selector.prepare
+        rule = {"epsilon": self.epsilon, "top_k": self.top_k} if epsilon is None else \
+            {"epsilon": epsilon, "top_k": 0}
         return BottomUpSummarizer(lambda articles: scorer.score(prepare(articles), batch_size),
-                                  self.translator,
-                                  self.epsilon if epsilon is None else epsilon)
+                                  self.translator, source=self.source, **rule)
 
     def translate(self, sentences: Sequence[str], settings: SearchSettings = SearchSettings(),
                   *, batch_size: int = 64, truncate: bool = True, allow_empty: bool = True,
@@ -150,7 +170,7 @@ def check_pipeline(run, out):
         sub, sub_run = selector_of(manifest, name, run.run_dir)
         pipeline = PipelineTranslator(Translator(manifest, backend),
                                       run.open(sub, name, "float32", sub_run),
-                                      manifest["selector"]["epsilon"])
+                                      **selector_rule(manifest))
         scores[name] = [s for _, s in pipeline.selector.scorer.score(
             pipeline.selector.prepare(articles))]
         summaries[name] = pipeline.translate(articles, settings)
