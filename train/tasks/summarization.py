@@ -214,8 +214,12 @@ class SummarizationTask(Seq2SeqTask):
                   for who, key in (("model", "summary_stats"), ("reference", "reference_stats"))]
         if self.selection_stats is not None:  # the summaries of the last summarize
             stats["selection"] = self.selection_stats
-            lines.insert(1, "selection: {kept_share:.0%} of the pieces kept at epsilon "
-                         "{epsilon} ({unselected_articles} of {articles} articles with "
-                         "nothing selected, read whole)".format(**self.selection_stats))
+            s = self.selection_stats
+            rule = f"the {s['top_k']} best sentences" if s.get("top_k") else \
+                f"epsilon {s['epsilon']}"
+            lines.insert(1, f"selection: {rule}, {s.get('source', 'mask')}ed: "
+                         f"{s['kept_share']:.0%} of the source pieces kept "
+                         f"({s['unselected_articles']} of {s['articles']} articles with "
+                         f"nothing selected, read whole)")
         return {**scores, **leads, **stats}, lines
 
