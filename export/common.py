@@ -12,7 +12,7 @@ from pathlib import Path
 from keras_transformer.command_line import command
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import UnsafePath, resolve_inside
-from keras_transformer.text.bottom_up import SOURCES as SELECTOR_SOURCES
+from keras_transformer.text.bottom_up import check_source, check_top_k
 
 from .formats import FORMATS, variants_of
 
@@ -176,12 +176,12 @@ def _selector(data: dict, files: dict) -> None:
             0 <= epsilon <= 1):
         raise ExportError(f"key 'selector.epsilon' must be a number from 0 to 1, got "
                           f"{epsilon!r}")
-    top_k = selector.get("top_k", 0)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ExportError(f"key 'selector.top_k' must be an integer >= 0, got {top_k!r}")
-    if selector.get("source", "mask") not in SELECTOR_SOURCES:
-        raise ExportError(f"key 'selector.source' must be one of {SELECTOR_SOURCES}, got "
-                          f"{selector.get('source')!r}")
+    for key, check in (("top_k", check_top_k), ("source", check_source)):
+        if key in selector:
+            try:
+                check(selector[key])
+            except ValueError as err:
+                raise ExportError(f"key 'selector.{key}': {err}") from None
 
 
 def _search_settings(block: dict, name: str) -> SearchSettings:

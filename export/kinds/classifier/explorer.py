@@ -21,7 +21,7 @@ class ClassifierExplorer:
 
     kind = "classifier"
     route = "/classify"
-    searches = False  # takes --beam and --alpha
+    searches = False  # whether it takes --beam and --alpha
 
     def __init__(self, manifest: Manifest, classifier):
         self.manifest = manifest

@@ -18,7 +18,7 @@ class ExtractorExplorer:
 
     kind = "extractor"
     route = "/summarize"
-    searches = False  # takes --beam and --alpha
+    searches = False  # whether it takes --beam and --alpha
 
     def __init__(self, manifest: Manifest, summarizer):
         self.manifest = manifest

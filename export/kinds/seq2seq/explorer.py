@@ -26,7 +26,7 @@ class Explorer:
 
     kind = "translator"
     route = "/translate"
-    searches = True  # takes --beam and --alpha
+    searches = True  # whether it takes --beam and --alpha
 
     def __init__(self, manifest: Manifest, translator, beam_size: int | None = None,
                  alpha: float | None = None):

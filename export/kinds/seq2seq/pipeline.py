@@ -132,7 +132,8 @@ class PipelineTranslator:
 def selector_of(manifest: Manifest, runtime: str, run_dir) -> tuple[Manifest, Path | None]:
     """The pipeline's selector: its sub-export's manifest and, for the keras runtime, its
     training run (the one the copy run's config names); the caller opens its runner in the
-    same runtime and hands it to PipelineTranslator with the manifest's epsilon."""
+    same runtime and hands it to PipelineTranslator with the manifest's rule
+    (selector_rule)."""
     from ...runtime.base import training_run
 
     sub = Manifest(manifest.root / manifest["selector"]["export"])
