@@ -527,6 +527,43 @@ def test_a_copy_run_with_a_selector_summarizes_the_selected_sentences(bottom_up_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_extract_then_abstract_trains_on_the_oracles_or_the_selectors_sentences(
+        bottom_up_run, share, tmp_path):
+    """data.extract_sources: a training article's source is the greedy oracle's sentences
+    among the selector's first K (share 1) or the selector's 2 best (share 0), in article
+    order; dev's is always the selector's, as the pipeline reads it."""
+    from train.data import load_summaries, split_sentences
+    from train.scoring import oracle
+    from train.tasks import load_run, task_class
+
+    data, extractive, _, _ = bottom_up_run
+    config = yaml.safe_load((data / "copy.yaml").read_text(encoding="utf-8"))
+    config["data"].update(extract_sources=True, oracle_share=share)
+    config["eval"].update(selector_top_k=2, selector_source="extract")
+    path = tmp_path / "extract.yaml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True))
+    task = task_class("summarization")(load_run_config(path))
+    task.prepare(tmp_path)
+    ext_task, ext_model = load_run(extractive, "extractive_summarization")
+    k = ext_task.config.data.article_sentences
+    scorer = ext_task.make_scorer(ext_model)
+    for name, file in (("train", "train.tsv.gz"), ("dev", "dev.tsv.gz")):
+        split = load_summaries(data / file)
+        scores = [s for _, s in scorer.score(split.articles)]
+        want = []
+        for article, reference, p in zip(split.articles, split.summaries, scores, strict=True):
+            sentences = split_sentences(article)
+            chosen = oracle(sentences[:k], reference) if name == "train" and share else []
+            chosen = chosen or list(np.sort(np.argsort(-np.asarray(p), kind="stable")[:2]))
+            want.append(" ".join(sentences[i] for i in sorted(chosen)))
+        assert task.sources[name] == want, name
+        assert task.sources[name] != split.articles
+    # The oracle is the selector run's own, read, not computed again.
+    assert not (tmp_path / "oracle.json").exists()
+
+
+@pytest.mark.slow
 def test_a_selector_that_is_not_an_extractive_run_is_refused_before_training(bottom_up_run,
                                                                             tmp_path):
     data, extractive, out, _ = bottom_up_run
@@ -549,6 +586,8 @@ def test_a_selector_that_is_not_an_extractive_run_is_refused_before_training(bot
     (["eval.selector_epsilon=1.5"], "eval.selector_epsilon must be"),
     (["eval.selector_top_k=-1"], "eval.selector_top_k must be"),
     (["eval.selector_source=rewrite"], "eval.selector_source must be one of"),
+    (["data.extract_sources=true"], "data.extract_sources trains the copy model"),
+    (["data.oracle_share=1.5"], "data.oracle_share must be"),
 ])
 def test_a_selector_without_copy_attention_or_epsilon_outside_0_1_is_refused(overrides,
                                                                              message, tmp_path):

@@ -58,6 +58,12 @@ class DataConfig:
     # task extractive_summarization: the article's first K sentences are read (each its first
     # max_source_length - 1 pieces + EOS); a summary is picked among them.
     article_sentences: int = 16
+    # task summarization with eval.selector_source extract: train the copy model on what it
+    # will read (extract then abstract): each article's source is the greedy oracle's
+    # sentences (among the selector's article_sentences) for a share oracle_share of the
+    # training articles, the selector's own picks by eval's rule for the rest and for dev.
+    extract_sources: bool = False
+    oracle_share: float = 0.5
     # tasks masked_lm, denoising: the unlabelled text, files of training splits only (a dev or
     # test split is refused): VNDS-style TSV (.tsv, .tsv.gz: articles' sentences and summaries)
     # or one text per line; dev_texts score the perplexity. masked_lm: one row per sentence;
@@ -396,6 +402,7 @@ _RANGES = [
     ("data.mask_rate", 0, 1, True), ("data.max_predictions", 0, None, False),
     ("data.noise_rate", 0, 1, True), ("data.span_lambda", 0, 64, True),
     ("eval.selector_epsilon", 0, 1, False), ("eval.selector_top_k", 0, 64, False),
+    ("data.oracle_share", 0, 1, False),
 ]
 # Below 1, not up to it: label smoothing 1 leaves no signal, and Adam's betas must be < 1.
 _BELOW_HIGH = {"training.label_smoothing", "training.beta_1", "training.beta_2",

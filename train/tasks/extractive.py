@@ -60,19 +60,24 @@ def split_digest(articles, summaries) -> str:
     return digest.hexdigest()
 
 
-def oracle_labels(out: Path, splits: dict, max_sentences: int) -> dict[str, list[list[int]]]:
+def oracle_labels(out: Path, splits: dict, max_sentences: int,
+                  also: Path | None = None) -> dict[str, list[list[int]]]:
     """{split: the greedy oracle's sentences of each article among its first max_sentences}
-    (train.scoring.oracle), read from <out>/oracle.json when it holds them for these articles
-    and K, else computed and written there."""
+    (train.scoring.oracle), read from <out>/oracle.json (or `also`'s, another run's, read
+    only) when it holds them for these articles and K, else computed and written to
+    <out>/oracle.json."""
     path = out / ORACLE_FILE
     digests = {name: split_digest(s.articles, s.summaries) for name, s in splits.items()}
-    try:
-        cached = json.loads(path.read_text(encoding="utf-8"))
-        if cached["max_sentences"] == max_sentences and cached["digests"] == digests:
-            log.info("oracle labels: read from %s", path)
-            return cached["labels"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    for cache in (path, *(() if also is None else (also / ORACLE_FILE,))):
+        try:
+            cached = json.loads(cache.read_text(encoding="utf-8"))
+            labels = cached["labels"]
+            if cached["max_sentences"] == max_sentences and all(
+                    cached["digests"].get(name) == digest for name, digest in digests.items()):
+                log.info("oracle labels: read from %s", cache)
+                return {name: labels[name] for name in digests}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
     labels = {name: [oracle(split_sentences(a)[:max_sentences], s)
                      for a, s in zip(split.articles, split.summaries, strict=True)]
               for name, split in splits.items()}

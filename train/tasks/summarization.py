@@ -12,8 +12,9 @@ from tqdm import tqdm
 from keras_transformer.command_line import CommandError
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import atomic_write_text
-from keras_transformer.text.bottom_up import BottomUpSummarizer
+from keras_transformer.text.bottom_up import BottomUpSummarizer, chosen_sentences
 from keras_transformer.text.buckets import bucket_boundaries_for
+from keras_transformer.text.extractive import summary
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 from keras_transformer.text.summary_stats import format_statistics, summary_statistics
 from keras_transformer.translator import keras_translator, translate
@@ -52,6 +53,11 @@ class SummarizationTask(Seq2SeqTask):
             raise ConfigError("eval.selector restricts a copy model's attention: set "
                               "model.overrides.copy_attention: true (or leave eval.selector "
                               "empty)")
+        if config.data.extract_sources and not (config.eval.selector
+                                                and config.eval.selector_source == "extract"):
+            raise ConfigError("data.extract_sources trains the copy model on the sentences a "
+                              "selector extracts: set eval.selector (an extractive run) and "
+                              "eval.selector_source: extract, or data.extract_sources: false")
 
     def load_selector(self) -> None:
         """Load eval.selector's run once; a ConfigError naming it when it is not a finished
@@ -82,11 +88,49 @@ class SummarizationTask(Seq2SeqTask):
             lambda articles: scorer.score(task.prepare_sources(articles), e.batch_size),
             translator, e.selector_epsilon, top_k=e.selector_top_k, source=e.selector_source)
 
+    def extracted_sources(self, out: Path) -> dict[str, list[str]]:
+        """data.extract_sources: {train, dev: each article's extracted source text}. Training
+        reads the greedy oracle's sentences for a share data.oracle_share of its articles
+        (drawn once by data.seed) and the selector's picks by eval's rule for the rest; dev
+        reads the selector's picks, as the pipeline will. The oracle is the selector run's
+        when it holds these articles (else computed into <out>/oracle.json)."""
+        from .extractive import oracle_labels
+
+        d, e = self.config.data, self.config.eval
+        task, selector_model = self.selector
+        scorer = task.make_scorer(selector_model)
+        names = ("train", "dev")
+        oracles = oracle_labels(out, {n: self.splits[n] for n in names},
+                                task.config.data.article_sentences,
+                                also=Path(e.selector))
+        draw = np.random.default_rng(d.seed).random(len(self.splits["train"])) < d.oracle_share
+        sources = {}
+        for name in names:
+            articles = self.splits[name].articles
+            log.info("%s: the selector reads %d articles", name, len(articles))
+            scored = scorer.score(task.prepare_sources(articles), e.batch_size)
+            texts = []
+            for row, (article, (_, scores)) in enumerate(zip(articles, scored, strict=True)):
+                sentences = split_sentences(article)
+                oracle = oracles[name][row]
+                chosen = oracle if name == "train" and draw[row] and oracle else \
+                    chosen_sentences(scores, e.selector_epsilon, e.selector_top_k)
+                texts.append(summary(sentences, chosen) if len(chosen) else article)
+            sources[name] = texts
+        log.info("extract then abstract: %d of %d training sources are the oracle's "
+                 "sentences, the rest and dev the selector's", int(
+                     sum(bool(o) and t for o, t in zip(oracles["train"], draw, strict=True))),
+                 len(draw))
+        return sources
+
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
         if config.eval.selector:  # a missing selector fails now, not after training
             self.load_selector()
         self.splits = splits = load_summarization(d)
+        self.sources = {name: split.articles for name, split in splits.items()}
+        if d.extract_sources:
+            self.sources.update(self.extracted_sources(out))
         train = splits["train"]
         log.info("summarization: %s articles (word joints: %s)",
                  ", ".join(f"{len(v)} {k}" for k, v in splits.items()), d.word_joints)
@@ -98,7 +142,7 @@ class SummarizationTask(Seq2SeqTask):
         self.counts = {"empty_skipped": {k: v.skipped_empty for k, v in splits.items()},
                        "articles_truncated": {}, "summaries_truncated": {}}
         for name, split in splits.items():
-            cut = count_longer(split.articles, self.source_tok, d.max_source_length)
+            cut = count_longer(self.sources[name], self.source_tok, d.max_source_length)
             self.counts["articles_truncated"][name] = cut
             message = (f"{name}: {cut} of {len(split)} articles are cut to their first "
                        f"{d.max_source_length - 1} pieces")
@@ -115,8 +159,8 @@ class SummarizationTask(Seq2SeqTask):
     def datasets(self):
         d, splits = self.config.data, self.splits
         return self.pair_datasets(
-            (splits["train"].articles, splits["train"].summaries),
-            (splits["dev"].articles, splits["dev"].summaries),
+            (self.sources["train"], splits["train"].summaries),
+            (self.sources["dev"], splits["dev"].summaries),
             max_source_length=d.max_source_length, max_target_length=d.max_target_length,
             tokens_per_batch=d.tokens_per_batch,
             bucket_boundaries=bucket_boundaries_for(d.max_source_length, d.num_buckets),
