@@ -24,7 +24,7 @@ import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import add_text_io_arguments, open_tool, write_output
+from .text_io import add_text_io_arguments, run_tool
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -57,16 +57,12 @@ def main(argv) -> int:
             raise ValueError(f"--top-k {args.top_k} is more than the {len(labels)} classes of "
                              f"{args.export} ({', '.join(labels)})")
 
-    out, manifest, lines = open_tool(args, "labels", "classifier", "export.classify", check)
-    from .kinds import open_runner
+    def work(classifier, manifest, lines):
+        probabilities = classifier.probabilities(lines, batch_size=args.batch_size,
+                                                 truncate=not args.no_truncate)
+        return [format_line(best) for best in classifier.top_k(probabilities, args.top_k)]
 
-    classifier = open_runner(manifest, args.runtime, args.variant, args.run)
-    probabilities = classifier.probabilities(lines, batch_size=args.batch_size,
-                                             truncate=not args.no_truncate)
-    write_output(out, (format_line(best) for best in classifier.top_k(probabilities,
-                                                                      args.top_k)))
-    return 0
-
+    return run_tool(args, "labels", "classifier", "export.classify", work, check)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,7 +27,7 @@ import sys
 
 from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
 
-from .text_io import add_text_io_arguments, open_tool, write_output
+from .text_io import add_text_io_arguments, run_tool
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -63,16 +63,13 @@ def main(argv) -> int:
             raise ValueError(f"--top-k {args.top_k} is more than the {vocab} pieces of "
                              f"{args.export}'s vocabulary")
 
-    out, manifest, lines = open_tool(args, "fills", "masked_lm", "export.fill_mask", check)
-    from .kinds import open_runner
+    def work(fill_mask, manifest, lines):
+        filled = fill_mask.fill(lines, args.top_k, batch_size=args.batch_size,
+                                truncate=not args.no_truncate)
+        return [line for number, masks in enumerate(filled, start=1)
+                for line in format_lines(number, masks)]
 
-    fill_mask = open_runner(manifest, args.runtime, args.variant, args.run)
-    filled = fill_mask.fill(lines, args.top_k, batch_size=args.batch_size,
-                            truncate=not args.no_truncate)
-    write_output(out, (line for number, masks in enumerate(filled, start=1)
-                       for line in format_lines(number, masks)))
-    return 0
-
+    return run_tool(args, "fills", "masked_lm", "export.fill_mask", work, check)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -41,7 +41,7 @@ from keras_transformer.command_line import (
     int_in,
 )
 
-from .text_io import add_text_io_arguments, open_tool, write_output
+from .text_io import add_text_io_arguments, run_tool
 
 PRECISION = 4  # decimals of the printed probabilities
 
@@ -141,23 +141,22 @@ def extract(args, summarizer, lines: list[str]) -> list[str]:
                          if args.scores else "") for e in extractions]
 
 
+def summarize(args, summarizer, manifest, lines: list[str]) -> list[str]:
+    """The output lines: a bottom-up summarizer's summaries by the run's search settings, or
+    an extractive summarizer's (extract)."""
+    if "selector" in manifest.data:
+        return summarizer.translate(lines, manifest.search, batch_size=args.batch_size,
+                                    truncate=not args.no_truncate, allow_empty=False,
+                                    epsilon=args.epsilon)
+    return extract(args, summarizer, lines)
+
+
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    out, manifest, lines = open_tool(args, "summaries", None, "export.summarize",
-                                     lambda manifest: check_kind(args, manifest))
-    from .kinds import open_runner
-
-    summarizer = open_runner(manifest, args.runtime, args.variant, args.run)
-    if "selector" in manifest.data:  # the pipeline's summaries, by the run's search settings
-        outputs = summarizer.translate(lines, manifest.search, batch_size=args.batch_size,
-                                       truncate=not args.no_truncate, allow_empty=False,
-                                       epsilon=args.epsilon)
-    else:
-        outputs = extract(args, summarizer, lines)
-    write_output(out, outputs)
-    return 0
-
+    return run_tool(args, "summaries", None, "export.summarize",
+                    lambda *given: summarize(args, *given),
+                    lambda manifest: check_kind(args, manifest))
 
 if __name__ == "__main__":
     sys.exit(main())

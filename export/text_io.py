@@ -1,7 +1,6 @@
 """What the line-in, line-out tools of an export (export.translate, export.classify,
 export.summarize, export.fill_mask) share: their start, their input, runtime and output
-options, the -o check, opening the export, reading the input (`open_tool`), writing the
-output."""
+options, the -o check, and the run from options to output (`run_tool`)."""
 
 from __future__ import annotations
 
@@ -25,22 +24,25 @@ def start(args, what: str) -> Path | None:
     return check_output(args, what)
 
 
-def open_tool(args, what: str, kind: str | None, tool: str, check=None):
-    """What a line tool does before its own work -> (out, manifest, lines): `start` (-o
-    checked), the export's manifest, refused in one line if the export is of another kind than
-    `kind` (naming `tool`) or if --run stands beside a runtime that would ignore it, then
-    `check(manifest)` (the tool's own refusals, before any input is read), then the input
-    lines. The tool's runner comes from the manifest (export.kinds.open_runner) without
-    reading it again."""
-    out = start(args, what)
+def run_tool(args, what: str, kind: str | None, tool: str, work, check=None) -> int:
+    """A line tool from its parsed options to its output, in one place: `start` (-o checked),
+    the export's manifest, refused in one line if the export is of another kind than `kind`
+    (naming `tool`) or if --run stands beside a runtime that would ignore it, then
+    `check(manifest)` (the tool's own refusals, before any input is read), the input lines,
+    the runner the manifest names (export.kinds.open_runner: the manifest is not read again),
+    and `work(runner, manifest, lines)`'s output lines written. Returns the exit code 0."""
     check_run_option(args.run, args.runtime)
+    out = start(args, what)
     # Here, not at the top: --help and a bad option need none of the runtimes.
-    from .kinds import open_manifest
+    from .kinds import open_manifest, open_runner
 
     manifest = open_manifest(args.export, kind, tool)
     if check is not None:
         check(manifest)
-    return out, manifest, read_input(args)
+    lines = read_input(args)
+    runner = open_runner(manifest, args.runtime, args.variant, args.run)
+    write_output(out, work(runner, manifest, lines))
+    return 0
 
 
 def check_run_option(run, runtime: str) -> None:
