@@ -5,11 +5,12 @@
         [--timeout 30] [--max-inputs 256] [--runtime onnx] [--variant float32]
 
 POST /v1/translate (a translation run's export), /v1/summarize (a summarization run's, or an
-extractive summarizer's), /v1/classify (a classifier's) or /v1/generate (a language
-model's) takes {"inputs": ["...", ...]} and optional search settings ("beam_size", "alpha",
-... within the bounds export.translate and export.generate take) and answers {"outputs":
-[...]} in input order: each what the line tool prints for that input alone (a classifier's:
-{"label", "score", "scores"}). "stream": true on translate, summarize and generate answers
+extractive summarizer's), /v1/classify (a classifier's), /v1/generate (a language model's)
+or /v1/fill_mask (a masked language model's) takes {"inputs": ["...", ...]} and optional
+settings ("beam_size", "alpha", ... within the bounds export.translate and export.generate
+take; "top_k" for fill_mask) and answers {"outputs": [...]} in input order: each what the
+line tool prints for that input alone (a classifier's: {"label", "score", "scores"}; a
+masked LM's: per [MASK] its top_k {"piece", "id", "score"}). "stream": true on translate, summarize and generate answers
 Server-Sent Events instead: each token as it is decided (greedy search; a beam's tokens come
 with its final hypothesis), then each input's output. GET /health, GET /metrics (Prometheus'
 text format) and GET /openapi.json describe the server.
@@ -64,7 +65,7 @@ from .serve import (
 
 WEB_PACKAGES = "starlette==1.10.0 uvicorn==0.54.0"  # as requirements.txt pins them
 EXAMPLE = '{"inputs": ["..."]}'
-ROUTES = ("/v1/translate", "/v1/summarize", "/v1/classify", "/v1/generate")
+ROUTES = ("/v1/translate", "/v1/summarize", "/v1/classify", "/v1/generate", "/v1/fill_mask")
 # Upper bounds of the histograms' buckets: inputs per batch, seconds per request.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-_SENTENCE = re.compile(r"\bsentence (\d+)")
+_NUMBERED = re.compile(r"\b(sentence|line) (\d+)")
 
 
 class InputError(ValueError):
@@ -29,8 +29,9 @@ def check_text(text) -> str:
 
 
 def input_error(err: ValueError) -> InputError:
-    """A runner's message about 'sentence N' (1-based) as one about inputs[N-1]."""
-    return InputError(_SENTENCE.sub(lambda m: f"inputs[{int(m.group(1)) - 1}]", str(err)))
+    """A runner's message about 'sentence N' or 'line N' (1-based) as one about
+    inputs[N-1]."""
+    return InputError(_NUMBERED.sub(lambda m: f"inputs[{int(m.group(2)) - 1}]", str(err)))
 
 
 def check_options(options: dict, known: dict) -> None:

@@ -208,3 +208,53 @@ def test_fill_mask_in_python_matches_the_command(export_dir, run_dir, keras_mode
     assert [[f.piece for f in fills] for fills in filled[0]] == [
         [piece for piece, _ in fills] for fills in expected]
     assert Path(export_dir, "masked_lm.onnx").is_file()
+
+
+def test_the_api_batches_texts_and_answers_each_with_the_keras_top_k(export_dir, run_dir,
+                                                                      keras_model):
+    """export.api's engine for a masked LM: texts of several lengths from concurrent
+    requests, batched and padded together, each [MASK] answered with the Keras model's top-k
+    of that text alone; bad top_k and a text without [MASK] refused naming them."""
+    from export.engines import open_engine
+    from export.inputs import InputError
+    from tests.serving import batched
+
+    engine = open_engine(export_dir)
+    assert engine.route == "/v1/fill_mask"
+    requests = [LINES[:2], LINES[2:], [LINES[1]]]
+    outputs, _, sizes = batched(engine, requests, {"top_k": 3})
+    assert sizes == [4]
+    for inputs, answer in zip(requests, outputs, strict=True):
+        for line, masks in zip(inputs, answer, strict=True):
+            want = expected_fills(keras_model, run_dir, line, 3)
+            assert [[fill["piece"] for fill in fills] for fills in masks] == \
+                [[piece for piece, _ in fills] for fills in want]
+            for fills, expected in zip(masks, want, strict=True):
+                assert [f["score"] for f in fills] == pytest.approx(
+                    [p for _, p in expected], abs=1e-5)
+    vocab = engine.vocab
+    for options, message in (({"top_k": 0}, r"top_k must be an integer in \[1, "),
+                             ({"top_k": vocab + 1}, f"holds {vocab} pieces"),
+                             ({"top_k": True}, "top_k must be"),
+                             ({"beam_size": 2}, "beam_size")):
+        with pytest.raises(InputError, match=message):
+            engine.prepare(LINES[:1], options)
+    with pytest.raises(InputError, match=r"inputs\[1\] has no \[MASK\]"):
+        engine.prepare([LINES[0], "phòng học nóng quá"], {})
+
+
+def test_the_api_server_fills_masks_over_http_without_tensorflow(export_dir, run_dir,
+                                                                 keras_model, tmp_path):
+    from tests.serving import post, serving
+
+    with serving(export_dir, tmp_path / "api.log", module="export.api") as url:
+        answer = post(url, json.dumps({"inputs": LINES[:1], "top_k": 2}).encode(),
+                      route="/v1/fill_mask")
+        assert answer.status_code == 200, answer.text
+        [[fills]] = answer.json()["outputs"]
+        [want] = expected_fills(keras_model, run_dir, LINES[0], 2)
+        assert [f["piece"] for f in fills] == [piece for piece, _ in want]
+        refused = post(url, b'{"inputs": ["no mask here"]}', route="/v1/fill_mask")
+        assert refused.status_code == 422 and "inputs[0] has no [MASK]" in refused.text
+        elsewhere = post(url, b'{"inputs": ["a"]}', route="/v1/translate")
+        assert elsewhere.status_code == 404 and "/v1/fill_mask" in elsewhere.text

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ...common import Manifest
-from ...inputs import InputError, check_options
+from ...inputs import check_options, input_error
 
 
 class ClassifierEngine:
@@ -37,8 +35,7 @@ class ClassifierEngine:
         try:
             encoded = self.classifier.encode(inputs, truncate=True)
         except ValueError as err:
-            raise InputError(re.sub(r"\bline (\d+)", lambda m: f"inputs[{int(m.group(1)) - 1}]",
-                                    str(err))) from None
+            raise input_error(err) from None
         return [(None, ids, len(ids)) for ids in encoded]
 
     def run(self, key, items, emit=None) -> list[dict]:

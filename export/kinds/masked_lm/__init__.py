@@ -77,6 +77,11 @@ class MaskedLMKind(EncoderOnlyKind):
 
         return FillMask(manifest, backend)
 
+    def engine(self):
+        from .engine import FillMaskEngine
+
+        return FillMaskEngine
+
     def parity_prepare(self, run, out):
         parity.prepare(run, out)
 

@@ -74,26 +74,29 @@ class FillMask(PieceRows):
                                  f"shorten the line")
         return encoded
 
-    def logits(self, lines: Sequence[str], batch_size: int = 64,
-               truncate: bool = True) -> list[np.ndarray]:
-        """Lines -> per line the logits (M, V) float32 of its M [MASK]s, in line order."""
-        encoded = self.encode(lines, truncate)
-        out: list[np.ndarray] = [np.zeros(0)] * len(encoded)
-        for rows in batches_by_length(encoded, batch_size):
-            ids = self.batch_ids([encoded[i] for i in rows])
-            logits = np.asarray(self.runtime(ids))
-            for row, index in enumerate(rows):
-                out[index] = logits[row][ids[row] == self.mask_id]
-        return out
+    def row_fills(self, logits: np.ndarray, ids: np.ndarray, k: int) -> list[list[Fill]]:
+        """One row's logits (S, V) and ids (S,) -> per [MASK] (in row order) its k most
+        probable pieces, best first."""
+        best, probabilities = top_k(np.asarray(logits)[np.asarray(ids) == self.mask_id], k)
+        return [[Fill(self.sp.id_to_piece(int(i)), int(i), float(p))
+                 for i, p in zip(row, probs, strict=True)]
+                for row, probs in zip(best, probabilities, strict=True)]
+
+    def fill_batch(self, encoded: Sequence[Sequence[int]], k: int) -> list[list[list[Fill]]]:
+        """Encoded lines (`encode`'s), run as one batch padded to the longest -> per line,
+        per [MASK], its k most probable pieces."""
+        ids = self.batch_ids(encoded)
+        logits = np.asarray(self.runtime(ids))
+        return [self.row_fills(logits[row], ids[row], k) for row in range(len(encoded))]
 
     def fill(self, lines: Sequence[str], k: int = 5, batch_size: int = 64,
              truncate: bool = True) -> list[list[list[Fill]]]:
         """Lines -> per line, per [MASK] (in line order) its k most probable pieces, best
-        first."""
-        filled = []
-        for logits in self.logits(lines, batch_size, truncate):
-            best, probabilities = top_k(logits, k)
-            filled.append([[Fill(self.sp.id_to_piece(int(i)), int(i), float(p))
-                            for i, p in zip(ids, probs, strict=True)]
-                           for ids, probs in zip(best, probabilities, strict=True)])
+        first; run in batches of similar length."""
+        encoded = self.encode(lines, truncate)
+        filled: list[list[list[Fill]]] = [[] for _ in encoded]
+        for rows in batches_by_length(encoded, batch_size):
+            for index, fills in zip(rows, self.fill_batch([encoded[i] for i in rows], k),
+                                    strict=True):
+                filled[index] = fills
         return filled
