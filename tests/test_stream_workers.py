@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -87,7 +88,7 @@ def one_pass(files, model) -> Counter:
     return found
 
 
-def start_workers(script_args, logs, outs=None):
+def start_workers(script_args, logs, script=WORKER, name="worker"):
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     processes = {}
@@ -95,8 +96,8 @@ def start_workers(script_args, logs, outs=None):
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
                "CUDA_VISIBLE_DEVICES": "", "TF_CONFIG": json.dumps(
                    {"cluster": cluster, "task": {"type": "worker", "index": i}})}
-        with (logs / f"worker{i}.log").open("w") as sink:
-            processes[i] = subprocess.Popen([sys.executable, "-c", WORKER, *script_args(i)],
+        with (logs / f"{name}{i}.log").open("w") as sink:
+            processes[i] = subprocess.Popen([sys.executable, "-c", script, *script_args(i)],
                                             cwd=ROOT, env=env, stdout=sink,
                                             stderr=subprocess.STDOUT)
     return processes
@@ -141,3 +142,77 @@ def test_workers_started_with_different_configs_stop_in_one_line(tmp_path):
         assert (f"the workers of training.strategy=multiworker differ in their config (this "
                 f"is worker {i})") in log, log[-2000:]
         assert "Traceback" not in log
+
+
+# A worker's counting pass: train.shards.scan_shards over its part (as the engine runs it),
+# every line it read from each shard recorded, the counts summed over the workers.
+SCAN_WORKER = """
+import json, sys
+from collections import Counter
+from pathlib import Path
+import keras_transformer.text.shards as shards
+import train.shards
+from train.distribute import input_part, make_strategy, sum_over_workers
+
+strategy = make_strategy("multiworker")
+lines = Counter()
+plain = shards.shard_pairs
+
+def counting(path):
+    for item in plain(path):
+        lines[Path(path).name] += 1
+        yield item
+
+shards.shard_pairs = train.shards.shard_pairs = counting
+out = {}
+for name, files in json.loads(sys.argv[1]).items():
+    lines.clear()
+    scan = train.shards.scan_shards([Path(f) for f in files], int(sys.argv[2]), 5,
+                                    input_part(strategy))
+    out[name] = {"part": list(input_part(strategy)), "pairs": scan.pairs,
+                 "total": sum_over_workers(strategy, [scan.pairs, scan.dropped_empty]),
+                 "sample": scan.sample_sources, "lines": dict(lines)}
+Path(sys.argv[3]).write_text(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_each_worker_counts_its_own_part_and_the_counts_add_up(corpus, tmp_path):
+    """The pass before training reads only a worker's part (whole shards apiece, or every
+    other line of the one shard) and a bounded sample of the first pairs of every shard, the
+    same on both workers; the summed count is every pair of the shards."""
+    folder, cases, _ = corpus
+    sample = 30
+    processes = start_workers(lambda i: [json.dumps(cases), str(sample),
+                                         str(tmp_path / f"scan{i}.json")],
+                              tmp_path, SCAN_WORKER, "scan")
+    codes = wait_all(processes, timeout=300)
+    for i, code in codes.items():
+        assert code == 0, (tmp_path / f"scan{i}.log").read_text()[-3000:]
+    got = [json.loads((tmp_path / f"scan{i}.json").read_text()) for i in range(2)]
+
+    def shard_lines(path):
+        raw = Path(path).read_bytes()
+        return (gzip.decompress(raw) if path.endswith(".gz") else raw).decode().splitlines()
+
+    for name, files in cases.items():
+        lines = {Path(f).name: shard_lines(f) for f in files}
+        every = sum(len(v) for v in lines.values())
+        assert [g[name]["part"] for g in got] == [[2, 0], [2, 1]]
+        assert got[0][name]["total"] == got[1][name]["total"] == [every, 0], name
+        assert got[0][name]["pairs"] + got[1][name]["pairs"] == every
+        assert got[0][name]["sample"] == got[1][name]["sample"], name
+        first = -(-sample // len(files))
+        assert got[0][name]["sample"] == [line.split("\t")[0] for v in lines.values()
+                                          for line in v[:first]][:sample]
+        if name == "one_shard":  # fewer shards than workers: every other line apiece
+            [only] = lines.values()
+            assert [g[name]["pairs"] for g in got] == [len(only[0::2]), len(only[1::2])]
+            continue
+        for worker, own in ((0, [0, 2]), (1, [1])):
+            names = [Path(files[i]).name for i in own]
+            assert got[worker][name]["pairs"] == sum(len(lines[n]) for n in names)
+            for shard, count in got[worker][name]["lines"].items():
+                # Its own shards whole (and their start again for the sample); another's
+                # only as far as the sample's share.
+                assert count == (len(lines[shard]) if shard in names else 0) + first, shard

@@ -236,6 +236,41 @@ def check_workers_agree(strategy, text: str, what: str) -> None:
                          f"--set overrides and data")
 
 
+def input_part(strategy) -> tuple[int, int]:
+    """(input pipelines, this process's) under MultiWorkerMirroredStrategy: TF_CONFIG's
+    chief first, then its workers, as tf.distribute numbers the pipelines; else (1, 0)."""
+    if isinstance(strategy, (OneDevice, JaxDataParallel)) or not isinstance(
+            strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1, 0
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
+    kind, index = worker_task()
+    return chiefs + workers, index if kind == "chief" else chiefs + index
+
+
+def sum_over_workers(strategy, values: list[int]) -> list[int]:
+    """Each of `values` (non-negative integers below 2**32) summed over the workers of a
+    MultiWorkerMirroredStrategy (every worker gets the sums); `values` themselves with one
+    process. Sent as 16-bit pieces, which float32 adds exactly for up to 256 workers."""
+    parts, _ = input_part(strategy)
+    if parts == 1:
+        return list(values)
+    pieces = tf.constant([float(p) for v in values for p in (v >> 16, v & 0xFFFF)])
+
+    @tf.function
+    def total():
+        def step():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, pieces)
+
+        return strategy.experimental_local_results(strategy.run(step))[0]
+
+    # Every replica of a worker added its worker's values: divide by the replicas a worker.
+    per_worker = strategy.num_replicas_in_sync // parts
+    sums = [int(round(float(x))) // per_worker for x in total().numpy()]
+    return [(high << 16) + low for high, low in zip(sums[::2], sums[1::2], strict=True)]
+
+
 class RowsPadded(keras.utils.PyDataset):
     """The batches of a NumPy input path (`text.numpy_pipeline`) with rows added to make
     each batch's row count a multiple of `replicas`: JAX splits a batch evenly across the

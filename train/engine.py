@@ -36,11 +36,13 @@ from .distribute import (
     check_precision,
     check_workers_agree,
     distribute,
+    input_part,
     is_chief,
     make_strategy,
     resolve_jit,
     resolve_precision,
     strategy_name,
+    sum_over_workers,
     worker_task,
 )
 from .precision_probe import fastest_setting
@@ -342,7 +344,9 @@ def average_last(model, directory: Path, last: int) -> list[str]:
 def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> dict:
     """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
     strategy, chief, out, candidates = setup(config, out, overwrite)
+    task.part = input_part(strategy)
     model_cfg = task.prepare(out)
+    task.combine_parts(lambda values: sum_over_workers(strategy, values))
     check_workers_agree(strategy, json.dumps(task.data_metrics(), sort_keys=True),
                         "the training data they found (shards, pairs)")
     atomic_write_text(out / "model_config.json", json.dumps(model_cfg.to_dict(), indent=2))

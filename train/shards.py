@@ -4,19 +4,27 @@ training consumes them (`keras_transformer.text.pipeline.make_tsv_stream_dataset
 `numpy_pipeline.StreamBatches` under JAX and PyTorch; a shard is read by
 `keras_transformer.text.shards`).
 
-Before training, one pass in Python reads every shard line by line: it refuses a broken shard
+Before training, one pass in Python reads the shards line by line: it refuses a broken shard
 (unreadable, a corrupt gzip, invalid UTF-8, a line without exactly two columns) in one line
 naming the file and line, counts the pairs, and draws the tokenizer's sample
 (`tokenizer.sample_sentences`), holding only that sample, so the corpus never sits in memory.
+One process reads every shard and draws its sample from all of them. A worker of several
+(`MultiWorkerMirroredStrategy`) reads only its part (`keras_transformer.text.shards.
+worker_part`: its whole shards, or every n-th line), which the others check and count; the
+workers' counts are summed (train.distribute.sum_over_workers), and the sample, which must
+give every worker the same tokenizer, is the first pairs of every shard in turn, the same on
+each.
 """
 
 from __future__ import annotations
 
 import glob
+import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keras_transformer.text.shards import compression_of, shard_pairs
+from keras_transformer.text.shards import compression_of, interleaved_pairs, shard_pairs
 
 from .config import DataConfig, data_dir
 from .tokenizer_sources import sample_sentences
@@ -49,24 +57,45 @@ class ShardScan:
     sample_targets: list[str] = field(default_factory=list)
 
 
-def scan_shards(files: list[Path], sample: int, seed: int) -> ShardScan:
-    """Every shard checked and counted in one pass; `sample` pairs drawn across all of them
-    (seeded, sample_sentences' reservoir) for the tokenizer."""
+def scan_shards(files: list[Path], sample: int, seed: int, part: tuple[int, int] = (1, 0),
+                cycle_length: int = 4) -> ShardScan:
+    """The shards checked and counted in one pass and `sample` pairs drawn for the tokenizer.
+    One process (`part` (1, 0)): every shard, the sample drawn across all of them (seeded,
+    sample_sentences' reservoir). Worker i of n (`part` (n, i)): only what its input pipeline
+    reads in a pass (interleaved_pairs over its part, `cycle_length` as the pipeline's), and
+    as the sample the first ceil(sample / shards) pairs of each shard, the same on every
+    worker; `pairs` and `dropped_empty` then count its part alone."""
     scan = ShardScan(files, [compression_of(path) for path in files])
+    workers, index = part
 
-    def pairs():
-        for path in files:
-            for pair in shard_pairs(path):
-                if pair is None:
-                    scan.dropped_empty += 1
-                    continue
-                scan.pairs += 1
-                yield pair
+    def counted(items):
+        for pair in items:
+            if pair is None:
+                scan.dropped_empty += 1
+                continue
+            scan.pairs += 1
+            yield pair
 
-    drawn = sample_sentences(pairs(), sample, seed)
+    if workers == 1:
+        lines = (pair for path in files for pair in shard_pairs(path))
+        drawn = sample_sentences(counted(lines), sample, seed)
+    else:
+        for _ in counted(interleaved_pairs(files, shuffle=False, seed=seed, repeat=False,
+                                           cycle_length=cycle_length, workers=workers,
+                                           index=index)):
+            pass
+        each = math.ceil(sample / len(files))
+        drawn = [pair for path in files for pair in itertools.islice(
+            (p for p in shard_pairs(path) if p is not None), each)][:sample]
     scan.sample_sources = [s for s, _ in drawn]
     scan.sample_targets = [t for _, t in drawn]
-    if not scan.pairs:
-        raise ValueError(f"the shards of data.train_source ({len(files)} files, first "
-                         f"{files[0]}) hold no sentence pairs")
+    if workers == 1:
+        check_pairs(scan)
     return scan
+
+
+def check_pairs(scan: ShardScan) -> None:
+    """A ValueError when the shards (all workers' parts, counted together) hold no pair."""
+    if not scan.pairs:
+        raise ValueError(f"the shards of data.train_source ({len(scan.files)} files, first "
+                         f"{scan.files[0]}) hold no sentence pairs")

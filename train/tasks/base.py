@@ -93,10 +93,17 @@ class Task:
     # Whether make_train (of `datasets`) takes part=(n, i) and reads only input pipeline i's
     # part of n (a streamed corpus: train.distribute.distribute); set by `prepare`.
     reads_part = False
+    # (input pipelines, this process's): a worker's share of the input, set by the engine
+    # before `prepare` (train.distribute.input_part).
+    part = (1, 0)
 
     def prepare(self, out: Path) -> TransformerConfig:
         """Read the data, train the tokenizers into `out`; return the model's config."""
         raise NotImplementedError
+
+    def combine_parts(self, total) -> None:
+        """After `prepare` on a worker that read only its part: make its counts the whole
+        input's, `total(values)` giving each of a list of integers summed over the workers."""
 
     def datasets(self):
         """(make_train, make_dev): factories of the training stream and the dev set.

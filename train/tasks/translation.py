@@ -12,7 +12,7 @@ from keras_transformer.translator import translate
 
 from ..data import Split, load_corpus
 from ..scoring import bleu_chrf, fitting_mask, fitting_pairs, score_translations
-from ..shards import scan_shards, shard_files
+from ..shards import check_pairs, scan_shards, shard_files
 from ..tasks.base import DevScore, final_split, score_prefix, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
@@ -32,15 +32,16 @@ class TranslationTask(Seq2SeqTask):
             # The training pairs are read as training consumes them; this pass checks and
             # counts them and draws the tokenizer's sample (train.shards).
             self.shards = scan_shards(shard_files(d), config.tokenizer.sample_sentences,
-                                      d.seed)
+                                      d.seed, self.part)
             self.reads_part = True  # each worker reads its part of the shards
-            corpus.dropped_empty += self.shards.dropped_empty
             train = Split(self.shards.sample_sources, self.shards.sample_targets)
-            log.info("streamed training pairs: %d in %d shards (%d empty lines dropped); the "
-                     "tokenizer and the too-long count use a sample of %d", self.shards.pairs,
-                     len(self.shards.files), self.shards.dropped_empty, len(train))
-        log.info("corpus: %d train, %d dev, %s test pairs (%d empty lines dropped)",
-                 self.shards.pairs if self.shards else len(train), len(corpus.dev),
+            log.info("streamed training pairs: %d in %d shards%s (%d empty lines dropped); "
+                     "the tokenizer and the too-long count use a sample of %d",
+                     self.shards.pairs, len(self.shards.files),
+                     f", worker {self.part[1]} of {self.part[0]}'s part" if self.part[0] > 1
+                     else "", self.shards.dropped_empty, len(train))
+        log.info("corpus: %s%d dev, %s test pairs (%d empty lines dropped)",
+                 "" if self.shards else f"{len(train)} train, ", len(corpus.dev),
                  len(corpus.test) if corpus.test else 0, corpus.dropped_empty)
         self.source_tok, self.target_tok = build_tokenizers(config, train.sources,
                                                             train.targets, out)
@@ -67,6 +68,15 @@ class TranslationTask(Seq2SeqTask):
                                                max_source_length=longest,
                                                max_target_length=longest)
         return self.model_config
+
+    def combine_parts(self, total) -> None:
+        if self.shards is not None:
+            self.shards.pairs, self.shards.dropped_empty = total(
+                [self.shards.pairs, self.shards.dropped_empty])
+            check_pairs(self.shards)
+            if self.part[0] > 1:
+                log.info("streamed training pairs of all workers: %d (%d empty lines dropped)",
+                         self.shards.pairs, self.shards.dropped_empty)
 
     def datasets(self):
         d, corpus = self.config.data, self.corpus
@@ -106,7 +116,7 @@ class TranslationTask(Seq2SeqTask):
         if self.shards is not None:  # the too-long count is the sample's
             return {"streamed_train_pairs": self.shards.pairs, "stream_shards":
                     len(self.shards.files), "too_long_dropped_in_sample": self.too_long,
-                    "empty_dropped": self.corpus.dropped_empty}
+                    "empty_dropped": self.corpus.dropped_empty + self.shards.dropped_empty}
         return {"too_long_dropped": self.too_long, "empty_dropped": self.corpus.dropped_empty}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
