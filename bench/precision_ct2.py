@@ -9,6 +9,13 @@ With --serve (one config) it times what it is asked: each line "batch beam calls
 answered by one line on stdout, the JSON list of those calls' seconds (or {"error": ...}),
 so that bench.duel can alternate it call by call with ours.
 
+With --ceiling WORK.json (and --out) it is bench.serve's ceiling: the sentences/s of
+translate_batch on the server's own work, which WORK.json gives (written by bench.serve):
+each sentence's source ids and length limit, the export's model shape, the beams, the batch
+size and the seconds. The model is a random Marian model of that shape (made once, by
+../shared/peers/bench_ct2.py's prepare under a name of the shape); every sentence gets
+exactly its limit of new tokens, as the server's random-weight outputs run to their limit.
+
 The model is the peers' random Marian model of each config, converted once by
 ../shared/peers/bench_ct2.py (--prepare, into $PEER_BENCH_MODELS). Source = 32 random ids,
 exactly 32 new tokens per row (min = max decoding length), inter_threads 1, intra_threads =
@@ -64,11 +71,26 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--serve", action="store_true",
                         help="time the cells asked on stdin (one config; see above)")
+    parser.add_argument("--ceiling", type=Path, metavar="WORK_JSON",
+                        help="bench.serve's ceiling on this work, into --out (see above)")
+    parser.add_argument("--prepare-shape", type=Path, metavar="WORK_JSON",
+                        help="only make the Marian model of this work's shape (a process of "
+                             "its own, so that torch is not loaded while timing)")
     args = parser.parse_args(argv)
-    if args.serve == (args.out is not None) or (args.serve and len(args.configs) != 1):
-        parser.error("give either --out, or --serve with one config")
+    if args.prepare_shape is None and (
+            args.serve == (args.out is not None) or (args.serve and len(args.configs) != 1)):
+        parser.error("give either --out (with --ceiling or not), --serve with one config, or "
+                     "--prepare-shape")
     sys.path.insert(0, str(args.peers_dir.resolve()))
     import common  # the peers' shared helpers (stdlib only)
+
+    if args.prepare_shape is not None:
+        import bench_ct2
+
+        work = json.loads(args.prepare_shape.read_text())
+        common.CONFIGS[work["name"]] = work["shape"]
+        bench_ct2.prepare(work["name"])
+        return
     import ctranslate2
     from bench_ct2 import backend_info, ensure_prepared, token_str
 
@@ -76,6 +98,10 @@ def main(argv=None) -> None:
     new_tokens, source_length = common.NEW_TOKENS, common.SRC_LEN
     if args.serve:
         serve(args.configs[0], args.compute_type, threads, args.batches)
+        return
+    if args.ceiling is not None:
+        out = ceiling(args.ceiling, args.peers_dir, args.compute_type, threads)
+        args.out.write_text(json.dumps(out, indent=2))
         return
     rows, info = [], {}
     for cfg in args.configs:
@@ -189,6 +215,79 @@ def serve(cfg: str, compute_type: str, threads: int, batches) -> None:
             seconds.append(time.perf_counter() - start)
         error = length_error(out)
         print(json.dumps({"error": error} if error else seconds), flush=True)
+
+
+def length_batches(limits: list[int], batch: int) -> list[list[int]]:
+    """The sentences' indices as translate_batch calls: sentences of one length limit
+    together (a call sets one output length for all its rows), at most `batch` a call, the
+    limits in increasing order and the sentences in their order within one."""
+    by_limit: dict[int, list[int]] = {}
+    for i, limit in enumerate(limits):
+        by_limit.setdefault(limit, []).append(i)
+    return [rows[j:j + batch] for _, rows in sorted(by_limit.items())
+            for j in range(0, len(rows), batch)]
+
+
+def ceiling(work_path: Path, peers_dir: Path, compute_type: str, threads: int) -> dict:
+    """Sentences per second of translate_batch on bench.serve's work (module docstring), per
+    beam: one warm-up call, then calls until work["seconds"] have passed (one at least), in
+    an order drawn once with common.SEED and repeated, so that a run shorter than a pass
+    over every sentence still meets every length limit in proportion."""
+    import common
+    import ctranslate2
+    from bench_ct2 import token_str
+
+    work = json.loads(work_path.read_text())
+    ct2_dir = common.MODELS_DIR / f"ct2_{work['name']}"
+    if not (ct2_dir / "model.bin").exists():
+        import subprocess
+
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--peers-dir",
+                        str(peers_dir), "--compute-type", compute_type, "--prepare-shape",
+                        str(work_path)], check=True)
+    translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type=compute_type,
+                                        inter_threads=1, intra_threads=threads)
+    vocab = work["shape"]["vocab"]
+    # The server's rows end in its EOS id; here the model's EOS token ends them, so that the
+    # encoder reads as many positions.
+    sources = [[token_str(i, vocab) for i in ids[:-1]] + ["</s>"] for ids in work["sources"]]
+    limits = work["limits"]
+    calls = length_batches(limits, work["max_batch_size"])
+
+    def call(rows, beam):
+        limit = limits[rows[0]]
+        out = translator.translate_batch([sources[i] for i in rows], beam_size=beam,
+                                         max_batch_size=0, min_decoding_length=limit,
+                                         max_decoding_length=limit)
+        lengths = {len(r.hypotheses[0]) for r in out}
+        if lengths != {limit}:
+            raise RuntimeError(f"expected {limit} tokens per row, got {lengths}")
+
+    order = random.Random(common.SEED).sample(calls, len(calls))
+    results = []
+    for beam in work["beams"]:
+        call(calls[-1], beam)  # warm-up: the longest limit
+        done = tokens = 0
+        start, cpu0 = time.perf_counter(), time.process_time()
+        while True:
+            rows = order[done % len(order)]
+            call(rows, beam)
+            done += 1
+            tokens += len(rows) * limits[rows[0]]
+            elapsed = time.perf_counter() - start
+            if elapsed >= work["seconds"]:
+                break
+        sentences = sum(len(order[i % len(order)]) for i in range(done))
+        results.append({"beam_size": beam, "calls": done, "seconds": round(elapsed, 3),
+                        "sentences": sentences,
+                        "sentences_per_s": round(sentences / elapsed, 2),
+                        "new_tokens": tokens, "passes": round(done / len(order), 2),
+                        "cpu_ratio": round((time.process_time() - cpu0) / elapsed, 3)})
+        print(f"ct2 {compute_type} mkl={os.environ.get('CT2_USE_MKL')} beam {beam}: "
+              f"{results[-1]['sentences_per_s']:.1f} sentences/s", file=sys.stderr, flush=True)
+    return {"versions": {"ctranslate2": ctranslate2.__version__},
+            "compute_type_used": translator.compute_type, "threads": threads,
+            "ct2_use_mkl": os.environ.get("CT2_USE_MKL"), "results": results}
 
 
 if __name__ == "__main__":

@@ -278,7 +278,23 @@ def serve(root: Path) -> list[str]:
                         "p50 / p99 ms batched",
                         "sentences/s unbatched", "p50 / p99 ms unbatched", "batched / unbatched",
                         "not 200 batched / unbatched", "peak MiB"], rows),
-            source(root, path), ""]
+            *serve_ceiling(data), source(root, path), ""]
+
+
+def serve_ceiling(data: dict) -> list[str]:
+    """The CTranslate2 ceiling's line, when the run measured it."""
+    rows = [r for r in data.get("against_ceiling", []) if r.get("of_ceiling") is not None]
+    if not rows:
+        return []
+    ceiling = {c["beam_size"]: c for c in data["ceiling"]}
+    some = data["ceiling"][0]
+    return ["", f"CTranslate2's in-process ceiling (`translate_batch`, batches of "
+            f"{some['max_batch_size']}, {some['compute_type']}, a random Marian model of the "
+            f"export's shape, each sentence to the server's length limit): "
+            + "; ".join(f"beam {r['beam_size']} {r['ceiling_sentences_per_s']:,.1f} "
+                        f"sentences/s (CT2_USE_MKL={ceiling[r['beam_size']]['ct2_use_mkl']}), "
+                        f"batching at {r['clients']} clients {r['of_ceiling']:.2f}x of it"
+                        for r in rows) + "."]
 
 
 def demo_shapes(root: Path) -> list[str]:

@@ -4,7 +4,7 @@ run's, beam 4) and greedy search, and the server's peak memory.
 
     python -m bench.serve --export runs/demo/export --sentences runs/demo/test.src
         [--clients 1 8 32 128] [--beams 4 1] [--seconds 10] [--max-batch-size 32]
-        [--batch-wait-ms 5]
+        [--batch-wait-ms 5] [--ceiling | --no-ceiling]
 
 Each mode starts `python -m export.api` in its own process (onnx runtime, one worker); each
 client (an asyncio task over one keep-alive connection) sends one sentence per request, the
@@ -12,12 +12,22 @@ sentences in turn, and waits for its answer before the next, for --seconds after
 The clients share this process; their CPU is part of what the machine spends. Writes
 bench/results/serve.json (bench/results/quick/ with --quick) and prints the table with the
 CPU model.
+
+The ceiling (--ceiling, on when the peers' torch venv is there): CTranslate2's
+translate_batch on the same sentences in one process, before the server's cells, in
+batches of --max-batch-size (bench/precision_ct2.py --ceiling in the peers' venv, float32,
+with CT2_USE_MKL 0 and 1, the faster kept). Its model is a random Marian model of the
+export's shape (layers, d_model, heads, FFN, vocabulary), and each sentence gets as many new
+tokens as the server gives it (the export's length rule; a random-weight model's outputs
+run to it), so both decode the same work. Each batching cell records its sentences/s as a
+fraction of the ceiling at its beam (`of_ceiling`); the goal is read at 32 clients.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import subprocess
 import sys
@@ -26,10 +36,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.common import add_results_option, payload, results_dir, write_json
+from bench.common import (
+    PEER_TORCH_PYTHON,
+    add_results_option,
+    payload,
+    results_dir,
+    write_json,
+)
+from bench.export_models import CACHE_DIR
 from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
 
 CLIENTS = (1, 8, 32, 128)
+# Where the goal is read: at this many clients, batching should reach 0.8x the ceiling.
+GOAL_CLIENTS = 32
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,6 +68,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true",
                         help="2 s per cell, 1 and 8 clients: a smoke test")
+    parser.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=None,
+                        help="measure CTranslate2's in-process ceiling (default: when "
+                             "--ct2-python exists)")
+    parser.add_argument("--ct2-python", type=Path, default=PEER_TORCH_PYTHON,
+                        help="the peers' torch venv's python, which has CTranslate2")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR,
+                        help="where the ceiling's converted model is kept")
     parser.add_argument("--note", default=None,
                         help="what the results page says about the export (e.g. how its "
                              "model was made)")
@@ -144,6 +170,125 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float,
             "failed": failed, "errors": dict(errors)}
 
 
+def ceiling_work(export: str, sentences: list[str], beams, max_batch_size: int,
+                 seconds: float) -> dict:
+    """What the server decodes for `sentences`, for bench/precision_ct2.py --ceiling: each
+    one's source ids and length limit as the server's engine prepares a request of it (its
+    encoder, its length rule), the export's model shape in the peers' terms, and the name of
+    that shape's converted model."""
+    import hashlib
+
+    from export.common import Manifest
+    from export.kinds.seq2seq.engine import TranslatorEngine
+    from export.runtime.base import Translator
+
+    manifest = Manifest(export)
+    # Preparing a request reads the tokenizer and the limits only: no runtime is loaded. The
+    # limits do not depend on the beam (a request sets no max_length here).
+    engine = TranslatorEngine(manifest, Translator(manifest, backend=None))
+    prepared = [item for _, item, _ in engine.prepare(sentences, {"beam_size": beams[0]})]
+    shape = export_shape(manifest)
+    name = "serve-" + hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+    return {"name": name, "shape": shape, "sources": [ids for ids, _ in prepared],
+            "limits": [limit for _, limit in prepared], "beams": list(beams),
+            "max_batch_size": max_batch_size, "seconds": seconds}
+
+
+def export_shape(manifest) -> dict:
+    """The export's model shape as the peers' configs give one (vocab, d_model, heads, ffn,
+    enc_layers, dec_layers, dropout). The manifest lacks the FFN width: it is read from the
+    run's model_config.json (the manifest names the run), checked against what the manifest
+    does give."""
+    model = manifest.model
+    path = Path(manifest["run"]) / "model_config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CommandError(f"the ceiling needs the FFN width, which {manifest.root}'s "
+                           f"manifest does not give: {path} is unreadable ({err}); pass "
+                           f"--no-ceiling", 2) from None
+    keys = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers")
+    if any(config[k] != model.get(k, config[k]) for k in keys) or (
+            config["target_vocab_size"] != manifest["vocab"]["target_size"]):
+        raise CommandError(f"{path} is not the shape of {manifest.root}'s model (re-exported "
+                           f"since?); pass --no-ceiling", 2)
+    # The output layer is the target vocabulary's (the exports here share one vocabulary).
+    return {"vocab": config["target_vocab_size"], "d_model": config["d_model"],
+            "heads": config["num_heads"], "ffn": config["d_ff"],
+            "enc_layers": config["num_encoder_layers"],
+            "dec_layers": config["num_decoder_layers"], "dropout": config["dropout"]}
+
+
+def measure_ceiling(args, work: dict) -> list[dict]:
+    """CTranslate2's sentences/s on `work`, per beam, in the peers' venv, once per CT2_USE_MKL
+    setting (its default on a CPU may be the slower): the faster of the two, both kept."""
+    from bench.precision import CT2_MKL_SETTINGS, ct2_command
+
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="bench-serve-ct2-") as tmp:
+        work_path, out = Path(tmp) / "work.json", Path(tmp) / "ceiling.json"
+        work_path.write_text(json.dumps(work))
+        for mkl in CT2_MKL_SETTINGS:
+            cmd, env = ct2_command(args, "float32", mkl, "--ceiling", str(work_path), "--out",
+                                   str(out))
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+            if proc.returncode != 0 or not out.exists():
+                raise RuntimeError(f"CT2_USE_MKL={mkl}: {proc.stderr[-1500:]}")
+            runs[mkl] = json.loads(out.read_text())
+            out.unlink()
+    return best_ceiling(runs, work)
+
+
+def best_ceiling(runs: dict, work: dict) -> list[dict]:
+    """{CT2_USE_MKL: precision_ct2 --ceiling's output} -> one row per beam, the setting with
+    the most sentences/s, each setting's figure kept."""
+    rows = []
+    for beam in work["beams"]:
+        by_mkl = {mkl: next(r for r in run["results"] if r["beam_size"] == beam)
+                  for mkl, run in runs.items()}
+        mkl = max(by_mkl, key=lambda m: by_mkl[m]["sentences_per_s"])
+        rows.append({**by_mkl[mkl], "ct2_use_mkl": mkl,
+                     "sentences_per_s_by_mkl": {m: r["sentences_per_s"]
+                                                for m, r in by_mkl.items()},
+                     "runtime": "ctranslate2", "compute_type": runs[mkl]["compute_type_used"],
+                     "ct2_version": runs[mkl]["versions"]["ctranslate2"],
+                     "threads": runs[mkl]["threads"], "max_batch_size": work["max_batch_size"],
+                     "shape": work["shape"], "sentences_per_pass": len(work["sources"])})
+    return rows
+
+
+def against_ceiling(results: list[dict], ceiling: list[dict]) -> list[dict]:
+    """Each batching cell's sentences/s as a fraction of the ceiling at its beam, set on the
+    cell as `of_ceiling`; -> per beam, the ceiling and the cell at GOAL_CLIENTS clients (or
+    the most clients measured, when that count was not)."""
+    by_beam = {c["beam_size"]: c["sentences_per_s"] for c in ceiling}
+    summary = []
+    for beam, top in by_beam.items():
+        cells = {r["clients"]: r for r in results
+                 if r["mode"] == "batching" and r["beam_size"] == beam}
+        for cell in cells.values():
+            cell["of_ceiling"] = round(cell["sentences_per_s"] / top, 3) if top else None
+        clients = GOAL_CLIENTS if GOAL_CLIENTS in cells else max(cells, default=None)
+        cell = cells.get(clients, {})
+        summary.append({"beam_size": beam, "ceiling_sentences_per_s": top, "clients": clients,
+                        "batching_sentences_per_s": cell.get("sentences_per_s"),
+                        "of_ceiling": cell.get("of_ceiling")})
+    return summary
+
+
+def ceiling_wanted(args) -> bool:
+    """--ceiling/--no-ceiling, else whether the peers' venv is there (a line says how to make
+    it when not)."""
+    if args.ceiling is None and not args.ct2_python.exists():
+        print(f"no CTranslate2 ceiling: {args.ct2_python} is missing (make it with "
+              f"`bash ../shared/peers/setup_venvs.sh`, or pass --ct2-python)", flush=True)
+        return False
+    if args.ceiling and not args.ct2_python.exists():
+        raise CommandError(f"--ceiling: {args.ct2_python} is missing: make it with `bash "
+                           f"../shared/peers/setup_venvs.sh`, or pass --ct2-python", 2)
+    return args.ceiling is not False
+
+
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
@@ -162,6 +307,23 @@ def main(argv) -> int:
                    seconds=seconds, max_batch_size=args.max_batch_size,
                    batch_wait_ms=args.batch_wait_ms)
     cpu = meta["machine"]["cpu_model"]
+    ceiling, ceiling_error = [], None
+    if ceiling_wanted(args):
+        try:
+            work = ceiling_work(args.export, sentences, args.beams, args.max_batch_size,
+                                seconds)
+            meta.update(ceiling_shape=work["shape"])
+            ceiling = measure_ceiling(args, work)
+        except (CommandError, RuntimeError, OSError, ValueError) as err:
+            # The server's cells are still measured; an asked-for ceiling fails the run after.
+            ceiling_error = str(err)
+            print(f"the CTranslate2 ceiling failed: {ceiling_error}", flush=True)
+        for row in ceiling:
+            print(f"{'CT2 ceiling':12} beam {row['beam_size']}  batch {row['max_batch_size']:3d}"
+                  f"       {row['sentences_per_s']:8.1f} sentences/s  (translate_batch, "
+                  f"{row['compute_type']}, CT2_USE_MKL={row['ct2_use_mkl']}; "
+                  + ", ".join(f"{m}: {v:.1f}" for m, v in
+                              row["sentences_per_s_by_mkl"].items()) + ")", flush=True)
     results = []
     for mode, options in modes.items():
         log = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "api.log"
@@ -186,11 +348,21 @@ def main(argv) -> int:
             said = log.read_text(errors="replace").splitlines()[1:]
             if said:  # what the server logged beyond its address line
                 print(f"{mode}: the server said: " + " | ".join(said[-5:]), flush=True)
+    summary = against_ceiling(results, ceiling)
+    for row in summary:
+        if row["of_ceiling"] is not None:
+            print(f"beam {row['beam_size']}: batching at {row['clients']} clients "
+                  f"{row['batching_sentences_per_s']:.1f} sentences/s = "
+                  f"{row['of_ceiling']:.2f}x the CTranslate2 ceiling "
+                  f"({row['ceiling_sentences_per_s']:.1f})")
     print(f"CPU: {cpu}; export {args.export}, {len(sentences)} sentences, "
           f"{seconds:g} s per cell")
-    out = write_json(results_dir(args) / "serve.json", {**meta, "results": results})
+    extra = {"ceiling": ceiling, "against_ceiling": summary} if ceiling else {}
+    if ceiling_error:
+        extra["ceiling_error"] = ceiling_error[:2000]
+    out = write_json(results_dir(args) / "serve.json", {**meta, **extra, "results": results})
     print(f"wrote {out}")
-    return 0
+    return 1 if ceiling_error and args.ceiling else 0
 
 
 if __name__ == "__main__":
