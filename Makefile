@@ -90,9 +90,12 @@ vietnews-summarizer: $(STAMP)
 	test -f runs/vietnews_summarizer/selector/metrics.json || \
 	  $(PY) -m train --config train/configs/vietnews_extractive.yaml \
 	    --out runs/vietnews_summarizer/selector
+	test -f runs/vietnews_copy/metrics.json || \
+	  $(PY) -m train --config train/configs/vietnews_summarization.yaml --out runs/vietnews_copy
 	test -f runs/vietnews_summarizer/metrics.json || \
-	  $(PY) -m train --config train/configs/vietnews_summarization.yaml \
-	    --out runs/vietnews_summarizer --set eval.selector=runs/vietnews_summarizer/selector
+	  $(PY) -m train --config train/configs/vietnews_summarization_extracted.yaml \
+	    --out runs/vietnews_summarizer --set eval.selector=runs/vietnews_summarizer/selector \
+	    --set training.init_from=runs/vietnews_copy
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -119,8 +119,7 @@ def overrides(folder: Path, steps: int, stream: bool) -> list[str]:
     if stream:
         return common + ["data.train_source=train-*.tsv.gz"]
     return common + ["data.stream=false", "data.tsv=all.tsv", f"data.dev_size={HELD}",
-                     f"data.test_size={HELD}", "data.train_source=", "data.dev_source=",
-                     "data.test_source="]
+                     f"data.test_size={HELD}"]
 
 
 def run(name: str, folder: Path, steps: int, stream: bool, out: Path) -> dict:
