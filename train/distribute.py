@@ -206,6 +206,22 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset, reads_part: bool 
     return strategy.distribute_datasets_from_function(per_pipeline)
 
 
+def replica_sum(strategy, values: list[float]) -> np.ndarray:
+    """`values` (float32) summed over every replica of a MultiWorkerMirroredStrategy, by one
+    all-reduce; every worker gets the sums."""
+    pieces = tf.constant(values, tf.float32)
+
+    @tf.function
+    def total():
+        def step():
+            return tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, pieces)
+
+        return strategy.experimental_local_results(strategy.run(step))[0]
+
+    return total().numpy()
+
+
 def check_workers_agree(strategy, text: str, what: str) -> None:
     """Under MultiWorkerMirroredStrategy, a one-line ValueError on every worker unless all of
     them hold the same `text` (`what` says what it is): workers started with different
@@ -216,20 +232,11 @@ def check_workers_agree(strategy, text: str, what: str) -> None:
             strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return  # one process
     digest = hashlib.sha256(text.encode()).hexdigest()
-    pieces = tf.constant([float(int(digest[i: i + 4], 16)) for i in range(0, 16, 4)])
+    pieces = [float(int(digest[i: i + 4], 16)) for i in range(0, 16, 4)]
     replicas = float(strategy.num_replicas_in_sync)
-
-    @tf.function
-    def differing():
-        def step():
-            context = tf.distribute.get_replica_context()
-            total = context.all_reduce(tf.distribute.ReduceOp.SUM, pieces)
-            own = tf.reduce_any(tf.not_equal(total, pieces * replicas))
-            return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(own, tf.float32))
-
-        return strategy.experimental_local_results(strategy.run(step))[0]
-
-    if float(differing()) > 0:
+    total = replica_sum(strategy, pieces)
+    own = float(np.any(total != np.asarray(pieces, np.float32) * replicas))
+    if replica_sum(strategy, [own])[0] > 0:
         kind, index = worker_task()
         raise ValueError(f"the workers of training.strategy=multiworker differ in {what} "
                          f"(this is {kind} {index}): start every worker with the same config, "
@@ -255,19 +262,11 @@ def sum_over_workers(strategy, values: list[int]) -> list[int]:
     parts, _ = input_part(strategy)
     if parts == 1:
         return list(values)
-    pieces = tf.constant([float(p) for v in values for p in (v >> 16, v & 0xFFFF)])
-
-    @tf.function
-    def total():
-        def step():
-            context = tf.distribute.get_replica_context()
-            return context.all_reduce(tf.distribute.ReduceOp.SUM, pieces)
-
-        return strategy.experimental_local_results(strategy.run(step))[0]
+    total = replica_sum(strategy, [float(p) for v in values for p in (v >> 16, v & 0xFFFF)])
 
     # Every replica of a worker added its worker's values: divide by the replicas a worker.
     per_worker = strategy.num_replicas_in_sync // parts
-    sums = [int(round(float(x))) // per_worker for x in total().numpy()]
+    sums = [int(round(float(x))) // per_worker for x in total]
     return [(high << 16) + low for high, low in zip(sums[::2], sums[1::2], strict=True)]
 
 
