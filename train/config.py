@@ -70,7 +70,9 @@ class DataConfig:
     # denoising: consecutive sentences packed into rows of max_source_length.
     texts: list[str] = field(default_factory=list)
     dev_texts: list[str] = field(default_factory=list)
-    lowercase: bool = False  # task masked_lm: lower-case the text (for lower-cased fine-tunes)
+    # tasks masked_lm, extractive_summarization: the model reads lower-cased text (a masked
+    # LM for lower-cased fine-tunes; an extractor fine-tuned from one; its summaries keep case)
+    lowercase: bool = False
     mask_rate: float = 0.15  # task masked_lm: the share of pieces hidden (BERT: 15%)
     whole_word_masking: bool = False  # task masked_lm: hide every piece of a chosen word
     # task masked_lm: at most this many masked pieces a row (BERT's max_predictions_per_seq),

@@ -177,14 +177,17 @@ class SentenceScorer:
     """Articles -> sentence probabilities over any runtime of the extractive model: `run`
     maps ids (B,K,S) int32 (article_ids) to probabilities (B,K) float32. Articles are read
     as in training (their first `max_sentences` sentences, each its first max_length - 1
-    pieces + EOS) and run in batches of similar sentence counts. `cut_articles` and
-    `cut_sentences` count, over the calls so far, the articles with more sentences than it
-    reads and the sentences cut to max_length."""
+    pieces + EOS) and run in batches of similar sentence counts; `lowercase`: the model reads
+    each sentence lower-cased (a run fine-tuned from a lower-cased pre-training), while the
+    summary keeps the article's own case. `cut_articles` and `cut_sentences` count, over the
+    calls so far, the articles with more sentences than it reads and the sentences cut to
+    max_length."""
 
     def __init__(self, run: Callable[[np.ndarray], np.ndarray],
                  encode: Callable[[list[str]], list[list[int]]], *, max_sentences: int,
-                 max_length: int, pad_id: int, eos_id: int):
-        self.run, self.encode = run, encode
+                 max_length: int, pad_id: int, eos_id: int, lowercase: bool = False):
+        self.run = run
+        self.encode = (lambda texts: encode([t.lower() for t in texts])) if lowercase else encode
         self.max_sentences, self.max_length = max_sentences, max_length
         self.pad_id, self.eos_id = pad_id, eos_id
         self.cut_articles = self.cut_sentences = 0

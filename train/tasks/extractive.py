@@ -174,7 +174,8 @@ class ExtractiveSummarizationTask(Task):
             return tf.sigmoid(model(tf.constant(ids), training=False)).numpy()
 
         return SentenceScorer(run, self.tok.encode, max_sentences=self.config.data.article_sentences,
-                              max_length=c.max_source_length, pad_id=c.pad_id, eos_id=c.eos_id)
+                              max_length=c.max_source_length, pad_id=c.pad_id, eos_id=c.eos_id,
+                              lowercase=self.config.data.lowercase)
 
     def batches(self, name: str, shuffle: bool = False, seed: int = 0):
         ids, labels = self.arrays[name]

@@ -11,6 +11,13 @@ from ...common import ExportError, _check
 from ..base import ExportKind, ExportOptions, write_manifest
 
 
+def check_lowercase(data: dict) -> None:
+    """The manifest's lowercase, when given: whether the runtimes lower-case what the model
+    reads (run_lowercase)."""
+    if not isinstance(data.get("lowercase", False), bool):
+        raise ExportError("key 'lowercase' must be true or false")
+
+
 def check_word_joints(data: dict) -> None:
     """The manifest's word_joints, when given: keep or split, as run_word_joints reads it."""
     if data.get("word_joints", "keep") not in ("keep", "split"):

@@ -34,3 +34,13 @@ def run_word_joints(run_dir: Path) -> str:
         raise ValueError(f"{run_dir / 'config.yaml'}: data.word_joints is {mode!r}, not keep "
                          f"or split")
     return mode
+
+
+def run_lowercase(run_dir: Path) -> bool:
+    """The run's data.lowercase: whether the runtimes lower-case a line before reading it."""
+    data = run_config(run_dir).get("data")
+    value = data.get("lowercase", False) if isinstance(data, dict) else False
+    if not isinstance(value, bool):
+        raise ValueError(f"{run_dir / 'config.yaml'}: data.lowercase is {value!r}, not true "
+                         f"or false")
+    return value

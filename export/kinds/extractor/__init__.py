@@ -5,7 +5,7 @@ the selection it chose on dev in the manifest; Summarizer runs it."""
 from __future__ import annotations
 
 from ...common import ExportError, _check
-from ..encoder_only import EncoderOnlyKind, check_word_joints
+from ..encoder_only import EncoderOnlyKind, check_lowercase, check_word_joints
 from . import parity
 
 INTERFACE = ("ids int32 (B,K,S): an article's first K sentences (K at most "
@@ -35,6 +35,7 @@ class ExtractorKind(EncoderOnlyKind):
         super().validate_section(data)
         sentences = _check(data, "max_sentences", int, "", minimum=1)
         check_word_joints(data)
+        check_lowercase(data)
         try:
             Selection.from_dict(_check(data, "selection", dict, "")).check(sentences)
         except ValueError as err:
@@ -59,12 +60,13 @@ class ExtractorKind(EncoderOnlyKind):
     def section(self, run_dir, trained, model):
         from keras_transformer.text.extractive import read_selection
 
-        from ..encoder_only.run import run_word_joints
+        from ..encoder_only.run import run_lowercase, run_word_joints
 
         c = model.config
         return {"task": "extractive_summarization",
                 "max_sentences": model.max_sentences,
                 "word_joints": run_word_joints(run_dir),
+                "lowercase": run_lowercase(run_dir),
                 "selection": read_selection(run_dir, trained.max_sentences).to_dict(),
                 "model": {"num_encoder_layers": c.num_encoder_layers,
                           "sentence_layers": model.sentence_layers, "d_model": c.d_model,

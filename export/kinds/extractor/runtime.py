@@ -29,7 +29,8 @@ class Summarizer:
         self.scorer = SentenceScorer(runtime, lambda texts: sp.encode(texts, out_type=int),
                                      max_sentences=self.max_sentences,
                                      max_length=manifest["max_source_length"],
-                                     pad_id=ids["pad"], eos_id=ids["eos"])
+                                     pad_id=ids["pad"], eos_id=ids["eos"],
+                                     lowercase=manifest.data.get("lowercase", False))
         self.word_joints = manifest.data.get("word_joints", "keep")
 
     def prepare(self, articles: Sequence[str]) -> list[str]:

@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras_transformer.models.masked_lm import TransformerMaskedLM
 from keras_transformer.text.masking import MASK_PIECE
 
-from ...module import run_config, run_model_config
+from ...module import run_model_config
 
 
 def erf_gelu(x):
@@ -47,16 +47,6 @@ def run_mask(tokenizer, run_dir: Path) -> dict:
         raise ValueError(f"{run_dir}/spm.model has no {MASK_PIECE} piece: is {run_dir} a "
                          f"finished masked_lm run?")
     return {"piece": MASK_PIECE, "id": int(mask_id)}
-
-
-def run_lowercase(run_dir: Path) -> bool:
-    """The run's data.lowercase: whether the runtimes lower-case a line before reading it."""
-    data = run_config(run_dir).get("data")
-    value = data.get("lowercase", False) if isinstance(data, dict) else False
-    if not isinstance(value, bool):
-        raise ValueError(f"{run_dir / 'config.yaml'}: data.lowercase is {value!r}, not true "
-                         f"or false")
-    return value
 
 
 class MaskedLMModule(tf.Module):
