@@ -122,6 +122,26 @@ def test_scorer_reads_the_first_k_sentences_cuts_long_ones_and_keeps_input_order
         scorer.score(["a .", "  "])
 
 
+def test_a_lowercase_scorer_reads_lower_cased_pieces_and_keeps_the_articles_case():
+    seen = []
+
+    def run(ids):
+        seen.append(ids.copy())
+        return np.full(ids.shape[:2], 0.5, np.float32)
+
+    def encode(texts):  # the ord of each token's first letter: case shows in the ids
+        return [[ord(t[0]) for t in text.split()] for text in texts]
+
+    options = dict(max_sentences=2, max_length=4, pad_id=0, eos_id=2)
+    lower = SentenceScorer(run, encode, lowercase=True, **options)
+    (sentences, _), = lower.score(["Hà Nội mưa . Trời lạnh ."])
+    assert sentences == ["Hà Nội mưa .", "Trời lạnh ."]
+    np.testing.assert_array_equal(seen[-1][0], [[ord("h"), ord("n"), ord("m"), 2],
+                                                [ord("t"), ord("l"), ord("."), 2]])
+    SentenceScorer(run, encode, **options).score(["Hà Nội mưa . Trời lạnh ."])
+    assert seen[-1][0, 0, 0] == ord("H")
+
+
 def test_article_ids_pad_to_the_batch_or_given_sizes():
     ids = article_ids([[[5, 2]], [[6, 7, 2], [8, 2]]], pad_id=0)
     np.testing.assert_array_equal(ids, [[[5, 2, 0], [0, 0, 0]], [[6, 7, 2], [8, 2, 0]]])
@@ -440,6 +460,7 @@ def extractor_manifest(**changes) -> dict:
     ({"selection": {"k": 2}}, "not a selection"),
     ({"max_sentences": 0}, "'max_sentences' is 0"),
     ({"word_joints": "join"}, "not keep or split"),
+    ({"lowercase": "yes"}, "'lowercase' must be true or false"),
 ])
 def test_an_extractor_manifest_is_checked(changes, message):
     from export.common import ExportError, validate
@@ -714,3 +735,35 @@ def test_bench_bottom_up_scores_each_epsilon_and_epsilon_0_is_the_copy_model(bot
     alone = translate(model, task.source_tok, task.target_tok, dev.articles[:6],
                       task.search_settings(beam_size=1), truncate=True)
     assert rows[0]["rouge2"] == rouge(alone, dev.summaries[:6])["rouge2"]
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_an_extractor_exports_summarizer_reads_as_its_manifest_says(tmp_path, lowercase):
+    """export's Summarizer lower-cases what its model reads when the manifest says so (a
+    fine-tune of a lower-cased masked LM), and keeps the article's case in the summary."""
+    from export.common import MANIFEST_VERSION, Manifest, file_entry
+    from export.kinds.extractor.runtime import Summarizer
+    from keras_transformer.text.sentences import split_sentences
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer, train_sentencepiece
+
+    text = "Hà Nội mưa to . HÀ NỘI MƯA TO . hà nội mưa to ."
+    model = train_sentencepiece([text] * 50, tmp_path / "spm", 40)
+    (tmp_path / "spm.model").write_bytes(model.read_bytes())
+    manifest = extractor_manifest(lowercase=lowercase, max_source_length=40,
+                                  manifest_version=MANIFEST_VERSION,
+                                  files={"spm.model": file_entry(tmp_path,
+                                                                 tmp_path / "spm.model")})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    seen = []
+
+    def run(ids):
+        seen.append(ids.copy())
+        return np.full(ids.shape[:2], 0.5, np.float32)
+
+    article = "HÀ NỘI MƯA TO . Hà Nội mưa to ."
+    summary = Summarizer(Manifest(tmp_path), run).extract([article])[0].summary
+    assert summary == article
+    tok = SentencePieceTokenizer.load(tmp_path / "spm.model")
+    read = article.lower() if lowercase else article
+    want = [ids + [3] for ids in tok.encode(split_sentences(read))]
+    assert [list(row[row != 0]) for row in seen[0][0]] == want
