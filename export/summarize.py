@@ -75,24 +75,6 @@ EXTRACTIVE_OPTIONS = {"--sentences": "sentences", "--syllables": "syllables",
                       "--trigram-blocking": "trigram_blocking", "--scores": "scores"}
 
 
-def check_kind(args, manifest) -> None:
-    """The options refused by the export's kind, in one line: a bottom-up summarizer's export
-    (a copy model with its selector, a translator's export) takes no extractive option, an
-    extractive summarizer's no --epsilon; any other kind names its tool."""
-    if "selector" in manifest.data:
-        given = [flag for flag, name in EXTRACTIVE_OPTIONS.items()
-                 if getattr(args, name) not in (None, False)]
-        if given:
-            raise ValueError(f"{given[0]} is for an extractive summarizer's export; "
-                             f"{args.export} holds a bottom-up summarizer (a copy model and its "
-                             f"selector)")
-        return
-    manifest.require_kind("extractor", command("export.summarize"))
-    if args.epsilon is not None:
-        raise ValueError(f"--epsilon is for a bottom-up summarizer's export; {args.export} "
-                         f"holds an extractive summarizer")
-
-
 def selection_of(args, default):
     """The selection the options ask for, the run's `default` where they say nothing."""
     from keras_transformer.text.extractive import Selection
@@ -141,22 +123,37 @@ def extract(args, summarizer, lines: list[str]) -> list[str]:
                          if args.scores else "") for e in extractions]
 
 
-def summarize(args, summarizer, manifest, lines: list[str]) -> list[str]:
-    """The output lines: a bottom-up summarizer's summaries by the run's search settings, or
-    an extractive summarizer's (extract)."""
-    if "selector" in manifest.data:
-        return summarizer.translate(lines, manifest.search, batch_size=args.batch_size,
-                                    truncate=not args.no_truncate, allow_empty=False,
-                                    epsilon=args.epsilon)
-    return extract(args, summarizer, lines)
-
-
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    return run_tool(args, "summaries", None, "export.summarize",
-                    lambda *given: summarize(args, *given),
-                    lambda manifest: check_kind(args, manifest))
+
+    def check(manifest):
+        """The options refused by the export's kind, in one line: a bottom-up summarizer's
+        export (a copy model with its selector, a translator's export) takes no extractive
+        option, an extractive summarizer's no --epsilon; any other kind names its tool."""
+        if "selector" in manifest.data:
+            given = [flag for flag, name in EXTRACTIVE_OPTIONS.items()
+                     if getattr(args, name) not in (None, False)]
+            if given:
+                raise ValueError(f"{given[0]} is for an extractive summarizer's export; "
+                                 f"{args.export} holds a bottom-up summarizer (a copy model "
+                                 f"and its selector)")
+            return
+        manifest.require_kind("extractor", command("export.summarize"))
+        if args.epsilon is not None:
+            raise ValueError(f"--epsilon is for a bottom-up summarizer's export; {args.export} "
+                             f"holds an extractive summarizer")
+
+    def work(summarizer, manifest, lines):
+        """A bottom-up summarizer's summaries by the run's search settings, or an extractive
+        summarizer's (extract)."""
+        if "selector" in manifest.data:
+            return summarizer.translate(lines, manifest.search, batch_size=args.batch_size,
+                                        truncate=not args.no_truncate, allow_empty=False,
+                                        epsilon=args.epsilon)
+        return extract(args, summarizer, lines)
+
+    return run_tool(args, "summaries", None, "export.summarize", work, check)
 
 if __name__ == "__main__":
     sys.exit(main())

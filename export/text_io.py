@@ -1,6 +1,7 @@
 """What the line-in, line-out tools of an export (export.translate, export.classify,
 export.summarize, export.fill_mask) share: their start, their input, runtime and output
-options, the -o check, and the run from options to output (`run_tool`)."""
+options, the check of their files, the way from input lines to output lines (`rewrite`), and
+the run from options to output (`run_tool`)."""
 
 from __future__ import annotations
 
@@ -10,27 +11,37 @@ import os
 import sys
 from pathlib import Path
 
-from keras_transformer.file_safety import atomic_write_text, check_output_file
-from keras_transformer.text.lines import decode_lines, read_lines
+from keras_transformer.file_safety import (
+    atomic_write_text,
+    check_input_file,
+    check_output_file,
+)
+from keras_transformer.text.lines import decode_lines
 
 from .formats import RUNTIMES
 
 
 def start(args, what: str) -> Path | None:
     """What a tool does before any work: TensorFlow's C++ logging quiet (should a runtime load
-    it), warnings as `LEVEL: message` lines, and the -o path checked (see check_output)."""
+    it), warnings as `LEVEL: message` lines, and the command's own files checked: the -o path
+    (see check_output), then the input file, missing or a directory (file_safety's
+    check_input_file)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    return check_output(args, what)
+    out = check_output(args, what)
+    if args.input != "-":
+        check_input_file(args.input, "input file")
+    return out
 
 
 def run_tool(args, what: str, kind: str | None, tool: str, work, check=None) -> int:
-    """A line tool from its parsed options to its output, in one place: `start` (-o checked),
-    the export's manifest, refused in one line if the export is of another kind than `kind`
-    (naming `tool`) or if --run stands beside a runtime that would ignore it, then
-    `check(manifest)` (the tool's own refusals, before any input is read), the input lines,
-    the runner the manifest names (export.kinds.open_runner: the manifest is not read again),
-    and `work(runner, manifest, lines)`'s output lines written. Returns the exit code 0."""
+    """A line tool from its parsed options to its output, in one place: `start` (-o and the
+    input file checked), the export's manifest, refused in one line if the export is of
+    another kind than `kind` (naming `tool`) or if --run stands beside a runtime that would
+    ignore it, then `check(manifest)` (the tool's own refusals, before any runtime is loaded
+    or input read), the runner the manifest names (export.kinds.open_runner: the manifest is
+    not read again), and the input lines through `work(runner, manifest, lines)` to the
+    output (rewrite). Returns the exit code 0."""
     check_run_option(args.run, args.runtime)
     out = start(args, what)
     # Here, not at the top: --help and a bad option need none of the runtimes.
@@ -39,9 +50,8 @@ def run_tool(args, what: str, kind: str | None, tool: str, work, check=None) -> 
     manifest = open_manifest(args.export, kind, tool)
     if check is not None:
         check(manifest)
-    lines = read_input(args)
     runner = open_runner(manifest, args.runtime, args.variant, args.run)
-    write_output(out, work(runner, manifest, lines))
+    rewrite(args, out, lambda lines: work(runner, manifest, lines))
     return 0
 
 
@@ -89,16 +99,16 @@ def check_output(args, what: str) -> Path | None:
     return out
 
 
-def read_input(args) -> list[str]:
-    """The input lines (FILE or stdin); invalid UTF-8 becomes U+FFFD with a warning."""
+def rewrite(args, out: Path | None, work) -> None:
+    """The input lines (FILE, checked by `start`, or stdin; invalid UTF-8 becomes U+FFFD with
+    a warning) through `work`, whose lines are written one each to stdout or, whole and
+    atomically, to `out`."""
     if args.input == "-":
-        return decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
-    return read_lines(args.input, errors="replace", what="input file")
-
-
-def write_output(out: Path | None, lines) -> None:
-    """One line each, to stdout or, whole and atomically, to `out`."""
-    text = "".join(line + "\n" for line in lines)
+        lines = decode_lines(sys.stdin.buffer.read(), "stdin", errors="replace")
+    else:
+        path = Path(args.input)
+        lines = decode_lines(path.read_bytes(), str(path), errors="replace")
+    text = "".join(line + "\n" for line in work(lines))
     if out is None:
         sys.stdout.write(text)
     else:

@@ -36,13 +36,7 @@ from keras_transformer.command_line import (
 )
 from keras_transformer.decoding import SearchSettings
 
-from .text_io import (
-    add_text_io_arguments,
-    check_run_option,
-    read_input,
-    start,
-    write_output,
-)
+from .text_io import add_text_io_arguments, check_run_option, rewrite, start
 
 # One search holds batch x beam rows of decoder cache; past this it is memory, not speed.
 MAX_ROWS = 8192
@@ -105,19 +99,21 @@ def main(argv) -> int:
     check_run_option(args.run, runtime)
     translator = open_runner(manifest, runtime, variant, args.run,
                              search_graph=not args.no_search_graph)
-    lines = read_input(args)
-    progress = None
-    if args.input != "-":
-        from tqdm import tqdm
 
-        progress = tqdm(total=len(lines), unit="sent", file=sys.stderr, leave=False)
-    try:
-        outputs = translator.translate(lines, settings, batch_size=args.batch_size,
-                                       truncate=not args.no_truncate, progress=progress)
-    finally:
-        if progress is not None:
-            progress.close()
-    write_output(out, outputs)
+    def work(lines):
+        progress = None
+        if args.input != "-":
+            from tqdm import tqdm
+
+            progress = tqdm(total=len(lines), unit="sent", file=sys.stderr, leave=False)
+        try:
+            return translator.translate(lines, settings, batch_size=args.batch_size,
+                                        truncate=not args.no_truncate, progress=progress)
+        finally:
+            if progress is not None:
+                progress.close()
+
+    rewrite(args, out, work)
     return 0
 
 

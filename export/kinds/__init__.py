@@ -80,18 +80,13 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
 def open_runner(manifest: Manifest, runtime: str = "onnx", variant: str = "float32",
                 run_dir: str | Path | None = None, **options):
     """What a user runs over an opened export (Translator, Generator, Classifier, Summarizer,
-    FillMask: its kind's runner) over one runtime; `options` go to load_backend. A pipeline's
-    export (a bottom-up summarizer: a `selector` sub-export) runs its stages in that runtime
-    together."""
-    runner = kind_of(manifest).runner(manifest, load_backend(manifest, runtime, variant,
-                                                             run_dir, **options))
-    if "selector" in manifest.data:
-        from .seq2seq.pipeline import PipelineTranslator, selector_of, selector_rule
-
-        sub, sub_run = selector_of(manifest, runtime, run_dir)
-        return PipelineTranslator(runner, open_runner(sub, runtime, variant, sub_run),
-                                  **selector_rule(manifest))
-    return runner
+    FillMask: its kind's runner) over one runtime; `options` go to load_backend. The kind
+    joins the exports it holds inside it (a bottom-up summarizer's selector), each opened here
+    in the same runtime and variant."""
+    backend = load_backend(manifest, runtime, variant, run_dir, **options)
+    kind = kind_of(manifest)
+    runner = kind.runner(manifest, backend)
+    return kind.with_sub_exports(manifest, runner, runtime, variant, run_dir, open_runner)
 
 
 def open_export(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",

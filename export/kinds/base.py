@@ -79,6 +79,14 @@ class ExportKind:
         """What a user runs (Translator, Generator, Classifier, Summarizer) over a backend."""
         raise NotImplementedError
 
+    def with_sub_exports(self, manifest: Manifest, runner, runtime: str, variant: str,
+                         run_dir: str | Path | None, open_runner):
+        """The runner of an export that holds other exports run with it (a bottom-up
+        summarizer's selector): `runner` joined with theirs, each opened by `open_runner`
+        (export.kinds') in the same runtime and variant; `runner` itself for an export that
+        holds none."""
+        return runner
+
     # --- serving: export.serve's explorer, export.api's engine ---
 
     def explorer(self):

@@ -86,6 +86,14 @@ class Seq2SeqKind(DecodingKind):
 
         return Translator(manifest, backend)
 
+    def with_sub_exports(self, manifest, runner, runtime, variant, run_dir, open_runner):
+        """A bottom-up summarizer's export: the translator with its selector (pipeline.py)."""
+        if "selector" not in manifest.data:
+            return runner
+        from .pipeline import open_pipeline
+
+        return open_pipeline(manifest, runner, runtime, variant, run_dir, open_runner)
+
     def explorer(self):
         from .explorer import Explorer
 

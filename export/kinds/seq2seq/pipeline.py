@@ -129,11 +129,18 @@ class PipelineTranslator:
         return outputs
 
 
+def open_pipeline(manifest: Manifest, translator, runtime: str, variant: str, run_dir,
+                  open_runner) -> PipelineTranslator:
+    """The copy model's `translator` with its selector, whose runner `open_runner`
+    (export.kinds') opens in the same runtime and variant, by the manifest's rule."""
+    sub, sub_run = selector_of(manifest, runtime, run_dir)
+    return PipelineTranslator(translator, open_runner(sub, runtime, variant, sub_run),
+                              **selector_rule(manifest))
+
+
 def selector_of(manifest: Manifest, runtime: str, run_dir) -> tuple[Manifest, Path | None]:
     """The pipeline's selector: its sub-export's manifest and, for the keras runtime, its
-    training run (the one the copy run's config names); the caller opens its runner in the
-    same runtime and hands it to PipelineTranslator with the manifest's rule
-    (selector_rule)."""
+    training run (the one the copy run's config names)."""
     from ...runtime.base import training_run
 
     sub = Manifest(manifest.root / manifest["selector"]["export"])
@@ -168,10 +175,8 @@ def check_pipeline(run, out):
     summaries, scores = {}, {}
     for name, backend in run.backends.items():
         start = time.perf_counter()
-        sub, sub_run = selector_of(manifest, name, run.run_dir)
-        pipeline = PipelineTranslator(Translator(manifest, backend),
-                                      run.open(sub, name, "float32", sub_run),
-                                      **selector_rule(manifest))
+        pipeline = open_pipeline(manifest, Translator(manifest, backend), name, "float32",
+                                 run.run_dir, run.open)
         scores[name] = [s for _, s in pipeline.selector.scorer.score(
             pipeline.selector.prepare(articles))]
         summaries[name] = pipeline.translate(articles, settings)
