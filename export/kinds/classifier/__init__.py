@@ -8,8 +8,10 @@ import logging
 
 from ...common import CLASSIFIER_ATTENTION_INTERFACE, ExportError, _check
 from ..encoder_only import EncoderOnlyKind
-from ..encoder_only import parity as encoder_parity
 from . import parity
+from .engine import ClassifierEngine
+from .explorer import ClassifierExplorer
+from .runtime import Classifier
 
 log = logging.getLogger("export")
 
@@ -26,6 +28,10 @@ class ClassifierKind(EncoderOnlyKind):
     signatures = ("classify",)
     role = "classifier"  # classifier.onnx
     task = "classification"
+    runner_class = Classifier
+    explorer_class = ClassifierExplorer
+    engine_class = ClassifierEngine
+    parity = parity
 
     def accepts(self, model) -> bool:
         from keras_transformer.models.classifier import TransformerClassifier
@@ -80,24 +86,3 @@ class ClassifierKind(EncoderOnlyKind):
         import tensorflow as tf
 
         return tf.nn.softmax(logits, axis=-1)
-
-    def runner(self, manifest, backend):
-        from .runtime import Classifier
-
-        return Classifier(manifest, backend)
-
-    def explorer(self):
-        from .explorer import ClassifierExplorer
-
-        return ClassifierExplorer
-
-    def engine(self):
-        from .engine import ClassifierEngine
-
-        return ClassifierEngine
-
-    def parity_prepare(self, run, out):
-        encoder_parity.prepare(run, out)
-
-    def parity_checks(self, run):
-        return list(parity.CHECKS)

@@ -7,10 +7,11 @@ import numpy as np
 
 from ...common import Manifest
 from ...inputs import InputError, check_text
+from ..encoder_only.explorer import EncoderOnlyExplorer
 from .runtime import attention_runtime
 
 
-class ClassifierExplorer:
+class ClassifierExplorer(EncoderOnlyExplorer):
     """Classify one sentence as `python -m export.classify` does (the same Classifier over
     the onnx runtime's float32 classifier.onnx, the sentence in a batch of its own, truncated
     to max_source_length as the tool truncates by default) and add its encoder
@@ -21,22 +22,15 @@ class ClassifierExplorer:
 
     kind = "classifier"
     route = "/classify"
-    searches = False  # whether it takes --beam and --alpha
+    title = "the classifier explorer"
 
     def __init__(self, manifest: Manifest, classifier):
-        self.manifest = manifest
-        self.manifest.require_kind("classifier", "the classifier explorer")
+        super().__init__(manifest)
         self.attention = attention_runtime(self.manifest)  # names --with-attention if absent
         self.classifier = classifier
-        self.task = self.manifest.task
-        model = self.manifest.model
-        self.num_layers = model.get("num_encoder_layers")
-        self.num_heads = model.get("num_heads")
 
     def info(self) -> dict:
-        return {"kind": self.kind, "task": self.task, "encoder_layers": self.num_layers,
-                "heads": self.num_heads, "max_source_length": self.classifier.max_source_length,
-                "labels": self.classifier.labels}
+        return {**super().info(), "labels": self.classifier.labels}
 
     def explain(self, text: str) -> dict:
         """text -> {"label", "probability", "probabilities": {label: probability, in class

@@ -17,6 +17,7 @@ from ..encoder_only.parity import (
     compare,
     quantized_against_float32,
 )
+from ..encoder_only.parity import prepare as prepare  # a classifier's checks need no more
 from .runtime import attention_runtime
 
 

@@ -6,6 +6,7 @@ says what its function is, what its manifest adds and how its runner reads text.
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 from ...common import ExportError, _check
 from ..base import ExportKind, ExportOptions, write_manifest
@@ -34,6 +35,28 @@ class EncoderOnlyKind(ExportKind):
     # The output of the exported function the runtimes return (a masked language model's
     # `fill` has its logits only).
     output: str = "probabilities"
+    # What the kind's package runs the export with: its runner (runtime.py), the classes of
+    # its explorer and API engine (None: refused, naming `tool`), and its parity module
+    # (`prepare`, then `CHECKS` in order).
+    runner_class: type
+    explorer_class: type | None = None
+    engine_class: type | None = None
+    parity: ModuleType
+
+    def runner(self, manifest, backend):
+        return self.runner_class(manifest, backend)
+
+    def explorer(self):
+        return self.explorer_class
+
+    def engine(self):
+        return self.engine_class
+
+    def parity_prepare(self, run, out):
+        self.parity.prepare(run, out)
+
+    def parity_checks(self, run):
+        return list(self.parity.CHECKS)
 
     def validate_section(self, data):
         """One tokenizer, the source vocabulary, pad/unk/eos and max_source_length; a kind

@@ -7,6 +7,9 @@ from __future__ import annotations
 from ...common import ExportError, _check
 from ..encoder_only import EncoderOnlyKind, check_lowercase, check_word_joints
 from . import parity
+from .engine import ExtractorEngine
+from .explorer import ExtractorExplorer
+from .runtime import Summarizer
 
 INTERFACE = ("ids int32 (B,K,S): an article's first K sentences (K at most "
              "max_sentences), each its pieces + EOS right-padded with PAD to S (at "
@@ -23,6 +26,10 @@ class ExtractorKind(EncoderOnlyKind):
     signatures = ("extract",)
     role = "extractor"  # extractor.onnx
     task = "extractive summarization"
+    runner_class = Summarizer
+    explorer_class = ExtractorExplorer
+    engine_class = ExtractorEngine
+    parity = parity
 
     def accepts(self, model) -> bool:
         from keras_transformer.models.extractor import TransformerExtractor
@@ -82,24 +89,3 @@ class ExtractorKind(EncoderOnlyKind):
         import tensorflow as tf
 
         return tf.sigmoid(logits)
-
-    def runner(self, manifest, backend):
-        from .runtime import Summarizer
-
-        return Summarizer(manifest, backend)
-
-    def explorer(self):
-        from .explorer import ExtractorExplorer
-
-        return ExtractorExplorer
-
-    def engine(self):
-        from .engine import ExtractorEngine
-
-        return ExtractorEngine
-
-    def parity_prepare(self, run, out):
-        parity.prepare(run, out)
-
-    def parity_checks(self, run):
-        return list(parity.CHECKS)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from ...common import Manifest
 from ...inputs import InputError, check_text
+from ..encoder_only.explorer import EncoderOnlyExplorer
 
 
-class ExtractorExplorer:
+class ExtractorExplorer(EncoderOnlyExplorer):
     """Summarize one article as `python -m export.summarize` does (the same Summarizer over
     the onnx runtime's float32 extractor.onnx and the run's selection) and return every
     sentence it read with its probability, the chosen ones marked. An extractor has no
@@ -18,22 +19,15 @@ class ExtractorExplorer:
 
     kind = "extractor"
     route = "/summarize"
-    searches = False  # whether it takes --beam and --alpha
+    title = "the extractive summarizer's explorer"
 
     def __init__(self, manifest: Manifest, summarizer):
-        self.manifest = manifest
-        self.manifest.require_kind("extractor", "the extractive summarizer's explorer")
+        super().__init__(manifest)
         self.summarizer = summarizer
-        self.task = self.manifest.task
-        model = self.manifest.model
-        self.num_layers = model.get("num_encoder_layers")
-        self.sentence_layers = model.get("sentence_layers")
-        self.num_heads = model.get("num_heads")
+        self.sentence_layers = self.manifest.model.get("sentence_layers")
 
     def info(self) -> dict:
-        return {"kind": self.kind, "task": self.task, "encoder_layers": self.num_layers,
-                "sentence_layers": self.sentence_layers, "heads": self.num_heads,
-                "max_source_length": self.manifest["max_source_length"],
+        return {**super().info(), "sentence_layers": self.sentence_layers,
                 "max_sentences": self.summarizer.max_sentences,
                 "selection": self.summarizer.selection.describe()}
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from ...common import ExportError, _check
 from ..encoder_only import EncoderOnlyKind, check_lowercase, check_word_joints
 from . import parity
+from .engine import FillMaskEngine
+from .runtime import FillMask
 
 INTERFACE = ("ids int32 (B,S): pieces + EOS, right-padded with PAD, S at most "
              "max_source_length, some pieces the mask id -> logits float32 (B,S,V) of the "
@@ -22,6 +24,9 @@ class MaskedLMKind(EncoderOnlyKind):
     role = "masked_lm"  # masked_lm.onnx
     task = "masked_lm"
     output = "logits"
+    runner_class = FillMask
+    engine_class = FillMaskEngine
+    parity = parity
 
     def accepts(self, model) -> bool:
         from keras_transformer.models.masked_lm import TransformerMaskedLM
@@ -70,19 +75,3 @@ class MaskedLMKind(EncoderOnlyKind):
     @staticmethod
     def activation(logits):
         return logits
-
-    def runner(self, manifest, backend):
-        from .runtime import FillMask
-
-        return FillMask(manifest, backend)
-
-    def engine(self):
-        from .engine import FillMaskEngine
-
-        return FillMaskEngine
-
-    def parity_prepare(self, run, out):
-        parity.prepare(run, out)
-
-    def parity_checks(self, run):
-        return list(parity.CHECKS)
