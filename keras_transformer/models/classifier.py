@@ -8,9 +8,8 @@ from keras import ops
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.masks import masked_mean
-from keras_transformer.models.backbone import EncoderBackbone
+from keras_transformer.models.backbone import EncoderBackbone, at_least
 from keras_transformer.models.presets import FromPreset
-from keras_transformer.models.transformer import as_config
 
 POOLINGS = ("mean", "first")
 
@@ -42,16 +41,14 @@ class TransformerClassifier(EncoderBackbone, FromPreset, keras.Model):
         super().__init__(**kwargs)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
-        self.config = as_config(config)
-        self.num_classes = num_classes
+        self.num_classes = at_least("num_classes", num_classes, 2)
         self.pooling = pooling
-        c = self.config
+        c = self.make_backbone(config)
         policy = self.dtype_policy
-        self.make_backbone()
         self.head_dropout = Dropout(c.dropout, dtype=policy)
         self.head = keras.layers.Dense(num_classes, dtype=policy, name="classifier")
+
+    head_arguments = ("num_classes", "pooling")
 
     def build(self, input_shape=None):
         self.build_backbone()
@@ -73,13 +70,3 @@ class TransformerClassifier(EncoderBackbone, FromPreset, keras.Model):
     def call(self, ids, training=None):
         states, mask = self.encode(ids, training=training)
         return self.classify(states, mask, training=training)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(config=self.config.to_dict(), num_classes=self.num_classes,
-                      pooling=self.pooling)
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -10,9 +10,9 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import masked_mean
-from keras_transformer.models.backbone import EncoderBackbone
+from keras_transformer.models.backbone import EncoderBackbone, at_least
 from keras_transformer.models.presets import FromPreset
-from keras_transformer.models.transformer import as_config, check_ids
+from keras_transformer.models.transformer import check_ids
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -46,16 +46,10 @@ class TransformerExtractor(EncoderBackbone, FromPreset, keras.Model):
     def __init__(self, config: TransformerConfig | dict | None = None, max_sentences: int = 32,
                  sentence_layers: int = 2, **kwargs):
         super().__init__(**kwargs)
-        if max_sentences < 1:
-            raise ValueError(f"max_sentences must be at least 1, got {max_sentences}")
-        if sentence_layers < 1:
-            raise ValueError(f"sentence_layers must be at least 1, got {sentence_layers}")
-        self.config = as_config(config)
-        self.max_sentences = max_sentences
-        self.sentence_layers = sentence_layers
-        c = self.config
+        self.max_sentences = at_least("max_sentences", max_sentences, 1)
+        self.sentence_layers = at_least("sentence_layers", sentence_layers, 1)
+        c = self.make_backbone(config)
         policy = self.dtype_policy
-        self.make_backbone()
         # Learned: news puts its gist first, and how much a place counts is for the data to say.
         self.sentence_position = keras.layers.Embedding(max_sentences, c.d_model, dtype=policy,
                                                         name="sentence_position")
@@ -65,6 +59,8 @@ class TransformerExtractor(EncoderBackbone, FromPreset, keras.Model):
                                         c.layer_norm_epsilon, dtype=policy,
                                         name="sentence_encoder")
         self.head = keras.layers.Dense(1, dtype=policy, name="scorer")
+
+    head_arguments = ("max_sentences", "sentence_layers")
 
     def build(self, input_shape=None):
         d = self.config.d_model
@@ -92,13 +88,3 @@ class TransformerExtractor(EncoderBackbone, FromPreset, keras.Model):
         x = self.sentence_dropout(vectors + ops.expand_dims(positions, 0), training=training)
         x = self.sentence_encoder(x, sentence_mask, training=training)
         return ops.cast(ops.squeeze(self.head(x), -1), "float32")
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(config=self.config.to_dict(), max_sentences=self.max_sentences,
-                      sentence_layers=self.sentence_layers)
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

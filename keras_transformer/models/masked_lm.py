@@ -15,7 +15,7 @@ from keras import ops
 from keras_transformer.config import TransformerConfig
 from keras_transformer.models.backbone import EncoderBackbone
 from keras_transformer.models.presets import FromPreset
-from keras_transformer.models.transformer import as_config, vocab_logits
+from keras_transformer.models.transformer import vocab_logits
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -50,10 +50,8 @@ class TransformerMaskedLM(EncoderBackbone, FromPreset, keras.Model):
 
     def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.config = as_config(config)
-        c = self.config
+        c = self.make_backbone(config)
         policy = self.dtype_policy
-        self.make_backbone()
         self.head_transform = keras.layers.Dense(c.d_model, activation="gelu", dtype=policy,
                                                  name="mlm_transform")
         self.head_norm = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon,
@@ -78,12 +76,3 @@ class TransformerMaskedLM(EncoderBackbone, FromPreset, keras.Model):
             states = ops.take_along_axis(states, ops.expand_dims(positions, -1), axis=1)
         hidden = self.head_norm(self.head_transform(states))
         return vocab_logits(hidden, self.embedding) + ops.cast(self.head_bias, "float32")
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(config=self.config.to_dict())
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
