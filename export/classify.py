@@ -22,24 +22,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
+from keras_transformer.command_line import entry_point, int_in
 
-from .text_io import add_text_io_arguments, run_tool
+from .text_io import add_batch_size_and_debug, line_tool_parser, run_tool
 
 PRECISION = 4  # decimals of the printed probabilities
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=command("export.classify"),
-                                     description=__doc__.split("\n\n")[0])
-    add_text_io_arguments(parser, export_help="export directory of a classifier",
-                          verb="classifying")
+    parser = line_tool_parser("export.classify", __doc__,
+                              export_help="export directory of a classifier",
+                              verb="classifying")
     parser.add_argument("--top-k", type=int_in(1, 1000), default=1,
                         help="labels per line, best first, 1 to the number of classes "
                              "(default 1)")
-    parser.add_argument("--batch-size", type=int_in(1, 4096), default=64,
-                        help="sentences per batch, 1 to 4096 (default 64)")
-    add_debug_flag(parser)
+    add_batch_size_and_debug(parser, "sentences", 64)
     return parser.parse_args(argv)
 
 

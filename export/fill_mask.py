@@ -25,24 +25,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from keras_transformer.command_line import add_debug_flag, command, entry_point, int_in
+from keras_transformer.command_line import entry_point, int_in
 
-from .text_io import add_text_io_arguments, run_tool
+from .text_io import add_batch_size_and_debug, line_tool_parser, run_tool
 
 PRECISION = 4  # decimals of the printed probabilities
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=command("export.fill_mask"),
-                                     description=__doc__.split("\n\n")[0])
-    add_text_io_arguments(parser, export_help="export directory of a masked language model",
-                          verb="filling")
+    parser = line_tool_parser("export.fill_mask", __doc__,
+                              export_help="export directory of a masked language model",
+                              verb="filling")
     parser.add_argument("--top-k", type=int_in(1, 1000), default=5,
                         help="pieces per [MASK], best first, 1 to 1000 and at most the "
                              "vocabulary (default 5)")
-    parser.add_argument("--batch-size", type=int_in(1, 4096), default=64,
-                        help="lines per batch, 1 to 4096 (default 64)")
-    add_debug_flag(parser)
+    add_batch_size_and_debug(parser, "lines", 64)
     return parser.parse_args(argv)
 
 

@@ -34,23 +34,21 @@ import argparse
 import sys
 
 from keras_transformer.command_line import (
-    add_debug_flag,
     command,
     entry_point,
     float_in,
     int_in,
 )
 
-from .text_io import add_text_io_arguments, run_tool
+from .text_io import add_batch_size_and_debug, line_tool_parser, run_tool
 
 PRECISION = 4  # decimals of the printed probabilities
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=command("export.summarize"),
-                                     description=__doc__.split("\n\n")[0])
-    add_text_io_arguments(parser, export_help="export directory of an extractive summarizer",
-                          verb="summarizing")
+    parser = line_tool_parser("export.summarize", __doc__,
+                              export_help="export directory of an extractive summarizer",
+                              verb="summarizing")
     picks = parser.add_mutually_exclusive_group()
     picks.add_argument("--sentences", type=int_in(1, 4096), default=None, metavar="K",
                        help="take the K best sentences, 1 to the model's max_sentences "
@@ -65,9 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--epsilon", type=float_in(0.0, 1.0), default=None,
                         help="a bottom-up summarizer's epsilon, from 0 to 1 (default: the "
                              "export's)")
-    parser.add_argument("--batch-size", type=int_in(1, 4096), default=32,
-                        help="articles per batch, 1 to 4096 (default 32)")
-    add_debug_flag(parser)
+    add_batch_size_and_debug(parser, "articles", 32)
     return parser.parse_args(argv)
 
 

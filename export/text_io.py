@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from keras_transformer.command_line import add_debug_flag, command, int_in
 from keras_transformer.file_safety import (
     atomic_write_text,
     check_input_file,
@@ -61,6 +62,25 @@ def check_run_option(run, runtime: str) -> None:
     if run is not None and runtime != "keras":
         raise ValueError(f"--run is read by --runtime keras only, and this command runs "
                          f"{runtime}: drop --run, or add --runtime keras")
+
+
+def line_tool_parser(tool: str, doc: str, *, export_help: str, verb: str,
+                     fastest: bool = False) -> argparse.ArgumentParser:
+    """The parser of the line tool `tool` (its usage line, the first paragraph of its `doc`),
+    holding the options every line tool takes (add_text_io_arguments); the tool adds its own
+    and ends with add_batch_size_and_debug, or with --debug of its own."""
+    parser = argparse.ArgumentParser(prog=command(tool), description=doc.split("\n\n")[0])
+    add_text_io_arguments(parser, export_help=export_help, verb=verb, fastest=fastest)
+    return parser
+
+
+def add_batch_size_and_debug(parser: argparse.ArgumentParser, unit: str,
+                             batch_size: int) -> None:
+    """The last options of a line tool: --batch-size (`unit`s per batch, 1 to 4096, default
+    `batch_size`) and --debug."""
+    parser.add_argument("--batch-size", type=int_in(1, 4096), default=batch_size,
+                        help=f"{unit} per batch, 1 to 4096 (default {batch_size})")
+    add_debug_flag(parser)
 
 
 def add_text_io_arguments(parser: argparse.ArgumentParser, *, export_help: str,

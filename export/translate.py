@@ -28,7 +28,6 @@ import sys
 from keras_transformer.command_line import (
     add_debug_flag,
     add_search_constraints,
-    command,
     entry_point,
     float_in,
     int_in,
@@ -36,17 +35,15 @@ from keras_transformer.command_line import (
 )
 from keras_transformer.decoding import SearchSettings
 
-from .text_io import add_text_io_arguments, check_run_option, rewrite, start
+from .text_io import check_run_option, line_tool_parser, rewrite, start
 
 # One search holds batch x beam rows of decoder cache; past this it is memory, not speed.
 MAX_ROWS = 8192
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=command("export.translate"),
-                                     description=__doc__.split("\n\n")[0])
-    add_text_io_arguments(parser, export_help="export directory", verb="translating",
-                          fastest=True)
+    parser = line_tool_parser("export.translate", __doc__, export_help="export directory",
+                              verb="translating", fastest=True)
     parser.add_argument("--beam", type=int_in(*search_bounds("beam_size")), default=None,
                         help="beam size, 1 (greedy) to 64 (default: the run's, else 4)")
     parser.add_argument("--alpha", type=float_in(*search_bounds("alpha")), default=None,
