@@ -117,8 +117,11 @@ class ExtractiveSummarizationTask(Task):
     the sentences the selection (eval.summary_sentences / summary_syllables /
     trigram_blocking, else chosen on dev) picks, in article order."""
 
+    reads_lowercase = True
+
     @classmethod
     def check_config(cls, config) -> None:
+        super().check_config(config)
         e = config.eval
         if e.summary_sentences and e.summary_syllables:
             raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) and "
