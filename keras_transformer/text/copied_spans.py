@@ -78,9 +78,10 @@ def _substring_automaton(sequence: Sequence[str]) -> list[dict[str, int]]:
     return edges
 
 
-def content_labels(article: str, summary: str) -> np.ndarray:
-    """(len(words(article)),) int8: 1 where the summary copies the article's word as part of
-    a longest copied span, else 0.
+def content_labels(article: str, summary: str, max_words: int | None = None) -> np.ndarray:
+    """(len(words(article)),) int8, or the first `max_words` of them (those a selector
+    reads): 1 where the summary copies the article's word as part of a longest copied span,
+    else 0.
 
     The rule, as Gehrmann et al.'s released preprocessing makes it operational: the article is
     cut left to right into maximal spans, each the longest run of words from its start that
@@ -89,16 +90,25 @@ def content_labels(article: str, summary: str) -> np.ndarray:
     it repeats, so that a word copied once ("the", a comma) is not selected all over the
     article. Unlike their script, a span may end at the article's last word.
 
+    The labels of the first `max_words` words are those of the whole article: the spans
+    that start before them are found whole, and no later span can change them.
+
     An empty article gives an empty array; a summary that copies no word, all zeros.
     Cost: O(len(article) + len(summary)) dictionary steps: a suffix automaton of the summary,
     then one walk over the article in which each word is read once, plus once per span for
     the step that ends it."""
-    source = [_key(w) for w in words(article)]
-    edges = _substring_automaton([_key(w) for w in words(summary)])
+    target = [_key(w) for w in words(summary)]
+    source = words(article)
+    if max_words is not None:
+        # A span that starts before max_words is at most as long as the summary.
+        source = source[: max_words + len(target)]
+    source = [_key(w) for w in source]
+    edges = _substring_automaton(target)
+    stop = len(source) if max_words is None else min(max_words, len(source))
     labels = np.zeros(len(source), np.int8)
     seen: set[tuple[str, ...]] = set()
     start = 0
-    while start < len(source):
+    while start < stop:
         state, end = 0, start
         while end < len(source) and source[end] in edges[state]:
             state = edges[state][source[end]]
@@ -111,4 +121,4 @@ def content_labels(article: str, summary: str) -> np.ndarray:
             seen.add(span)
             labels[start:end] = 1
         start = end
-    return labels
+    return labels[:stop]

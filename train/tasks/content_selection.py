@@ -104,7 +104,7 @@ class ContentSelectionTask(Task):
         for name, split in splits.items():
             scorer.cut_articles = 0
             rows = scorer.encode_articles(split.articles)
-            labels = [content_labels(a, s)[: row.words] for a, s, row in
+            labels = [content_labels(a, s, row.words) for a, s, row in
                       zip(split.articles, split.summaries, rows, strict=True)]
             ids = scorer.batch_ids(rows)
             target = np.full(ids.shape, -1.0, np.float32)
@@ -240,7 +240,7 @@ class ContentSelectionTask(Task):
             return result
         scorer = self.make_scorer(model)
         rows = scorer.encode_articles(result.sources)
-        labels = [content_labels(a, references[i])[: row.words]
+        labels = [content_labels(a, references[i], row.words)
                   for a, i, row in zip(result.sources, scored, rows, strict=True)]
         scores = selection_scores(scorer.score_rows(rows, self.config.eval.batch_size), labels)
         result.scores = scores
