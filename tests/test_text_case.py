@@ -14,7 +14,8 @@ from train.config import ConfigError, load_config
 
 @pytest.mark.parametrize("task, refused", [
     ("masked_lm", False), ("denoising", False), ("classification", False),
-    ("extractive_summarization", False), ("translation", True), ("summarization", True),
+    ("extractive_summarization", False), ("content_selection", False), ("translation", True),
+    ("summarization", True),
     ("language_model", True),
 ])
 def test_data_lowercase_is_refused_where_the_task_would_ignore_it(task, refused):

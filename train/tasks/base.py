@@ -96,8 +96,8 @@ class Task:
         if config.data.lowercase and not cls.reads_lowercase:
             raise ConfigError(f"data.lowercase is for tasks whose model reads lower-cased text "
                               f"(masked_lm, denoising, classification, "
-                              f"extractive_summarization); task {config.task} reads its text "
-                              f"as written: remove the key")
+                              f"extractive_summarization, content_selection); task "
+                              f"{config.task} reads its text as written: remove the key")
 
     # Whether make_train (of `datasets`) takes part=(n, i) and reads only input pipeline i's
     # part of n (a streamed corpus: train.distribute.distribute); set by `prepare`.
