@@ -1,8 +1,9 @@
 """The pass before streamed training (train.shards.scan_shards), which reads shards in blocks
 checked together (shards.count_lines) and draws the tokenizer's sample by its positions
 (tokenizer_sources.reservoir_positions), against the pass in Python line by line that it
-replaces (shard_pairs and sample_sentences, the oracle): the same counts, dropped lines, sample
-and errors, word for word, on shards of every kind of line, plain and gzip."""
+replaces (bench.stream_scan.python_pass: shard_pairs and sample_sentences, the oracle): the
+same counts, dropped lines, sample and errors, word for word, on shards of every kind of line,
+plain and gzip."""
 
 import gzip
 import random
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 import keras_transformer.text.shards as text_shards
-from keras_transformer.text.shards import count_lines, shard_pairs, solid_bytes
-from train.shards import scan_shards
+from bench.stream_scan import block_pass, python_pass
+from keras_transformer.text.shards import count_lines, shard_pairs, solid
 from train.tokenizer_sources import reservoir_positions, sample_sentences
 
 # Lines shard_pairs keeps or drops (blank, an empty side, sides of Unicode whitespace or a
@@ -23,27 +24,6 @@ ODD_LINES = ["\n", "   \n", " \t \n", "\t\n", "a\t\n", "\tb\n", "a\t  \n", "a\t\
              "あ\tい\n", "\u3000\t\u3000\n", "\x0b\x0c\n", "é\tñ\n", "a \t b\n", "\ufeff\n"]
 PIECES = ["a", "é", "\t", " ", "\u3000", "\u00a0", "\ufeff", "\r", "\x1c", "\x00", "あ",
           "\u2028", "\x85", "\x0b", "日"]
-
-
-def python_scan(files, sample, seed):
-    """(pairs, dropped, sample) of the pass line by line in Python: the oracle."""
-    counts = {"pairs": 0, "dropped": 0}
-
-    def kept():
-        for path in files:
-            for pair in shard_pairs(path):
-                counts["pairs" if pair else "dropped"] += 1
-                if pair:
-                    yield pair
-
-    drawn = sample_sentences(kept(), sample, seed)
-    return counts["pairs"], counts["dropped"], drawn
-
-
-def fast_scan(files, sample, seed):
-    scan = scan_shards(files, sample, seed)
-    return scan.pairs, scan.dropped_empty, list(zip(scan.sample_sources, scan.sample_targets,
-                                                    strict=True))
 
 
 def error_of(scan, *args):
@@ -83,10 +63,10 @@ def block(request, monkeypatch):
 
 
 def test_solid_bytes_are_never_part_of_whitespace_or_a_byte_order_mark():
-    solid = solid_bytes()
-    blank = [chr(c) for c in range(0x110000) if chr(c).isspace()] + ["\ufeff"]
-    assert not any(solid[b] for text in blank for b in text.encode())
-    assert solid[ord("a")] and solid["é".encode()[0]] and solid["日".encode()[0]]
+    blank = "".join(chr(c) for c in range(0x110000) if chr(c).isspace()) + "\ufeff"
+    assert not solid(np.frombuffer(blank.encode(), np.uint8)).any()
+    assert solid(np.frombuffer(b"!az~", np.uint8)).all()
+    assert not solid(np.frombuffer(b" \t\x7f\x00\xc3", np.uint8)).any()
 
 
 def test_count_lines_drops_what_shard_pairs_drops(tmp_path, block):
@@ -109,7 +89,7 @@ def test_scan_matches_the_python_pass_on_good_shards(tmp_path, block):
     files.append(write(tmp_path / "train-5.tsv", ["\n", "\n"], gzipped=False))
     assert None not in map(count_lines, files)  # all read in blocks, none by the oracle's reader
     for sample, seed in [(0, 1), (1, 2), (37, 3), (300, 4), (5000, 5)]:
-        assert fast_scan(files, sample, seed) == python_scan(files, sample, seed)
+        assert block_pass(files, sample, seed) == python_pass(files, sample, seed)
 
 
 @pytest.mark.parametrize("bad", [
@@ -126,9 +106,9 @@ def test_a_broken_line_gives_the_python_pass_error(tmp_path, bad, block):
     later = write(tmp_path / "train-2.tsv", ["a\tb\tc\n"], gzipped=False)  # never reached
     files = [good[0], broken, good[1], later]
     assert count_lines(broken) is None  # left to shard_pairs, which reports it
-    message = error_of(python_scan, files, 10, 1)
+    message = error_of(python_pass, files, 10, 1)
     assert message.startswith(f"shard {broken} line ")
-    assert error_of(fast_scan, files, 10, 1) == message
+    assert error_of(block_pass, files, 10, 1) == message
 
 
 def test_a_corrupt_gzip_between_good_shards_gives_the_python_pass_error(tmp_path, block):
@@ -147,15 +127,15 @@ def test_a_corrupt_gzip_between_good_shards_gives_the_python_pass_error(tmp_path
     for bad in (cut, broken, magic):
         files = [first, bad, last]
         assert count_lines(bad) is None
-        message = error_of(python_scan, files, 20, 2)
+        message = error_of(python_pass, files, 20, 2)
         assert message.startswith(f"shard {bad} ") and "\n" not in message
-        assert error_of(fast_scan, files, 20, 2) == message
+        assert error_of(block_pass, files, 20, 2) == message
 
 
 def test_an_empty_corpus_is_refused_as_before(tmp_path):
     files = [write(tmp_path / "a.tsv", ["\n", "a\t \n"], gzipped=False),
              write(tmp_path / "b.tsv.gz", [], gzipped=True)]
-    assert error_of(fast_scan, files, 5, 1).endswith("hold no sentence pairs")
+    assert error_of(block_pass, files, 5, 1).endswith("hold no sentence pairs")
 
 
 @pytest.mark.parametrize("total, count, seed", [

@@ -11,7 +11,6 @@ every shard and keeps every n-th line of the interleaved stream, from its i-th o
 
 from __future__ import annotations
 
-import functools
 import gzip
 import zlib
 from collections.abc import Iterator, Sequence
@@ -105,15 +104,12 @@ class ShardCount:
         return pairs + np.searchsorted(before, pairs, side="right")
 
 
-@functools.cache
-def solid_bytes() -> np.ndarray:
-    """For each byte, whether a side of a line holding it cannot strip to empty: ASCII but
-    whitespace, and the UTF-8 lead bytes of no whitespace character (str.isspace) nor of the
-    byte-order mark that line_pair removes. A side without one is left to line_pair."""
-    blank_leads = {chr(c).encode()[0] for c in range(0x80, 0x110000) if chr(c).isspace()}
-    blank_leads.add("\ufeff".encode()[0])
-    return np.array([(b < 0x80 and not chr(b).isspace())
-                     or (0xC2 <= b <= 0xF4 and b not in blank_leads) for b in range(256)])
+def solid(codes: np.ndarray) -> np.ndarray:
+    """Which bytes are printable ASCII but space (0x21 to 0x7E): a side of a line holding one
+    cannot strip to empty, whatever else it holds (no whitespace character, nor the byte-order
+    mark line_pair removes, has such a byte in UTF-8). A side without one is left to
+    line_pair."""
+    return codes - np.uint8(0x21) < np.uint8(0x7F - 0x21)
 
 
 def line_chunks(path: Path, stop: int | None = None) -> Iterator[tuple[bytes, np.ndarray]]:
@@ -139,10 +135,9 @@ def line_chunks(path: Path, stop: int | None = None) -> Iterator[tuple[bytes, np
 
 def count_lines(path: Path) -> ShardCount | None:
     """The shard's lines and the ones shard_pairs drops, read in blocks of whole lines checked
-    together (valid UTF-8, one tab, a side of non-blank bytes, solid_bytes), line_pair deciding
-    the few lines those cannot; None when a line or the file is broken, for shard_pairs to
-    report as it does."""
-    solid = solid_bytes()
+    together (valid UTF-8, one tab, sides holding a `solid` byte), line_pair deciding the few
+    lines those cannot; None when a line or the file is broken, for shard_pairs to report as
+    it does."""
     lines, dropped = 0, []
     try:
         for data, ends in line_chunks(path):
@@ -158,7 +153,7 @@ def count_lines(path: Path) -> ShardCount | None:
             middles = ends.copy()
             single = one_tab[tab_line]
             middles[tab_line[single]] = tabs[single]
-            sides = np.logical_or.reduceat(solid[codes], np.stack([starts, middles], 1).ravel())
+            sides = np.logical_or.reduceat(solid(codes), np.stack([starts, middles], 1).ravel())
             left, right = sides[0::2], sides[1::2]
             if np.any(left & ~one_tab):
                 return None  # a line of other than two columns
