@@ -4,11 +4,15 @@ training consumes them (`keras_transformer.text.pipeline.make_tsv_stream_dataset
 `numpy_pipeline.StreamBatches` under JAX and PyTorch; a shard is read by
 `keras_transformer.text.shards`).
 
-Before training, one pass in Python reads the shards line by line: it refuses a broken shard
-(unreadable, a corrupt gzip, invalid UTF-8, a line without exactly two columns) in one line
-naming the file and line, counts the pairs, and draws the tokenizer's sample
-(`tokenizer.sample_sentences`), holding only that sample, so the corpus never sits in memory.
-One process reads every shard and draws its sample from all of them. A worker of several
+Before training, one pass reads the shards: it refuses a broken shard (unreadable, a corrupt
+gzip, invalid UTF-8, a line without exactly two columns) in one line naming the file and line,
+counts the pairs, and draws the tokenizer's sample (`tokenizer.sample_sentences`), holding only
+that sample, so the corpus never sits in memory. The shards are read side by side in blocks of
+lines checked together by NumPy (`keras_transformer.text.shards.count_lines`); a shard those
+checks cannot vouch for is read line by line (`shard_pairs`), which gives the error. One
+process reads every shard and draws its sample from all of them: the pairs sample_sentences'
+seeded reservoir would keep, found from the count alone (`reservoir_positions`) and read back
+from their shards. A worker of several
 (`MultiWorkerMirroredStrategy`) reads only its part (`keras_transformer.text.shards.
 worker_part`: its whole shards, or every n-th line), which the others check and count; the
 workers' counts are summed (train.distribute.sum_over_workers), and the sample, which must
