@@ -96,7 +96,8 @@ def reservoir_positions(total: int, count: int, seed: int) -> np.ndarray:
     if total <= count or not count:
         return kept
     rng = random.Random(seed)
-    numpy_from = max(count, NUMPY_FROM) if _numpy_draws_agree() else total
+    # From 2**32 texts on randrange takes two words a draw, which _numpy_slots does not follow.
+    numpy_from = max(count, NUMPY_FROM) if _numpy_draws_agree() and total < 1 << 32 else total
     for position in range(count, min(total, numpy_from)):
         slot = rng.randrange(position + 1)
         if slot < count:
@@ -149,6 +150,9 @@ def _numpy_slots(rng: random.Random, position: int, total: int):
             before = counted
         sure[maybe[accepted]] = True
         used = np.flatnonzero(sure)[:take]
+        if not len(used):  # every word rejected (as good as never): all spent on position
+            words = words[:0]
+            continue
         yield position, tops[used]
         words = words[used[-1] + 1:]
         position += len(used)
