@@ -10,8 +10,8 @@ counts the pairs, and draws the tokenizer's sample (`tokenizer.sample_sentences`
 that sample, so the corpus never sits in memory. The shards are read side by side in blocks of
 lines checked together by NumPy (`keras_transformer.text.shards.count_lines`); a shard those
 checks cannot vouch for is read line by line (`shard_pairs`), which gives the error. One
-process reads every shard and draws its sample from all of them: the pairs sample_sentences'
-seeded reservoir would keep, found from the count alone (`reservoir_positions`) and read back
+process reads every shard and draws its sample from all of them: positions drawn from the
+count alone (`sample_positions`, as sample_sentences draws from texts in memory), read back
 from their shards. A worker of several
 (`MultiWorkerMirroredStrategy`) reads only its part (`keras_transformer.text.shards.
 worker_part`: its whole shards, or every n-th line), which the others check and count; the
@@ -44,7 +44,7 @@ from keras_transformer.text.shards import (
 )
 
 from .config import DataConfig, data_dir
-from .tokenizer_sources import reservoir_positions
+from .tokenizer_sources import sample_positions
 
 
 def shard_files(config: DataConfig) -> list[Path]:
@@ -78,7 +78,7 @@ def scan_shards(files: list[Path], sample: int, seed: int, part: tuple[int, int]
                 cycle_length: int = 4) -> ShardScan:
     """The shards checked and counted in one pass and `sample` pairs drawn for the tokenizer.
     One process (`part` (1, 0)): every shard, the sample drawn across all of them (seeded,
-    sample_sentences' reservoir, by its positions: reservoir_positions). Worker i of n (`part`
+    by position: sample_positions). Worker i of n (`part`
     (n, i)): only what its input pipeline reads in a pass (its whole shards, or
     interleaved_pairs over its part, `cycle_length` as the pipeline's, when it keeps every
     n-th line), and as the sample the first ceil(sample / shards) pairs of each shard, the
@@ -99,7 +99,7 @@ def scan_shards(files: list[Path], sample: int, seed: int, part: tuple[int, int]
         scan.pairs = sum(count.pairs for count in counts)
         scan.dropped_empty = sum(len(count.dropped) for count in counts)
     if workers == 1:
-        drawn = drawn_pairs(files, counts, reservoir_positions(scan.pairs, sample, seed))
+        drawn = drawn_pairs(files, counts, sample_positions(scan.pairs, sample, seed))
     else:
         each = math.ceil(sample / len(files))
         drawn = [pair for path in files for pair in itertools.islice(
