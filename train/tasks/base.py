@@ -193,3 +193,39 @@ def transformer_config(config: RunConfig, source_tok, target_tok, *, max_source_
         **overrides,
         **ids,
     })
+
+
+class ArrayTask(Task):
+    """A task whose splits are held as (ids, labels) arrays (`self.arrays[split]`, set by
+    `prepare` with `self.batch_size`): batched in order, or shuffled by a seed for training,
+    each batch cut to its real size by `trim`, so less padding is encoded."""
+
+    @staticmethod
+    def trim(ids, labels, pad_id: int):
+        """A batch (ids, labels) cut to what its rows hold."""
+        raise NotImplementedError
+
+    def batches(self, name: str, shuffle: bool = False, seed: int = 0):
+        import tensorflow as tf
+
+        ids, labels = self.arrays[name]
+        data = tf.data.Dataset.from_tensor_slices((ids, labels))
+        if shuffle:
+            data = data.shuffle(len(ids), seed=seed)
+        pad_id = self.model_config.pad_id
+        return data.batch(self.batch_size).map(lambda x, y: self.trim(x, y, pad_id)).prefetch(2)
+
+    def datasets(self):
+        from ..batches import replayable
+
+        t = self.config.training
+
+        def make_train():
+            def build():
+                data = self.batches("train", shuffle=True, seed=t.seed)
+                return data.repeat() if t.steps_per_epoch else data
+
+            return replayable(build, t.steps_per_epoch > 0)
+
+        return make_train, lambda: self.batches("dev")
+

@@ -17,9 +17,15 @@ from keras_transformer.models.tagger import TransformerTagger
 from keras_transformer.text.copied_spans import content_labels, words
 from keras_transformer.text.word_scorer import WordScorer
 
-from ..batches import replayable
 from ..data import load_summarization, split_sentences, word_joints
-from ..tasks.base import DevScore, FileScores, Task, final_split, score_prefix, transformer_config
+from ..tasks.base import (
+    ArrayTask,
+    DevScore,
+    FileScores,
+    final_split,
+    score_prefix,
+    transformer_config,
+)
 from ..tokenizers import load_run_tokenizers, train_tokenizer
 from .extractive import ReplicaSentenceMeanLoss
 
@@ -72,7 +78,7 @@ def selection_scores(probabilities, labels) -> dict:
             "words": len(y)}
 
 
-class ContentSelectionTask(Task):
+class ContentSelectionTask(ArrayTask):
     """data.train_source / dev_source [/ test_source]: TSV files with article and summary
     columns (train.data.load_summaries). An article is its first data.max_source_length - 1
     pieces + EOS (text.word_scorer.WordScorer); a piece's label is its word's by Gehrmann's
@@ -132,30 +138,11 @@ class ContentSelectionTask(Task):
         return WordScorer(run, self.tok.encode, max_length=c.max_source_length,
                           pad_id=c.pad_id, eos_id=c.eos_id, lowercase=self.config.data.lowercase)
 
-    def batches(self, name: str, shuffle: bool = False, seed: int = 0):
-        ids, labels = self.arrays[name]
-        data = tf.data.Dataset.from_tensor_slices((ids, labels))
-        if shuffle:
-            data = data.shuffle(len(ids), seed=seed)
-        pad_id = self.model_config.pad_id
-
-        def trimmed(x, y):  # to the batch's longest row: less padding to encode
-            length = tf.reduce_max(tf.reduce_sum(tf.cast(tf.not_equal(x, pad_id), tf.int32), -1))
-            return x[:, :length], y[:, :length]
-
-        return data.batch(self.batch_size).map(trimmed).prefetch(2)
-
-    def datasets(self):
-        t = self.config.training
-
-        def make_train():
-            def build():
-                data = self.batches("train", shuffle=True, seed=t.seed)
-                return data.repeat() if t.steps_per_epoch else data
-
-            return replayable(build, t.steps_per_epoch > 0)
-
-        return make_train, lambda: self.batches("dev")
+    @staticmethod
+    def trim(ids, labels, pad_id: int):
+        """A batch cut to its longest row: less padding to encode."""
+        length = tf.reduce_max(tf.reduce_sum(tf.cast(tf.not_equal(ids, pad_id), tf.int32), -1))
+        return ids[:, :length], labels[:, :length]
 
     def build_model(self, model_config):
         model = TransformerTagger(model_config)
