@@ -5,13 +5,17 @@ and the Lead baselines: the choice of the pipeline's epsilon. With --source extr
 model reads the kept sentences alone, in article order (extract then abstract), instead of the
 article with the other sentences masked.
 
-The selector is an extractive_summarization run's sentence probabilities (--extractive), or
-the greedy oracle's sentences (--oracle: probability 1 for the sentences the oracle picks
-against the reference, 0 for the others), the most that selecting sentences can give this
-copy model. Epsilon 0 keeps every piece: the copy model alone.
+The selector is an extractive_summarization run's sentence probabilities (--extractive), a
+content_selection run's word probabilities (--tagger: the token-level selector, which masks
+the article by epsilon only), or the greedy oracle's sentences (--oracle: probability 1 for
+the sentences the oracle picks against the reference, 0 for the others), the most that
+selecting sentences can give this copy model. Epsilon 0 keeps every piece: the copy model
+alone.
 
     python -m bench.bottom_up --copy runs/vietnews --extractive runs/vietnews_ext \\
         --articles 300 --epsilon 0 0.1 0.2 0.3 0.5
+    python -m bench.bottom_up --copy runs/vietnews --tagger runs/vietnews_sel \\
+        --articles 300 --epsilon 0.1 0.2 0.3 0.4 0.5
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ from keras_transformer.text.summary_stats import summary_statistics
 from train.scoring import lead_baselines, oracle
 
 OUT = RESULTS / "vietnews" / "bottom_up_dev.json"
-MERGE_KEYS = ("copy_run", "copy_model", "selector", "epsilon", "top_k", "source", "articles",
-              *SEQ2SEQ_KEYS)
+MERGE_KEYS = ("copy_run", "copy_model", "selector", "level", "epsilon", "top_k", "source",
+              "articles", *SEQ2SEQ_KEYS)
 
 
 def load_task(run: Path, task_name: str, model: str = "model.keras"):
@@ -71,6 +75,8 @@ def main(argv=None) -> int:
                         help="the copy run's model file (default model.keras; e.g. best.keras)")
     selector = parser.add_mutually_exclusive_group(required=True)
     selector.add_argument("--extractive", type=Path, help="an extractive_summarization run")
+    selector.add_argument("--tagger", type=Path,
+                          help="a content_selection run (word probabilities; mask by epsilon)")
     selector.add_argument("--oracle", action="store_true",
                           help="the greedy oracle's sentences (needs the references)")
     parser.add_argument("--epsilon", type=epsilon_value, nargs="+", default=[0.0, 0.2, 0.5])
@@ -93,6 +99,10 @@ def main(argv=None) -> int:
     from keras_transformer.translator import keras_translator
     from train.data import load_summarization, split_sentences
 
+    level = "word" if args.tagger else "sentence"
+    if args.tagger and (args.top_k or args.source != "mask"):
+        raise CommandError("--tagger selects words by --epsilon, with --source mask; --top-k "
+                           "and --source extract take a sentence selector")
     copy_task, copy_model = load_task(args.copy, "summarization", args.copy_model)
     if not copy_model.config.copy_attention:
         raise CommandError(f"{args.copy} has no copy attention; bottom-up selection masks "
@@ -113,17 +123,22 @@ def main(argv=None) -> int:
 
         selector_name = "oracle"
     else:
-        ext_task, ext_model = load_task(args.extractive, "extractive_summarization")
-        scorer = ext_task.make_scorer(ext_model)
+        selector_run = args.tagger or args.extractive
+        task, selector_model = load_task(selector_run, "content_selection" if args.tagger
+                                         else "extractive_summarization")
+        scorer = task.make_scorer(selector_model)
+        # The selector reads articles as its own run's data did (its word joints), as the
+        # summarization task's pipeline does; each article is read once, whatever the rule.
+        prepare = task.prepare_sources
         cache: dict[str, tuple] = {}
 
         def score(texts):
             missing = [t for t in texts if t not in cache]
             if missing:
-                cache.update(zip(missing, scorer.score(missing), strict=True))
+                cache.update(zip(missing, scorer.score(prepare(missing)), strict=True))
             return [cache[t] for t in texts]
 
-        selector_name = str(args.extractive)
+        selector_name = str(selector_run)
     given = {"beam_size": args.beam, "alpha": args.alpha, "min_length": args.min_length,
              "no_repeat_ngram_size": args.no_repeat_ngram_size}
     settings = copy_task.search_settings(**{k: v for k, v in given.items() if v is not None})
@@ -136,14 +151,14 @@ def main(argv=None) -> int:
     rules = [(epsilon, 0) for epsilon in args.epsilon] + [(0.0, k) for k in args.top_k]
     for epsilon, top_k in rules:
         summarizer = BottomUpSummarizer(score, translator, epsilon, top_k=top_k,
-                                        source=args.source)
+                                        source=args.source, level=level)
         start = time.perf_counter()
         summaries = summarizer.summarize(articles, settings,
                                          batch_size=copy_task.config.eval.batch_size)
         seconds = time.perf_counter() - start
         scores = {k: v for k, v in rouge(summaries, references).items() if k in ROUGE_TYPES}
         row = {"copy_run": str(args.copy), "copy_model": args.copy_model,
-               "selector": selector_name, "epsilon": epsilon, "top_k": top_k,
+               "selector": selector_name, "level": level, "epsilon": epsilon, "top_k": top_k,
                "source": args.source, "articles": len(articles),
                **settings.to_dict(SEQ2SEQ_KEYS), **scores, **summarizer.stats.to_dict(),
                "summary_stats": summary_statistics(summaries, articles),

@@ -34,6 +34,7 @@ _PUBLIC = {
     "TransformerLM": "keras_transformer.models.language_model",
     "TransformerExtractor": "keras_transformer.models.extractor",
     "TransformerMaskedLM": "keras_transformer.models.masked_lm",
+    "TransformerTagger": "keras_transformer.models.tagger",
     "AddNorm": "keras_transformer.layers.add_norm",
     "MultiHeadAttention": "keras_transformer.layers.attention",
     "DecoderLayer": "keras_transformer.layers.decoder",

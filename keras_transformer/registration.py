@@ -34,6 +34,7 @@ SERIALIZABLE_MODULES = (
     "keras_transformer.models.language_model",
     "keras_transformer.models.extractor",
     "keras_transformer.models.masked_lm",
+    "keras_transformer.models.tagger",
     "keras_transformer.losses",
     "keras_transformer.metrics",
     "keras_transformer.schedules",

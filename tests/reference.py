@@ -118,3 +118,36 @@ def coverage_loss(attention, target_mask):
                 count += 1
             coverage = coverage + attention[b, t]
     return total / max(count, 1)
+
+
+def copied_span_labels(article_words, summary_words):
+    """Gehrmann et al.'s content labels by brute force: from each span start, the longest run
+    of article words found in the summary by a string search over every length (words joined
+    by NUL, so a match is whole words), then labelled 1 at the span's first occurrence."""
+    source = [w.lower() for w in article_words]
+    reference = "\0" + "\0".join(w.lower() for w in summary_words) + "\0"
+    labels, seen, start = [0] * len(source), [], 0
+    while start < len(source):
+        length = 0
+        for size in range(len(source) - start, 0, -1):
+            if "\0" + "\0".join(source[start:start + size]) + "\0" in reference:
+                length = size
+                break
+        if length == 0:
+            start += 1
+            continue
+        span = source[start:start + length]
+        if span not in seen:
+            seen.append(span)
+            labels[start:start + length] = [1] * length
+        start += length
+    return labels
+
+
+def roc_auc(scores, labels):
+    """The probability that a random positive scores above a random negative (a tie counts
+    one half), over every pair."""
+    positives = [s for s, y in zip(scores, labels, strict=True) if y]
+    negatives = [s for s, y in zip(scores, labels, strict=True) if not y]
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))

@@ -367,6 +367,10 @@ def test_a_fine_tune_of_other_sizes_or_from_a_run_sharing_nothing_is_refused_in_
     out = root / "wide"
     result = run_cli("train", *fine_tune_args(root, out, pre, "model.overrides.d_ff=64"))
     assert_clean_failure(result, 2, "training.init_from", "of shape")
+    out = root / "cased"
+    result = run_cli("train", *fine_tune_args(root, out, pre, "data.lowercase=false"))
+    assert_clean_failure(result, 2, "training.init_from", "set data.lowercase: true")
+    assert not out.exists()
 
 
 def test_pre_training_on_a_dev_split_or_at_a_mask_rate_of_1_is_refused_before_work(tmp_path):

@@ -145,7 +145,8 @@ def test_workers_started_with_different_configs_stop_in_one_line(tmp_path):
 
 
 # A worker's counting pass: train.shards.scan_shards over its part (as the engine runs it),
-# every line it read from each shard recorded, the counts summed over the workers.
+# every line it read from each shard recorded (line by line, or counted in blocks), the counts
+# summed over the workers.
 SCAN_WORKER = """
 import json, sys
 from collections import Counter
@@ -164,6 +165,14 @@ def counting(path):
         yield item
 
 shards.shard_pairs = train.shards.shard_pairs = counting
+whole = train.shards.count_lines
+
+def counting_whole(path):
+    count = whole(path)
+    lines[Path(path).name] += count.lines
+    return count
+
+train.shards.count_lines = counting_whole
 out = {}
 for name, files in json.loads(sys.argv[1]).items():
     lines.clear()

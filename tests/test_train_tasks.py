@@ -20,8 +20,8 @@ DEMO = CONFIGS / "demo.yaml"
 
 def test_an_unknown_task_is_refused_by_name_in_one_place(tmp_path):
     message = ("task 'parsing' is not supported (use translation or classification or "
-               "summarization or language_model or extractive_summarization or masked_lm or "
-               "denoising)")
+               "summarization or language_model or extractive_summarization or "
+               "content_selection or masked_lm or denoising)")
     with pytest.raises(ConfigError) as err:
         load_run_config(DEMO, ["task=parsing"])
     assert str(err.value) == message
@@ -44,8 +44,8 @@ def test_the_command_line_refuses_an_unknown_task_in_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: task 'parsing' is not supported (use translation or classification or "
-        "summarization or language_model or extractive_summarization or masked_lm or "
-        "denoising)")
+        "summarization or language_model or extractive_summarization or "
+        "content_selection or masked_lm or denoising)")
     assert not (tmp_path / "run").exists()
 
 

@@ -70,8 +70,9 @@ class DataConfig:
     # denoising: consecutive sentences packed into rows of max_source_length.
     texts: list[str] = field(default_factory=list)
     dev_texts: list[str] = field(default_factory=list)
-    # tasks masked_lm, extractive_summarization: the model reads lower-cased text (a masked
-    # LM for lower-cased fine-tunes; an extractor fine-tuned from one; its summaries keep case)
+    # tasks masked_lm, denoising, classification, extractive_summarization, content_selection:
+    # the model reads lower-cased text (a pre-training for lower-cased fine-tunes, and their
+    # fine-tunes; an extractor's summaries keep the article's case)
     lowercase: bool = False
     mask_rate: float = 0.15  # task masked_lm: the share of pieces hidden (BERT: 15%)
     whole_word_masking: bool = False  # task masked_lm: hide every piece of a chosen word

@@ -233,7 +233,7 @@ def load_classification(config: DataConfig) -> dict[str, LabeledSplit]:
     """{"train", "dev"[, "test"]} labeled splits: `tsv` reads `text<TAB>label` files
     (data.train_source, dev_source, test_source); `parallel` reads sentence files with
     line-aligned label files (data.<split>_source and data.<split>_target). Labels are ids
-    or, with data.labels, the class names."""
+    or, with data.labels, the class names; data.lowercase lower-cases the texts."""
     if config.corpus not in ("tsv", "parallel"):
         raise ConfigError(f"task classification reads data.corpus tsv or parallel, got "
                           f"{config.corpus!r}")
@@ -254,6 +254,9 @@ def load_classification(config: DataConfig) -> dict[str, LabeledSplit]:
                                   f"data.{split}_target (the label file of {text})")
             splits[split] = load_labeled_lines(resolve(config, text), resolve(config, label),
                                                config.labels)
+    if config.lowercase:
+        for split in splits.values():
+            split.texts = [t.lower() for t in split.texts]
     return splits
 
 

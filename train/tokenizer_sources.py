@@ -4,10 +4,11 @@ or a seeded sample of the training sentences (`tokenizer.sample_sentences`)."""
 
 from __future__ import annotations
 
-import random
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, SentencePieceTokenizer
 
@@ -63,18 +64,16 @@ def copy_given_model(config: RunConfig, prefix: Path) -> SentencePieceTokenizer:
     return SentencePieceTokenizer(target)
 
 
+def sample_positions(total: int, count: int, seed: int) -> np.ndarray:
+    """The positions, ascending, of `count` of `total` texts drawn uniformly without
+    replacement, seeded (all of them when there are no more): a corpus is sampled by its
+    count alone, so a streamed one (train.shards) draws what the same texts in memory would."""
+    if total <= count:
+        return np.arange(total)
+    return np.sort(np.random.default_rng(seed).choice(total, size=count, replace=False))
+
+
 def sample_sentences(texts: Iterable[str], count: int, seed: int) -> list[str]:
-    """`count` of `texts` drawn uniformly, seeded, in their order (all of them when there are
-    no more); one pass and `count` texts held, so `texts` may be a stream."""
-    # Reservoir sampling (Algorithm R) over (position, text): uniform without knowing the
-    # length, and the positions put the sample back in the corpus's order.
-    rng = random.Random(seed)
-    reservoir: list[tuple[int, str]] = []
-    for position, text in enumerate(texts):
-        if position < count:
-            reservoir.append((position, text))
-            continue
-        slot = rng.randrange(position + 1)
-        if slot < count:
-            reservoir[slot] = (position, text)
-    return [text for _, text in sorted(reservoir)]
+    """`count` of `texts` drawn uniformly, seeded, in their order (sample_positions)."""
+    texts = texts if isinstance(texts, Sequence) else list(texts)
+    return [texts[i] for i in sample_positions(len(texts), count, seed)]

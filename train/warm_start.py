@@ -25,7 +25,7 @@ from keras_transformer.models.presets import load_by_name, local_name
 
 from .accumulation import set_updates
 from .callbacks import load_weights_npz
-from .config import RunConfig
+from .config import RunConfig, load_config
 from .run_directory import TOKENIZER_FILES
 
 
@@ -50,7 +50,22 @@ def weights_file(config: RunConfig, out: Path | None = None) -> Path | None:
     if out is not None and run.resolve() == Path(out).resolve():
         raise ValueError(f"training.init_from names a file of the run directory itself ({out}); "
                          f"start the new run in another --out")
+    check_text_case(config, run)
     return path
+
+
+def check_text_case(config: RunConfig, run: Path) -> None:
+    """A ValueError when the run the weights come from read its text in another case than
+    this run will (data.lowercase): its tokenizer and weights know the pieces of that case
+    only, and the fine-tune would read mostly unknown pieces without an error."""
+    if not (run / "config.yaml").is_file():
+        return
+    source = load_config(run / "config.yaml").data.lowercase
+    if source != config.data.lowercase:
+        said = str(source).lower()
+        raise ValueError(f"training.init_from: {run} read its text "
+                         f"{'lower-cased' if source else 'as written'} (data.lowercase {said}); "
+                         f"set data.lowercase: {said} so that this run reads text as it did")
 
 
 def source_run(weights: Path) -> Path:

@@ -9,12 +9,17 @@ runs it unchanged. The article's EOS stays selected: every source the model was 
 ends with it. An article where no piece reaches epsilon is read whole, as without a
 selector (counted in `BottomUpStats.unselected`).
 
-Here the selector is the extractive model: a piece's probability is its sentence's. Two
-choices beside epsilon, for dev comparisons: the selector's k most probable sentences instead
-of a threshold (`top_k`), and the kept sentences alone as the source (`source="extract"`:
-extract then abstract, in article order, so that a sentence past the copy model's
-max_source_length pieces can be read) instead of the article with the others masked. NumPy
-and plain Python, so the export runtimes use it too.
+The selector is sentence-level or word-level (`level`). Sentence-level, the extractive model:
+a piece's probability is its sentence's. Two choices beside epsilon, for dev comparisons: the
+selector's k most probable sentences instead of a threshold (`top_k`), and the kept sentences
+alone as the source (`source="extract"`: extract then abstract, in article order, so that a
+sentence past the copy model's max_source_length pieces can be read) instead of the article
+with the others masked. Word-level, the content tagger (text/word_scorer.py): a probability
+for each word of the article (text/copied_spans.py: VNDS's "_" joints split), which meet the
+copy model's pieces through the words whatever either model's tokenizer: a piece takes the
+largest probability of the words of its whitespace token, 0 for words the selector did not
+read; the same epsilon mask, and neither top_k nor extract. NumPy and plain Python, so the
+export runtimes use it too.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from keras_transformer.text.copied_spans import token_maxima, word_counts
 from keras_transformer.text.sentences import split_sentences
 
 EOS_SENTENCE = -1  # the sentence index of the source's EOS
 SOURCES = ("mask", "extract")  # what the copy model reads: BottomUpSummarizer.source
+LEVELS = ("sentence", "word")  # what the selector gives a probability: BottomUpSummarizer.level
 
 
 def check_epsilon(epsilon) -> float:
@@ -105,6 +112,31 @@ def check_source(source) -> str:
     return source
 
 
+def check_level(level, top_k: int, source: str) -> str:
+    """level, or a ValueError saying what a word-level selector takes."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS} (what the selector gives a "
+                         f"probability), got {level!r}")
+    if level == "word" and (top_k or source != "mask"):
+        raise ValueError("a word-level selector masks the article by epsilon: give top_k 0 "
+                         "and source mask (the k best and extract are sentence rules)")
+    return level
+
+
+def word_pieces(tokens: Sequence[str], word_probabilities: Sequence[float],
+                encode: Callable[[list[str]], list[list[int]]], max_length: int, eos_id: int
+                ) -> tuple[list[int], list[int], np.ndarray]:
+    """The copy model's whitespace tokens of an article and a word-level selector's
+    probabilities of its words (copied_spans.words; those past the end were not read) ->
+    (the copy model's source: the tokens' pieces cut to max_length - 1, + EOS; each piece's
+    token, EOS_SENTENCE for the EOS; each piece's probability: the largest of its token's
+    words', 0 for a token of no word read, 1 for the EOS)."""
+    tokens = list(tokens[: max_length - 1])  # a token is at least one piece
+    ids, owners = sentence_pieces(tokens, encode, max_length, eos_id)
+    return ids, owners, piece_probabilities(owners, token_maxima(word_probabilities,
+                                                                 word_counts(tokens)))
+
+
 def chosen_sentences(scores: Sequence[float], epsilon: float, top_k: int = 0) -> np.ndarray:
     """The indices, in article order, of the sentences a selector keeps: its `top_k` most
     probable when top_k > 0 (ties: the earlier sentence), else those of probability >=
@@ -134,9 +166,10 @@ class BottomUpStats:
 @dataclass
 class BottomUpSummarizer:
     """Articles -> summaries: `score` gives each article's sentence probabilities (the
-    extractive model's text.extractive.SentenceScorer.score), `translator` is the copy
-    model's generation.Translator (any runtime), and the copy model reads each article
-    restricted to the pieces of the sentences with probability >= epsilon."""
+    extractive model's text.extractive.SentenceScorer.score), or with level "word" its word
+    probabilities (text.word_scorer.WordScorer.score); `translator` is the copy model's
+    generation.Translator (any runtime), and the copy model reads each article restricted to
+    the pieces of the sentences (the words) with probability >= epsilon."""
 
     score: Callable[[Sequence[str]], list[tuple[list[str], np.ndarray]]]
     translator: object
@@ -144,25 +177,35 @@ class BottomUpSummarizer:
     stats: BottomUpStats = field(default_factory=BottomUpStats)
     top_k: int = 0  # > 0: the k most probable sentences, whatever epsilon
     source: str = "mask"  # or "extract": the kept sentences alone, in article order
+    level: str = "sentence"  # or "word": `score` gives word probabilities
 
     def __post_init__(self):
         self.epsilon = check_epsilon(self.epsilon)
         self.top_k = check_top_k(self.top_k)
         self.source = check_source(self.source)
+        self.level = check_level(self.level, self.top_k, self.source)
 
     def describe(self) -> dict:
-        """The selection rule, as configs and manifests write it."""
-        return {"epsilon": self.epsilon, "top_k": self.top_k, "source": self.source}
+        """The selection rule, as configs and manifests write it (the level only when it is
+        not the sentence level of every earlier rule)."""
+        rule = {"epsilon": self.epsilon, "top_k": self.top_k, "source": self.source}
+        return rule if self.level == "sentence" else {**rule, "level": self.level}
 
     def sources(self, articles: Sequence[str]) -> tuple[list[list[int]], list[np.ndarray],
                                                          list[np.ndarray]]:
         """(each article's source ids, its pieces' probabilities, the pieces kept)."""
         encoded, probabilities, masks = [], [], []
         for article, (_, scores) in zip(articles, self.score(articles), strict=True):
-            sentences = split_sentences(article)
-            ids, owners, mask, unselected = self._source(sentences, scores)
+            if self.level == "word":
+                t = self.translator
+                ids, owners, scored = word_pieces(article.split(), scores, t.pieces,
+                                                  t.max_source_length, t.eos_id)
+                mask, unselected = selection_mask(scored, owners, self.epsilon)
+            else:
+                ids, owners, mask, unselected = self._source(split_sentences(article), scores)
+                scored = piece_probabilities(owners, scores)
             encoded.append(ids)
-            probabilities.append(piece_probabilities(owners, scores))
+            probabilities.append(scored)
             masks.append(mask)
             self.stats.articles += 1
             self.stats.pieces += len(ids)

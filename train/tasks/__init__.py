@@ -14,6 +14,7 @@ TASKS = {"translation": ("translation", "TranslationTask"),
          "summarization": ("summarization", "SummarizationTask"),
          "language_model": ("language_model", "LanguageModelTask"),
          "extractive_summarization": ("extractive", "ExtractiveSummarizationTask"),
+         "content_selection": ("content_selection", "ContentSelectionTask"),
          "masked_lm": ("masked_lm", "MaskedLMTask"),
          "denoising": ("denoising", "DenoisingTask")}
 # The tasks with a NumPy input path, which train under every Keras backend.

@@ -11,7 +11,7 @@ from typing import Any
 from keras_transformer.config import TransformerConfig
 from keras_transformer.text.tokenizer import shared_special_ids
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 
 
 @dataclass
@@ -80,6 +80,9 @@ class Task:
     evaluate_options: frozenset[str] = frozenset()
     # Whether an input file is scored by itself (a language model's text), with no --ref.
     scored_without_references = False
+    # Whether the task reads data.lowercase (its model reads lower-cased text); set elsewhere,
+    # the key would do nothing, and is refused.
+    reads_lowercase = False
 
     def __init__(self, config: RunConfig):
         self.config = config
@@ -88,7 +91,13 @@ class Task:
     def check_config(cls, config: RunConfig) -> None:
         """Refuse, with a one-line ConfigError naming the key, what the task cannot run:
         the rules of its own keys, or of keys that mean something else to it. Called when the
-        config is loaded (train.tasks.load_run_config) and before a run, ahead of any data."""
+        config is loaded (train.tasks.load_run_config) and before a run, ahead of any data.
+        A task's own rules come after these, shared by every task."""
+        if config.data.lowercase and not cls.reads_lowercase:
+            raise ConfigError(f"data.lowercase is for tasks whose model reads lower-cased text "
+                              f"(masked_lm, denoising, classification, "
+                              f"extractive_summarization, content_selection); task "
+                              f"{config.task} reads its text as written: remove the key")
 
     # Whether make_train (of `datasets`) takes part=(n, i) and reads only input pipeline i's
     # part of n (a streamed corpus: train.distribute.distribute); set by `prepare`.
@@ -184,3 +193,39 @@ def transformer_config(config: RunConfig, source_tok, target_tok, *, max_source_
         **overrides,
         **ids,
     })
+
+
+class ArrayTask(Task):
+    """A task whose splits are held as (ids, labels) arrays (`self.arrays[split]`, set by
+    `prepare` with `self.batch_size`): batched in order, or shuffled by a seed for training,
+    each batch cut to its real size by `trim`, so less padding is encoded."""
+
+    @staticmethod
+    def trim(ids, labels, pad_id: int):
+        """A batch (ids, labels) cut to what its rows hold."""
+        raise NotImplementedError
+
+    def batches(self, name: str, shuffle: bool = False, seed: int = 0):
+        import tensorflow as tf
+
+        ids, labels = self.arrays[name]
+        data = tf.data.Dataset.from_tensor_slices((ids, labels))
+        if shuffle:
+            data = data.shuffle(len(ids), seed=seed)
+        pad_id = self.model_config.pad_id
+        return data.batch(self.batch_size).map(lambda x, y: self.trim(x, y, pad_id)).prefetch(2)
+
+    def datasets(self):
+        from ..batches import replayable
+
+        t = self.config.training
+
+        def make_train():
+            def build():
+                data = self.batches("train", shuffle=True, seed=t.seed)
+                return data.repeat() if t.steps_per_epoch else data
+
+            return replayable(build, t.steps_per_epoch > 0)
+
+        return make_train, lambda: self.batches("dev")
+

@@ -47,8 +47,11 @@ class ClassificationTask(Task):
     F1 and macro-F1. After every epoch the dev macro-F1 (eval.dev_score_sentences 0 turns it
     off) picks best.keras."""
 
+    reads_lowercase = True
+
     @classmethod
     def check_config(cls, config) -> None:
+        super().check_config(config)
         labels = config.data.labels
         if len(set(labels)) != len(labels) or any(v != v.strip() or "\t" in v for v in labels):
             raise ConfigError(f"data.labels must be distinct names without tabs or surrounding "
@@ -185,7 +188,9 @@ class ClassificationTask(Task):
         result.outputs = [""] * len(lines)
         if not scored:
             return result
-        gold, predicted = self.predict(model, LabeledSplit(result.sources, gold))
+        read = ([t.lower() for t in result.sources] if self.config.data.lowercase
+                else result.sources)
+        gold, predicted = self.predict(model, LabeledSplit(read, gold))
         for i, label in zip(scored, predicted, strict=True):
             result.outputs[i] = self.names[label]
         if references is not None:

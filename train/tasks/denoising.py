@@ -60,6 +60,8 @@ class DenoisingTask(Seq2SeqTask):
     cross-entropy over the target pieces; the dev perplexity of the targets picks
     best.keras."""
 
+    reads_lowercase = True
+
     evaluate_options = frozenset({"--beam", "--alpha", "--no-repeat-ngram-size",
                                   "--min-length", "--plot-attention", "--hyp", "--overwrite"})
 

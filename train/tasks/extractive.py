@@ -29,12 +29,18 @@ from keras_transformer.text.extractive import (
 )
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 
-from ..batches import replayable
 from ..config import ConfigError
 from ..data import load_summarization, split_sentences, word_joints
 from ..losses import replica_mean
 from ..scoring import lead_baselines, oracle
-from ..tasks.base import DevScore, FileScores, Task, final_split, score_prefix, transformer_config
+from ..tasks.base import (
+    ArrayTask,
+    DevScore,
+    FileScores,
+    final_split,
+    score_prefix,
+    transformer_config,
+)
 from ..tokenizers import load_run_tokenizers, train_tokenizer
 
 log = logging.getLogger("train")
@@ -109,7 +115,7 @@ def choose_selection(extractions, references, candidates) -> tuple[Selection, li
     return candidates[best], table
 
 
-class ExtractiveSummarizationTask(Task):
+class ExtractiveSummarizationTask(ArrayTask):
     """data.train_source / dev_source [/ test_source]: TSV files with article and summary
     columns (train.data.load_summaries). An article is its first data.article_sentences (K)
     sentences, each its first data.max_source_length - 1 pieces + EOS; its labels are the
@@ -117,8 +123,11 @@ class ExtractiveSummarizationTask(Task):
     the sentences the selection (eval.summary_sentences / summary_syllables /
     trigram_blocking, else chosen on dev) picks, in article order."""
 
+    reads_lowercase = True
+
     @classmethod
     def check_config(cls, config) -> None:
+        super().check_config(config)
         e = config.eval
         if e.summary_sentences and e.summary_syllables:
             raise ConfigError(f"eval.summary_sentences ({e.summary_sentences}) and "
@@ -177,25 +186,7 @@ class ExtractiveSummarizationTask(Task):
                               max_length=c.max_source_length, pad_id=c.pad_id, eos_id=c.eos_id,
                               lowercase=self.config.data.lowercase)
 
-    def batches(self, name: str, shuffle: bool = False, seed: int = 0):
-        ids, labels = self.arrays[name]
-        data = tf.data.Dataset.from_tensor_slices((ids, labels))
-        if shuffle:
-            data = data.shuffle(len(ids), seed=seed)
-        pad_id = self.model_config.pad_id
-        return data.batch(self.batch_size).map(lambda x, y: trimmed(x, y, pad_id)).prefetch(2)
-
-    def datasets(self):
-        t = self.config.training
-
-        def make_train():
-            def build():
-                data = self.batches("train", shuffle=True, seed=t.seed)
-                return data.repeat() if t.steps_per_epoch else data
-
-            return replayable(build, t.steps_per_epoch > 0)
-
-        return make_train, lambda: self.batches("dev")
+    trim = staticmethod(trimmed)
 
     def build_model(self, model_config):
         model = TransformerExtractor(model_config, max_sentences=self.config.data.article_sentences,

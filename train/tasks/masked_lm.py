@@ -119,8 +119,11 @@ class MaskedLMTask(Task):
     cross-entropy over the masked pieces (training.label_smoothing 0 makes the dev loss ln of
     the masked perplexity). The dev perplexity over masked pieces picks best.keras."""
 
+    reads_lowercase = True
+
     @classmethod
     def check_config(cls, config) -> None:
+        super().check_config(config)
         d = config.data
         if d.max_predictions:
             try:

@@ -31,6 +31,7 @@ class Seq2SeqTask(Task):
 
     @classmethod
     def check_config(cls, config) -> None:
+        super().check_config(config)
         # Two tokenizers number their pieces independently, even at one vocabulary size: a
         # shared embedding, or a copied source id, would mean another piece on the target side.
         model = model_preview(config)

@@ -29,6 +29,11 @@ from ..tokenizers import build_tokenizers
 log = logging.getLogger("train")
 
 
+# The tasks whose run may be eval.selector, and what each gives a probability
+# (BottomUpSummarizer.level).
+SELECTOR_TASKS = {"extractive_summarization": "sentence", "content_selection": "word"}
+
+
 def count_longer(texts, tokenizer, max_length: int) -> int:
     """How many texts have more than max_length - 1 pieces (one place is EOS, or BOS): those
     the training pipeline and the search cut to their first max_length - 1 pieces."""
@@ -61,14 +66,29 @@ class SummarizationTask(Seq2SeqTask):
 
     def load_selector(self) -> None:
         """Load eval.selector's run once; a ConfigError naming it when it is not a finished
-        extractive_summarization run."""
-        from ..tasks import load_run
+        extractive_summarization run (sentence probabilities) or content_selection run (word
+        probabilities, which select by epsilon and mask only)."""
+        from ..tasks import load_run, load_run_config
 
-        if self.selector is None:
-            try:
-                self.selector = load_run(self.config.eval.selector, "extractive_summarization")
-            except (ValueError, CommandError) as err:
-                raise ConfigError(f"eval.selector: {err}") from None
+        if self.selector is not None:
+            return
+        e = self.config.eval
+        config_file = Path(e.selector) / "config.yaml"
+        try:
+            # The run's task first: a run of another task is refused before its model loads.
+            kind = load_run_config(config_file).task if config_file.is_file() else None
+            if kind is not None and kind not in SELECTOR_TASKS:
+                raise ValueError(f"{e.selector} is a {kind} run; give a run of task "
+                                 f"{' or '.join(SELECTOR_TASKS)}")
+            task, model = load_run(e.selector, kind)
+        except (ValueError, CommandError) as err:
+            raise ConfigError(f"eval.selector: {err}") from None
+        if SELECTOR_TASKS[task.config.task] == "word" and (e.selector_top_k
+                                                          or e.selector_source != "mask"):
+            raise ConfigError(f"eval.selector: {e.selector} is a content_selection run, which "
+                              f"selects words by epsilon: set eval.selector_top_k: 0 and "
+                              f"eval.selector_source: mask")
+        self.selector = task, model
 
     def use_run(self, run, model, batch_size=None):
         super().use_run(run, model, batch_size)
@@ -86,7 +106,8 @@ class SummarizationTask(Seq2SeqTask):
         # export's pipeline does (export/kinds/seq2seq/pipeline.py).
         return BottomUpSummarizer(
             lambda articles: scorer.score(task.prepare_sources(articles), e.batch_size),
-            translator, e.selector_epsilon, top_k=e.selector_top_k, source=e.selector_source)
+            translator, e.selector_epsilon, top_k=e.selector_top_k, source=e.selector_source,
+            level=SELECTOR_TASKS[task.config.task])
 
     def extracted_sources(self, out: Path) -> dict[str, list[str]]:
         """data.extract_sources: {train, dev: each article's extracted source text}. Training

@@ -59,10 +59,12 @@ class ClassifierKind(EncoderOnlyKind):
         return ClassifierModule(model)
 
     def section(self, run_dir, trained, model):
+        from ..encoder_only.run import run_lowercase
         from .module import run_labels
 
         c = model.config
         return {"labels": run_labels(run_dir, model.num_classes),
+                "lowercase": run_lowercase(run_dir),
                 "model": {"num_encoder_layers": c.num_encoder_layers, "d_model": c.d_model,
                           "num_heads": c.num_heads, "num_classes": model.num_classes,
                           "pooling": model.pooling, "parameters": int(model.count_params())},

@@ -52,6 +52,14 @@ class Classifier(PieceRows):
         super().__init__(manifest)
         self.runtime = runtime
         self.labels = list(manifest["labels"])
+        self.lowercase = manifest.data.get("lowercase", False)
+
+    def encode(self, sentences: Sequence[str], truncate: bool = True) -> list[list[int]]:
+        """Sentences -> id lists ending in EOS, lower-cased first when the run read its text
+        so (data.lowercase: a fine-tune of a lower-cased masked LM)."""
+        if self.lowercase:
+            sentences = [s.lower() for s in sentences]
+        return super().encode(sentences, truncate)
 
     def probabilities(self, sentences: Sequence[str], batch_size: int = 64,
                       truncate: bool = True) -> np.ndarray:

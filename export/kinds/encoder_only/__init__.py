@@ -12,13 +12,6 @@ from ...common import ExportError, _check
 from ..base import ExportKind, ExportOptions, write_manifest
 
 
-def check_lowercase(data: dict) -> None:
-    """The manifest's lowercase, when given: whether the runtimes lower-case what the model
-    reads (run_lowercase)."""
-    if not isinstance(data.get("lowercase", False), bool):
-        raise ExportError("key 'lowercase' must be true or false")
-
-
 def check_word_joints(data: dict) -> None:
     """The manifest's word_joints, when given: keep or split, as run_word_joints reads it."""
     if data.get("word_joints", "keep") not in ("keep", "split"):
@@ -59,8 +52,9 @@ class EncoderOnlyKind(ExportKind):
         return list(self.parity.CHECKS)
 
     def validate_section(self, data):
-        """One tokenizer, the source vocabulary, pad/unk/eos and max_source_length; a kind
-        checks what its manifest adds after these."""
+        """One tokenizer, the source vocabulary, pad/unk/eos, max_source_length and whether the
+        runtimes lower-case what the model reads (lowercase, when given: run_lowercase); a
+        kind checks what its manifest adds after these."""
         _check(_check(data, "tokenizer", dict, ""), "source", str, "tokenizer")
         vocab = _check(_check(data, "vocab", dict, ""), "source_size", int, "vocab", minimum=1)
         special_ids = _check(data, "special_ids", dict, "")
@@ -70,6 +64,8 @@ class EncoderOnlyKind(ExportKind):
                 raise ExportError(f"key 'special_ids.{key}' is {value}, not below "
                                   f"vocab.source_size {vocab}")
         _check(data, "max_source_length", int, "", minimum=2)
+        if not isinstance(data.get("lowercase", False), bool):
+            raise ExportError("key 'lowercase' must be true or false")
 
     def backend(self, manifest, runtime, variant, run_dir, search_graph):
         signature = self.signatures[0]

@@ -5,7 +5,7 @@ the selection it chose on dev in the manifest; Summarizer runs it."""
 from __future__ import annotations
 
 from ...common import ExportError, _check
-from ..encoder_only import EncoderOnlyKind, check_lowercase, check_word_joints
+from ..encoder_only import EncoderOnlyKind, check_word_joints
 from . import parity
 from .engine import ExtractorEngine
 from .explorer import ExtractorExplorer
@@ -42,7 +42,6 @@ class ExtractorKind(EncoderOnlyKind):
         super().validate_section(data)
         sentences = _check(data, "max_sentences", int, "", minimum=1)
         check_word_joints(data)
-        check_lowercase(data)
         try:
             Selection.from_dict(_check(data, "selection", dict, "")).check(sentences)
         except ValueError as err:

@@ -5,7 +5,7 @@ its text in the manifest; FillMask runs it."""
 from __future__ import annotations
 
 from ...common import ExportError, _check
-from ..encoder_only import EncoderOnlyKind, check_lowercase, check_word_joints
+from ..encoder_only import EncoderOnlyKind, check_word_joints
 from . import parity
 from .engine import FillMaskEngine
 from .runtime import FillMask
@@ -42,7 +42,6 @@ class MaskedLMKind(EncoderOnlyKind):
         if mask_id >= vocab:
             raise ExportError(f"key 'mask.id' is {mask_id}, not below vocab.source_size {vocab}")
         check_word_joints(data)
-        check_lowercase(data)
 
     def check_options(self, options) -> None:
         if options.with_attention:
