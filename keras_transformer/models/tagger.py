@@ -10,7 +10,6 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.models.backbone import EncoderBackbone
 from keras_transformer.models.presets import FromPreset
-from keras_transformer.models.transformer import as_config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -40,10 +39,9 @@ class TransformerTagger(EncoderBackbone, FromPreset, keras.Model):
 
     def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.config = as_config(config)
+        c = self.make_backbone(config)
         policy = self.dtype_policy
-        self.make_backbone()
-        self.head_dropout = Dropout(self.config.dropout, dtype=policy)
+        self.head_dropout = Dropout(c.dropout, dtype=policy)
         self.head = keras.layers.Dense(1, dtype=policy, name="tagger")
 
     def build(self, input_shape=None):
@@ -59,12 +57,3 @@ class TransformerTagger(EncoderBackbone, FromPreset, keras.Model):
     def call(self, ids, training=None):
         states, _ = self.encode(ids, training=training)
         return self.tag(states, training=training)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(config=self.config.to_dict())
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
