@@ -85,14 +85,14 @@ def test_attention_onnx_equals_the_keras_models_weights(export):
     """Padded batches: every row sums to 1, the columns of PAD keys are exactly 0, and the
     weights and probabilities are the Keras model's."""
     from export.common import Manifest
-    from export.kinds.classifier.module import load_float32_classifier
     from export.kinds.classifier.runtime import attention_runtime
+    from export.kinds.encoder_only.module import load_float32
     from export.kinds.encoder_only.parity import random_batch
     from export.module import load_trained
 
     manifest = Manifest(export)
     run = export.parent
-    model = load_float32_classifier(run, load_trained(run))
+    model = load_float32(run, load_trained(run))
     attention = attention_runtime(manifest)
     layers, heads = manifest.model["num_encoder_layers"], manifest.model["num_heads"]
     for batch, length, seed in ((1, 6, 0), (5, 19, 1), (8, MAX_LENGTH, 2)):

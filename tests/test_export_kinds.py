@@ -47,6 +47,25 @@ def test_each_model_class_is_exported_as_its_kind(module, cls, expected):
     assert [k.name for k in REGISTRY.values() if k.accepts(model)] == [expected]
 
 
+def test_with_attention_is_refused_in_one_line_by_the_kinds_that_have_no_weights_to_show():
+    from export.kinds.base import ExportOptions
+
+    showing = [name for name, kind in REGISTRY.items() if kind.attention_weights]
+    assert showing == ["translator", "classifier"]
+    for name, kind in REGISTRY.items():
+        kind.check_options(ExportOptions(formats=("onnx",)))
+        if name in showing:
+            kind.check_options(ExportOptions(formats=("onnx",), with_attention=True))
+            continue
+        with pytest.raises(ValueError) as err:
+            kind.check_options(ExportOptions(formats=("onnx",), with_attention=True))
+        assert "\n" not in str(err.value)
+        assert str(err.value).endswith(f"{kind.title}'s export has none: export it without "
+                                       "--with-attention")
+    with pytest.raises(ValueError, match="; an extractive summarizer's export has none"):
+        REGISTRY["extractor"].check_options(ExportOptions(formats=("onnx",), with_attention=True))
+
+
 def test_a_model_no_kind_exports_is_named():
     with pytest.raises(ValueError, match="holds a dict; an export takes"):
         kind_of_model({}, "runs/x")

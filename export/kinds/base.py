@@ -37,10 +37,18 @@ class ExportKind:
     tool: str = ""  # the module whose command line runs it, e.g. export.translate
     # The tf.functions of its exported module: the SavedModel's and TFLite's signatures.
     signatures: tuple[str, ...] = ()
+    # "module:Class" of the library's model this kind exports, imported only when asked (the
+    # runtimes run without Keras).
+    model_class: str = ""
+    # Whether --with-attention adds the weights the attention explorer shows (attention.onnx).
+    attention_weights: bool = False
 
     def accepts(self, model) -> bool:
         """Whether a trained model (any class of the library) is exported as this kind."""
-        raise NotImplementedError
+        import importlib
+
+        module, name = self.model_class.split(":")
+        return isinstance(model, getattr(importlib.import_module(module), name))
 
     def validate_section(self, data: dict) -> None:
         """ExportError (common._check's) naming the first of this kind's manifest keys, the
@@ -51,6 +59,12 @@ class ExportKind:
 
     def check_options(self, options: ExportOptions) -> None:
         """ValueError naming the option to drop when this kind cannot honour one."""
+        if options.with_attention and not self.attention_weights:
+            article = "an" if self.title[0] in "aeiou" else "a"
+            raise ValueError("--with-attention exports the weights the attention explorer "
+                             "shows, for a translation, summarization or classification run; "
+                             f"{article} {self.title}'s export has none: export it without "
+                             "--with-attention")
 
     def export_into(self, out: Path, run_dir: Path, trained, options: ExportOptions,
                     versions: dict) -> dict:

@@ -32,11 +32,8 @@ class ClassifierKind(EncoderOnlyKind):
     explorer_class = ClassifierExplorer
     engine_class = ClassifierEngine
     parity = parity
-
-    def accepts(self, model) -> bool:
-        from keras_transformer.models.classifier import TransformerClassifier
-
-        return isinstance(model, TransformerClassifier)
+    model_class = "keras_transformer.models.classifier:TransformerClassifier"
+    attention_weights = True
 
     def validate_section(self, data):
         super().validate_section(data)
@@ -47,16 +44,6 @@ class ClassifierKind(EncoderOnlyKind):
         if _check(model, "num_classes", int, "model", minimum=2) != len(labels):
             raise ExportError(f"key 'model.num_classes' is {model['num_classes']} but 'labels' "
                               f"names {len(labels)} classes")
-
-    def load_float32(self, run_dir, trained):
-        from .module import load_float32_classifier
-
-        return load_float32_classifier(run_dir, trained)
-
-    def module(self, model):
-        from .module import ClassifierModule
-
-        return ClassifierModule(model)
 
     def section(self, run_dir, trained, model):
         from ..encoder_only.run import run_lowercase

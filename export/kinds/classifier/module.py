@@ -1,12 +1,7 @@
-"""What a classification run's export is made of (export/kinds/classifier/ writes it): the
-float32 rebuild of its TransformerClassifier, `classify` (token ids to class probabilities)
-as a tf.Module, the attention function of --with-attention (classify plus the encoder's
-self-attention weights), and the run's class names and tokenizer.
-
-The graph takes the ids the training pipeline made (pieces + EOS, right-padded with PAD) and
-returns the softmax of the classifier's logits beside the logits; tokenizing, truncating and
-choosing the labels run outside it (runtime.py), in NumPy and sentencepiece.
-"""
+"""What a classification run's export adds to every encoder-only kind's (`classify`, token ids
+to the softmax of the logits beside them, is encoder_only/module.py's): the attention function
+of --with-attention (classify plus the encoder's self-attention weights) and the run's class
+names."""
 
 from __future__ import annotations
 
@@ -17,19 +12,7 @@ import tensorflow as tf
 
 from keras_transformer.models.classifier import TransformerClassifier
 
-from ...module import run_model_config
-
 LABELS_FILE = "labels.json"  # written by the classification task beside model.keras
-
-
-def load_float32_classifier(run_dir: Path, trained) -> TransformerClassifier:
-    """A float32 rebuild of a trained TransformerClassifier (its config from
-    model_config.json when the run has one, as for the translator)."""
-    model = TransformerClassifier(run_model_config(run_dir, trained), num_classes=trained.num_classes,
-                                  pooling=trained.pooling, dtype="float32")
-    model.build()
-    model.set_weights(trained.get_weights())
-    return model
 
 
 def run_labels(run_dir: Path, num_classes: int) -> list[str]:
@@ -47,25 +30,6 @@ def run_labels(run_dir: Path, num_classes: int) -> list[str]:
         raise ValueError(f"{path} must list the {num_classes} class names of the model "
                          f"(strings), got {str(labels)[:200]}")
     return labels
-
-
-class ClassifierModule(tf.Module):
-    """classify: ids (B,S) int32 -> probabilities (B,C) float32 (softmax), logits (B,C)
-    float32. Batch and length are dynamic (length at most max_source_length)."""
-
-    def __init__(self, model: TransformerClassifier, name=None):
-        super().__init__(name=name)
-        self.model = model
-        # Without the variables tracked directly, the TFLite converter writes no weights.
-        self.vars = [v.value for v in model.weights]
-        self.classify = tf.function(self._classify, input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="ids")])
-
-    def _classify(self, ids):
-        logits = self.model(ids, training=False)
-        return {"probabilities": tf.identity(tf.nn.softmax(logits, axis=-1),
-                                             name="probabilities"),
-                "logits": tf.identity(logits, name="logits")}
 
 
 def attention_function(model: TransformerClassifier) -> tf.function:

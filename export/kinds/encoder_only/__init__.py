@@ -90,10 +90,21 @@ class EncoderOnlyKind(ExportKind):
 
     # What differs between the encoder-only kinds' exports.
     task: str = ""  # the run's task, for run_tokenizer's messages
+    ids_rank: int = 2  # the exported function's ids: (B,S), or an extractor's (B,K,S)
+
+    def load_float32(self, run_dir: Path, trained):
+        """A float32 rebuild of the trained model (module.load_float32)."""
+        from .module import load_float32
+
+        return load_float32(run_dir, trained)
 
     def module(self, model):
-        """The tf.Module whose `signatures[0]` every format holds."""
-        raise NotImplementedError
+        """The tf.Module whose `signatures[0]` every format holds: ids -> `output` (the
+        model's logits through `activation`) and, when that is not them, the logits."""
+        from .module import FunctionModule
+
+        return FunctionModule(model, self.signatures[0], self.ids_rank, self.output,
+                              self.activation)
 
     def section(self, run_dir: Path, trained, model) -> dict:
         """The manifest keys of this kind (model, interface, and what its runner reads)."""

@@ -30,11 +30,8 @@ class ExtractorKind(EncoderOnlyKind):
     explorer_class = ExtractorExplorer
     engine_class = ExtractorEngine
     parity = parity
-
-    def accepts(self, model) -> bool:
-        from keras_transformer.models.extractor import TransformerExtractor
-
-        return isinstance(model, TransformerExtractor)
+    model_class = "keras_transformer.models.extractor:TransformerExtractor"
+    ids_rank = 3  # (B,K,S): an article's sentences
 
     def validate_section(self, data):
         from keras_transformer.text.extractive import Selection
@@ -46,22 +43,6 @@ class ExtractorKind(EncoderOnlyKind):
             Selection.from_dict(_check(data, "selection", dict, "")).check(sentences)
         except ValueError as err:
             raise ExportError(f"key 'selection': {err}") from None
-
-    def check_options(self, options) -> None:
-        if options.with_attention:
-            raise ValueError("--with-attention is for translation, summarization and "
-                             "classification runs; an extractive summarizer's export shows its "
-                             "sentence scores instead: export it without --with-attention")
-
-    def load_float32(self, run_dir, trained):
-        from .module import load_float32_extractor
-
-        return load_float32_extractor(run_dir, trained)
-
-    def module(self, model):
-        from .module import ExtractorModule
-
-        return ExtractorModule(model)
 
     def section(self, run_dir, trained, model):
         from keras_transformer.text.extractive import read_selection

@@ -4,7 +4,6 @@ runs it."""
 
 from __future__ import annotations
 
-from ..base import ExportOptions
 from ..decoding import DecodingKind
 from ..decoding import parity as decoding_parity
 
@@ -30,18 +29,8 @@ class LanguageModelKind(DecodingKind):
     tool = "export.generate"
     signatures = ("decode_step",)
     interface = LM_INTERFACE
-
-    def accepts(self, model) -> bool:
-        from keras_transformer.models.language_model import TransformerLM
-
-        return isinstance(model, TransformerLM)
-
-    def check_options(self, options: ExportOptions) -> None:
-        if options.with_attention:
-            raise ValueError("--with-attention exports the weights the attention explorer "
-                             "shows, for a translation, summarization or classification run; "
-                             "a language model's export has none: export it without "
-                             "--with-attention")
+    model_class = "keras_transformer.models.language_model:TransformerLM"
+    attention_weights = False
 
     def keras_backend(self, manifest, model):
         from ...runtime.tf import KerasLMBackend

@@ -27,11 +27,7 @@ class MaskedLMKind(EncoderOnlyKind):
     runner_class = FillMask
     engine_class = FillMaskEngine
     parity = parity
-
-    def accepts(self, model) -> bool:
-        from keras_transformer.models.masked_lm import TransformerMaskedLM
-
-        return isinstance(model, TransformerMaskedLM)
+    model_class = "keras_transformer.models.masked_lm:TransformerMaskedLM"
 
     def validate_section(self, data):
         super().validate_section(data)
@@ -43,20 +39,13 @@ class MaskedLMKind(EncoderOnlyKind):
             raise ExportError(f"key 'mask.id' is {mask_id}, not below vocab.source_size {vocab}")
         check_word_joints(data)
 
-    def check_options(self, options) -> None:
-        if options.with_attention:
-            raise ValueError("--with-attention is for translation, summarization and "
-                             "classification runs; export a masked language model without it")
-
     def load_float32(self, run_dir, trained):
-        from .module import load_float32_masked_lm
+        from .module import erf_gelu
 
-        return load_float32_masked_lm(run_dir, trained)
-
-    def module(self, model):
-        from .module import MaskedLMModule
-
-        return MaskedLMModule(model)
+        model = super().load_float32(run_dir, trained)
+        # The same function as the trained head's "gelu", in a form both converters take.
+        model.head_transform.activation = erf_gelu
+        return model
 
     def section(self, run_dir, trained, model):
         from ..encoder_only.run import run_lowercase, run_tokenizer, run_word_joints

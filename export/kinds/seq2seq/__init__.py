@@ -45,11 +45,8 @@ class Seq2SeqKind(DecodingKind):
     tool = "export.translate"
     signatures = ("decode_step", "encode")
     interface = INTERFACE
-
-    def accepts(self, model) -> bool:
-        from keras_transformer.models.transformer import Transformer
-
-        return isinstance(model, Transformer)
+    model_class = "keras_transformer.models.transformer:Transformer"
+    attention_weights = True
 
     # What the encoder brings to the export: the SavedModel's `translate`, search.onnx,
     # attention.onnx.
