@@ -353,7 +353,7 @@ STUDIES = [
     ("uit_vsfc_sentiment", "uit_vsfc.md"),
     ("vietnews_summarization", "vietnews_summarization.md"),
     ("vietnews_extractive", "vietnews_extractive.md"), ("vi_news_lm", "language_model.md"),
-    ("uit_vsfc_pretrained", "pretraining.md"),
+    ("uit_vsfc_pretrained", "pretraining.md"), ("vi_denoising", "denoising.md"),
 ]
 
 
