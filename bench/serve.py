@@ -4,7 +4,7 @@ run's, beam 4) and greedy search, and the server's peak memory.
 
     python -m bench.serve --export runs/demo/export --sentences runs/demo/test.src
         [--clients 1 8 32 128] [--beams 4 1] [--seconds 10] [--max-batch-size 32]
-        [--batch-wait-ms 5] [--ceiling | --no-ceiling]
+        [--batch-wait-ms 5] [--ceiling | --no-ceiling] [--plain-stack]
 
 Each mode starts `python -m export.api` in its own process (onnx runtime, one worker); each
 client (an asyncio task over one keep-alive connection) sends one sentence per request, the
@@ -66,6 +66,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-batch-size", type=int_in(2, 256), default=32,
                         help="the batching mode's --max-batch-size (default 32)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--plain-stack", action="store_true",
+                        help="also the batching mode on uvicorn's plain event loop and HTTP "
+                             "parser (asyncio, h11), against its default (uvloop, httptools "
+                             "where installed)")
     parser.add_argument("--quick", action="store_true",
                         help="2 s per cell, 1 and 8 clients: a smoke test")
     parser.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=None,
@@ -108,6 +112,13 @@ def batch_counts(url: str) -> tuple[float, float]:
     values = dict(line.rsplit(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines()
                   if line.startswith("kt_batch_size_"))
     return float(values["kt_batch_size_sum"]), float(values["kt_batch_size_count"])
+
+
+def server_health(url: str) -> dict:
+    """The server's GET /health (its settings: the event loop and HTTP parser it runs)."""
+    import httpx
+
+    return httpx.get(f"{url}/health").json()
 
 
 def peak_rss_mb(pid: int) -> float | None:
@@ -302,6 +313,8 @@ def main(argv) -> int:
     modes = {"batching": ["--max-batch-size", args.max_batch_size, "--batch-wait-ms",
                           args.batch_wait_ms],
              "no batching": ["--max-batch-size", 1]}
+    if args.plain_stack:
+        modes["batching, plain"] = [*modes["batching"], "--loop", "asyncio", "--http", "h11"]
     # Before the first cell: its machine facts and load average are those the cells ran under.
     meta = payload("serve", export=args.export, note=args.note, sentences_file=args.sentences,
                    seconds=seconds, max_batch_size=args.max_batch_size,
@@ -329,15 +342,17 @@ def main(argv) -> int:
         log = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "api.log"
         process, url = start(args.export, log, *options)
         try:
+            health = server_health(url)
+            stack = f"{health['loop']}+{health['http']}"
             for beam, count in ((b, c) for b in args.beams for c in clients):
                 inputs, batches = batch_counts(url)
                 cell = asyncio.run(load(url, sentences, count, seconds, beam))
                 inputs, batches = (a - b for a, b in zip(batch_counts(url), (inputs, batches),
                                                          strict=True))
-                cell.update(mode=mode, peak_rss_mb=round(peak_rss_mb(process.pid) or 0, 1),
+                cell.update(mode=mode, stack=stack, peak_rss_mb=round(peak_rss_mb(process.pid) or 0, 1),
                             mean_batch=round(inputs / max(batches, 1), 1))
                 results.append(cell)
-                print(f"{mode:12} beam {beam}  {count:4d} clients  "
+                print(f"{mode:15} {stack:17} beam {beam}  {count:4d} clients  "
                       f"{cell['sentences_per_s']:8.1f} "
                       f"sentences/s  p50 {cell['p50_ms']:7.1f} ms  p99 {cell['p99_ms']:7.1f} ms"
                       f"  batch {cell['mean_batch']:5.1f}  peak {cell['peak_rss_mb']:.0f} MiB",

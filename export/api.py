@@ -3,6 +3,7 @@
     python -m export.api --export runs/demo/export [--port 8000] [--host 127.0.0.1]
         [--max-batch-size 32] [--batch-wait-ms 5] [--workers 1] [--max-queue 1024]
         [--timeout 30] [--max-inputs 256] [--runtime onnx] [--variant float32]
+        [--loop auto] [--http auto]
 
 POST /v1/translate (a translation run's export), /v1/summarize (a summarization run's, or an
 extractive summarizer's), /v1/classify (a classifier's), /v1/generate (a language model's)
@@ -405,12 +406,40 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--variant", default="float32", choices=("float32", "fp16", "int8"),
                         help="quantized variant (tflite: fp16/int8, onnx: int8)")
     parser.add_argument("--run", default=None, help="training run (keras runtime only)")
+    # uvicorn's own options, by its names: auto takes uvloop and httptools where installed
+    # (requirements.txt pins both), whose request path costs less than asyncio's and h11's.
+    parser.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"),
+                        help="event loop (default auto: uvloop where installed)")
+    parser.add_argument("--http", default="auto", choices=("auto", "h11", "httptools"),
+                        help="HTTP parser (default auto: httptools where installed)")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     if args.max_inputs > args.max_queue:
         parser.error(f"--max-inputs {args.max_inputs} is more than --max-queue "
                      f"{args.max_queue}: such a request could never be queued")
     return args
+
+
+# uvicorn's faster event loop and HTTP parser, as requirements.txt pins them, and what each
+# replaces.
+FAST_STACK = {"loop": ("uvloop", "0.23.0", "asyncio"), "http": ("httptools", "0.9.0", "h11")}
+
+
+def server_stack(loop: str, http: str) -> dict[str, str]:
+    """uvicorn's `loop` and `http` for --loop and --http: auto takes the fast one where it
+    is installed, else the plain one; a fast one asked for by name and not installed is
+    refused in one line (CommandError)."""
+    import importlib.util
+
+    chosen = {}
+    for option, value in (("loop", loop), ("http", http)):
+        fast, version, plain = FAST_STACK[option]
+        installed = importlib.util.find_spec(fast) is not None
+        if value == fast and not installed:
+            raise CommandError(f"--{option} {fast} needs {fast}: pip install {fast}=={version}, "
+                               f"or use --{option} auto")
+        chosen[option] = (fast if installed else plain) if value == "auto" else value
+    return chosen
 
 
 # A body holds at most --max-inputs inputs of about this many bytes each (an article).
@@ -431,6 +460,7 @@ def main(argv) -> int:
     from .text_io import check_run_option
 
     check_run_option(args.run, args.runtime)
+    stack = server_stack(args.loop, args.http)
     engines = [open_engine(args.export, args.runtime, args.variant, args.run)
                for _ in range(args.workers)]
     engine = engines[0]
@@ -441,7 +471,7 @@ def main(argv) -> int:
     settings = {"max_batch_size": args.max_batch_size, "batch_wait_ms": args.batch_wait_ms,
                 "workers": args.workers, "max_queue": args.max_queue,
                 "timeout": args.timeout, "max_inputs": args.max_inputs,
-                "runtime": args.runtime, "variant": args.variant}
+                "runtime": args.runtime, "variant": args.variant, **stack}
     app = create_app(engine, batcher, timeout=args.timeout, max_inputs=args.max_inputs,
                      max_body=max(64 * 1024, args.max_inputs * BYTES_PER_INPUT),
                      settings=settings, metrics=metrics)
@@ -454,7 +484,7 @@ def main(argv) -> int:
     # connections close.
     server = server_class(grace=args.timeout + 1)(uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="off",
-        limit_concurrency=MAX_CONCURRENCY))
+        limit_concurrency=MAX_CONCURRENCY, **stack))
     # uvicorn raises the signal it stopped on again once it has stopped; SIGTERM's default
     # action would then kill the process (exit -15) before the batcher is closed.
     signal.signal(signal.SIGTERM, lambda *_: None)

@@ -101,3 +101,44 @@ def test_close_finishes_what_is_queued_then_refuses():
     assert all(done.is_set() for _, done, _ in pending)
     with pytest.raises(Overloaded, match="shutting down"):
         request(batcher, "k", ["late"])
+
+
+def test_the_server_stack_takes_the_fast_loop_and_parser_where_installed(monkeypatch):
+    import importlib.util
+
+    from export.api import server_stack
+    from keras_transformer.command_line import CommandError
+
+    real = importlib.util.find_spec
+    installed = {"uvloop", "httptools"}
+
+    def find_spec(name, *args):
+        if name in ("uvloop", "httptools"):
+            return real("json") if name in installed else None
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert server_stack("auto", "auto") == {"loop": "uvloop", "http": "httptools"}
+    assert server_stack("asyncio", "h11") == {"loop": "asyncio", "http": "h11"}
+    installed.clear()
+    assert server_stack("auto", "auto") == {"loop": "asyncio", "http": "h11"}
+    assert server_stack("asyncio", "auto") == {"loop": "asyncio", "http": "h11"}
+    with pytest.raises(CommandError) as err:
+        server_stack("uvloop", "auto")
+    assert str(err.value) == ("--loop uvloop needs uvloop: pip install uvloop==0.23.0, or use "
+                              "--loop auto")
+    with pytest.raises(CommandError, match="^--http httptools needs httptools: pip install "
+                                           "httptools==0.9.0"):
+        server_stack("auto", "httptools")
+
+
+def test_the_fast_stack_versions_are_the_pinned_ones():
+    from pathlib import Path
+
+    from export.api import FAST_STACK
+
+    pins = dict(line.split("==") for line in
+                (Path(__file__).resolve().parent.parent / "requirements.txt")
+                .read_text(encoding="utf-8").splitlines() if "==" in line)
+    assert {package: pins[package] for package, _, _ in FAST_STACK.values()} == {
+        package: version for package, version, _ in FAST_STACK.values()}

@@ -216,6 +216,8 @@ def test_health_and_openapi_describe_the_model_and_its_bounds(api, world):
     search = world["translator"].manifest.search
     assert health["kind"] == "translator" and health["route"] == "/v1/translate"
     assert health["beam_size"] == search.beam_size and health["max_target_length"] == 20
+    # --loop/--http auto: uvloop and httptools, which requirements.txt installs.
+    assert (health["loop"], health["http"]) == ("uvloop", "httptools")
     spec = httpx.get(f"{url}/openapi.json", timeout=30).json()
     request = spec["paths"]["/v1/translate"]["post"]["requestBody"]["content"][
         "application/json"]["schema"]
