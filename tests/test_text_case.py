@@ -49,14 +49,29 @@ def test_a_classifiers_splits_are_lower_cased_when_the_config_says(tmp_path):
 
 def test_a_warm_start_from_a_run_that_read_another_case_is_refused(tmp_path):
     from train.config import save_config
-    from train.warm_start import check_text_case
+    from train.warm_start import check_text_reading
 
     run = tmp_path / "pre"
     run.mkdir()
     save_config(load_config(None, ["task=masked_lm", "data.lowercase=true"]), run / "config.yaml")
-    check_text_case(load_config(None, ["task=classification", "data.lowercase=true"]), run)
+    check_text_reading(load_config(None, ["task=classification", "data.lowercase=true"]), run)
     with pytest.raises(ValueError, match="read its text lower-cased .*set data.lowercase: true"):
-        check_text_case(load_config(None, ["task=classification"]), run)
+        check_text_reading(load_config(None, ["task=classification"]), run)
+
+
+def test_a_warm_start_from_a_run_that_read_word_joints_otherwise_is_refused(tmp_path):
+    from train.config import save_config
+    from train.warm_start import check_text_reading
+
+    run = tmp_path / "pre"
+    run.mkdir()
+    save_config(load_config(None, ["task=denoising", "data.word_joints=split"]),
+                run / "config.yaml")
+    check_text_reading(load_config(None, ["task=summarization", "data.word_joints=split"]), run)
+    with pytest.raises(ValueError, match="word_joints: split; set data.word_joints: split"):
+        check_text_reading(load_config(None, ["task=summarization"]), run)
+    # A classifier reads its text as written, whatever its data.word_joints says.
+    check_text_reading(load_config(None, ["task=classification"]), run)
 
 
 @pytest.mark.parametrize("lowercase", [False, True])

@@ -27,6 +27,7 @@ from .accumulation import set_updates
 from .callbacks import load_weights_npz
 from .config import RunConfig, load_config
 from .run_directory import TOKENIZER_FILES
+from .tasks import WORD_JOINT_TASKS
 
 
 def weights_file(config: RunConfig, out: Path | None = None) -> Path | None:
@@ -50,22 +51,31 @@ def weights_file(config: RunConfig, out: Path | None = None) -> Path | None:
     if out is not None and run.resolve() == Path(out).resolve():
         raise ValueError(f"training.init_from names a file of the run directory itself ({out}); "
                          f"start the new run in another --out")
-    check_text_case(config, run)
+    check_text_reading(config, run)
     return path
 
 
-def check_text_case(config: RunConfig, run: Path) -> None:
-    """A ValueError when the run the weights come from read its text in another case than
-    this run will (data.lowercase): its tokenizer and weights know the pieces of that case
-    only, and the fine-tune would read mostly unknown pieces without an error."""
+def check_text_reading(config: RunConfig, run: Path) -> None:
+    """A ValueError when the run the weights come from read its text otherwise than this run
+    will: in another case (data.lowercase), or with VNDS's word joints kept where this run
+    splits them or the reverse (data.word_joints, where both tasks read them). Its tokenizer
+    and weights know the pieces of that text only, and the fine-tune would read mostly unknown
+    pieces without an error."""
     if not (run / "config.yaml").is_file():
         return
-    source = load_config(run / "config.yaml").data.lowercase
-    if source != config.data.lowercase:
-        said = str(source).lower()
+    source = load_config(run / "config.yaml")
+    case = source.data.lowercase
+    if case != config.data.lowercase:
+        said = str(case).lower()
         raise ValueError(f"training.init_from: {run} read its text "
-                         f"{'lower-cased' if source else 'as written'} (data.lowercase {said}); "
+                         f"{'lower-cased' if case else 'as written'} (data.lowercase {said}); "
                          f"set data.lowercase: {said} so that this run reads text as it did")
+    joints = source.data.word_joints
+    if (joints != config.data.word_joints
+            and {source.task, config.task} <= set(WORD_JOINT_TASKS)):
+        raise ValueError(f"training.init_from: {run} read VNDS's word joints as "
+                         f"data.word_joints: {joints}; set data.word_joints: {joints} so that "
+                         f"this run reads text as it did")
 
 
 def source_run(weights: Path) -> Path:

@@ -19,6 +19,10 @@ TASKS = {"translation": ("translation", "TranslationTask"),
          "denoising": ("denoising", "DenoisingTask")}
 # The tasks with a NumPy input path, which train under every Keras backend.
 ANY_BACKEND_TASKS = ("translation", "summarization")
+# The tasks that read VNDS's `_` word joints as data.word_joints says (the others read their
+# text as written): a fine-tune from one of them into another must read the joints alike.
+WORD_JOINT_TASKS = ("summarization", "language_model", "extractive_summarization",
+                    "content_selection", "masked_lm", "denoising")
 
 
 def check_task(task: str) -> None:
