@@ -12,7 +12,7 @@ LIBRARY_TESTS := tests/test_attention.py tests/test_embedding.py \
 	tests/test_feed_forward_add_norm.py tests/test_losses_schedules.py tests/test_decoding_*.py \
 	tests/test_transformer.py tests/test_dropout.py tests/test_translator.py \
 	tests/test_training.py tests/test_backends.py tests/test_numpy_pipeline.py \
-	tests/test_stream_numpy.py \
+	tests/test_stream_numpy.py tests/test_jax_processes.py tests/test_process_batches.py \
 	tests/test_public_api.py tests/test_masked_lm_head.py
 
 .PHONY: demo test test-fast test-backends demo-jax-tiny lint setup setup-jax clean \

@@ -159,8 +159,9 @@ def test_tensorflow_only_training_options_are_refused_elsewhere():
     backend = keras.backend.backend()
     if backend == "tensorflow":
         pytest.skip("the refusals apply under JAX and PyTorch")
-    # JAX runs mirrored as keras.distribution.DataParallel (one device here: no replicas).
-    refused = ("multiworker",) if backend == "jax" else ("mirrored", "multiworker")
+    # JAX runs mirrored as keras.distribution.DataParallel (one device here: no replicas) and
+    # multiworker over jax.distributed (tests/test_jax_processes.py).
+    refused = () if backend == "jax" else ("mirrored", "multiworker")
     for strategy in refused:
         with pytest.raises(ValueError, match=f"training.strategy={strategy} is a tf.distribute "
                                              f"strategy, which needs KERAS_BACKEND=tensorflow"):

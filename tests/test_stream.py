@@ -21,24 +21,12 @@ from keras_transformer.text.tokenizer import (
     train_sentencepiece,
 )
 from tests.cli_probe import ROOT
+from tests.stream_runs import write_shards
 from train.config import ConfigError, load_config
 from train.shards import scan_shards, shard_files
 
 pytestmark = pytest.mark.tf_only
 LIMITS = dict(max_source_length=24, max_target_length=24, tokens_per_batch=240)
-
-
-def write_shards(folder, pairs):
-    """Three shards: plain, gzip named .gz, and gzip under a plain name (found by its magic
-    bytes); the first also holds a blank line and a pair with an empty side."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = [f"{s}\t{t}\n" for s, t in pairs]
-    third = len(lines) // 3
-    (folder / "train-0.tsv").write_text("".join(lines[:third]) + "   \nonly a source\t \n")
-    (folder / "train-1.tsv.gz").write_bytes(gzip.compress("".join(lines[third:2 * third])
-                                                          .encode()))
-    (folder / "train-2.tsv").write_bytes(gzip.compress("".join(lines[2 * third:]).encode()))
-    return sorted(folder.glob("train-*"))
 
 
 @pytest.fixture(scope="module")

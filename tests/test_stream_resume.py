@@ -7,53 +7,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from keras_transformer.text.demo_corpus import demo_splits
 from tests.cli_probe import ROOT
-from tests.test_stream import write_shards
+from tests.stream_runs import PYTHONS, command, stream_config
 
 pytestmark = pytest.mark.slow
-
-PYTHONS = {"tensorflow": Path(sys.executable), "jax": ROOT / ".venv-jax" / "bin" / "python"}
 
 
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
-    """spa_eng_stream.yaml over three small shards (a shuffle buffer smaller than a shard),
-    12 steps with a backup every 2."""
-    folder = tmp_path_factory.mktemp("stream_resume")
-    splits = demo_splits(300, 20, 10, 11)
-    write_shards(folder / "data", splits["train"])
-    for name in ("dev", "test"):
-        (folder / "data" / f"{name}.tsv").write_text(
-            "".join(f"{s}\t{t}\n" for s, t in splits[name]))
-    config = yaml.safe_load((ROOT / "train" / "configs" / "spa_eng_stream.yaml").read_text())
-    config["data"].update(data_dir=str(folder / "data"), train_source="train-*",
-                          dev_source="dev.tsv", test_source="test.tsv", max_source_length=24,
-                          max_target_length=24, tokens_per_batch=240, shuffle_buffer=50)
-    config["tokenizer"].update(vocab_size=150, sample_sentences=200)
-    config["model"] = {"preset": "tiny", "overrides": {"d_model": 16, "d_ff": 32,
-                                                       "num_heads": 2, "dropout": 0.0}}
-    config["training"].update(max_minutes=0, epochs=3, steps_per_epoch=4, save_every_steps=2,
-                              verbose=0, tensorboard=False, average_last=0,
-                              early_stopping_patience=0)
-    config["eval"].update(dev_score_sentences=0, beam_size=1, max_sentences=5, samples=0)
-    path = folder / "stream.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def command(backend: str, config: Path, out: Path) -> tuple[list[str], dict]:
-    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT),
-           "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
-    return [str(PYTHONS[backend]), "-m", "train", "--config", str(config), "--out",
-            str(out)], env
+    return stream_config(tmp_path_factory.mktemp("stream"))
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])

@@ -219,9 +219,12 @@ class DevScoring(keras.callbacks.Callback):
     `val_<name>` in the logs (so TensorBoard and the history get it, with its parts), the best
     weights to `best.npz`, and early stopping on no gain."""
 
-    def __init__(self, dev_score, best_path: Path | None, patience: int = 0):
+    def __init__(self, dev_score, best_path: Path | None, patience: int = 0,
+                 scored=None):
         super().__init__()
         self.dev_score = dev_score
+        # The model that decodes, from the trained one (distribute.LocalCopy over processes).
+        self.scored = scored or (lambda model: model)
         self.best_path = best_path
         self.patience = patience
         self.best = -math.inf  # scores may be negative (minus a perplexity)
@@ -247,7 +250,7 @@ class DevScoring(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         name, label = self.dev_score.name, f"dev {self.dev_score.label}"
-        result = self.dev_score.score(self.model)
+        result = self.dev_score.score(self.scored(self.model))
         values = ({k: float(v) for k, v in result.items()} if isinstance(result, dict)
                   else {name: float(result)})
         score = values[name]
@@ -303,9 +306,11 @@ class TimeBudget(keras.callbacks.Callback):
     epoch checkpoint), so the budget is a floor plus at most one evaluation.
     """
 
-    def __init__(self, minutes: float):
+    def __init__(self, minutes: float, agree=None):
         super().__init__()
         self.budget = minutes * 60.0
+        # Several processes: each asks whether process 0's clock says stop (StopTogether).
+        self.agree = agree
         self.spent_before = 0.0
         self.start = time.perf_counter()
         self.fired = False
@@ -320,7 +325,12 @@ class TimeBudget(keras.callbacks.Callback):
         self.spent_before = float(state.get("elapsed_seconds", 0.0))
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.budget and not self.fired and self.elapsed() >= self.budget:
+        if not self.budget or self.fired:
+            return
+        spent = self.elapsed() >= self.budget
+        if self.agree is not None:
+            spent = self.agree(spent)
+        if spent:
             self.fired = True
             self.model.stop_training = True
             log.info("time budget of %.1f minutes spent: stopping after step %d",
@@ -331,6 +341,19 @@ class TimeBudget(keras.callbacks.Callback):
         # excluding this one's dev score, which runs after): the x axis of score-vs-minutes.
         if logs is not None:
             logs["minutes"] = round(self.elapsed() / 60.0, 2)
+
+
+class StopTogether(keras.callbacks.Callback):
+    """Every process of a multi-process run ends training at the epoch where process 0 does
+    (an early stop on the dev score), since a process that went on alone would wait for the
+    others' collectives forever. Listed after the callbacks that may stop training."""
+
+    def __init__(self, agree):
+        super().__init__()
+        self.agree = agree
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = self.agree(bool(self.model.stop_training))
 
 
 class NaNGuard(keras.callbacks.TerminateOnNaN):

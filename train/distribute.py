@@ -1,7 +1,8 @@
 """The distribution strategy, XLA and precision choices for a run.
 
 Under TensorFlow the strategies are tf.distribute's; under JAX several devices train as one
-`keras.distribution.DataParallel` (`JaxDataParallel`), one device as `OneDevice`; PyTorch
+`keras.distribution.DataParallel` (`JaxDataParallel`; over several processes,
+`JaxMultiProcess`), one device as `OneDevice`; PyTorch
 trains on one device (Keras has no distribution for it). TensorFlow is imported only under
 TensorFlow."""
 
@@ -53,20 +54,108 @@ class JaxDataParallel:
         return contextlib.nullcontext()
 
 
+class JaxMultiProcess(JaxDataParallel):
+    """`JaxDataParallel` over the devices of several processes (`jax.distributed`): one
+    process per host, or several on one machine. Each process feeds its own rows of every
+    global batch (`ProcessBatches`); Keras assembles the global batch, so the step, its loss
+    and its gradient are those of one program over all devices. Process 0 writes the run."""
+
+    def __init__(self):
+        import jax
+
+        self.processes, self.process = jax.process_count(), jax.process_index()
+        self.num_replicas_in_sync = jax.device_count()
+        self.local_replicas = jax.local_device_count()
+        self.devices = keras.distribution.list_devices()
+        # Batches arrive already cut per process: Keras must not shard them again.
+        keras.distribution.set_distribution(keras.distribution.DataParallel(
+            devices=self.devices, auto_shard_dataset=False))
+
+    def gather(self, values) -> np.ndarray:
+        """Every process's `values` (int32), stacked in process order: a collective, so
+        every process must call it at the same point."""
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int32)))
+
+    def agree(self, flag: bool) -> bool:
+        """Process 0's `flag` on every process (a collective): a decision every process must
+        take alike, such as stopping on a time budget measured by each clock."""
+        return bool(self.gather([int(flag)])[0, 0])
+
+
+class LocalCopy:
+    """A model of this process alone that holds a `JaxMultiProcess` model's weights: its
+    variables span every process's devices, so decoding or saving it would need all of them
+    at once, while the dev score, the final model's files and its scores are one process's
+    work. `build()` makes the copy (once, outside the distribution); each call copies the
+    weights in (the replicated weights are read locally, without a collective)."""
+
+    def __init__(self, build):
+        self.build, self.copy = build, None
+
+    def __call__(self, model):
+        if self.copy is None:
+            current = keras.distribution.distribution()
+            keras.distribution.set_distribution(None)
+            try:
+                self.copy = self.build()
+            finally:
+                keras.distribution.set_distribution(current)
+        self.copy.set_weights(model.get_weights())
+        return self.copy
+
+
+# What `training.strategy: multiworker` reads under JAX (jax.distributed's own variable for the
+# coordinator, and its two arguments under the same prefix).
+JAX_CLUSTER_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+SHUTDOWN_WAIT_SECONDS = 24 * 3600
+
+
+def start_jax_processes() -> JaxMultiProcess:
+    """jax.distributed.initialize from JAX_COORDINATOR_ADDRESS (host:port of process 0),
+    JAX_NUM_PROCESSES and JAX_PROCESS_ID, or, without them, from the cluster JAX detects
+    (Slurm, Open MPI, Kubernetes, Cloud TPU). On CPUs the collectives go over gloo."""
+    import jax
+
+    given = [name for name in JAX_CLUSTER_VARIABLES if os.environ.get(name)]
+    if given and len(given) < len(JAX_CLUSTER_VARIABLES):
+        missing = [name for name in JAX_CLUSTER_VARIABLES if name not in given]
+        raise ValueError(f"training.strategy=multiworker under JAX: set {', '.join(missing)} "
+                         f"too (every process: the same JAX_COORDINATOR_ADDRESS and "
+                         f"JAX_NUM_PROCESSES, its own JAX_PROCESS_ID from 0)")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # After training, process 0 alone saves and scores the model (a long decode for a big
+    # test split) while the others wait to shut down together: JAX's 5-minute default for
+    # that wait would abort every process.
+    wait = dict(shutdown_timeout_seconds=SHUTDOWN_WAIT_SECONDS)
+    try:
+        if given:
+            jax.distributed.initialize(
+                coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+                num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+                process_id=int(os.environ["JAX_PROCESS_ID"]), **wait)
+        else:
+            jax.distributed.initialize(**wait)
+    except (ValueError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"training.strategy=multiworker under JAX could not start the "
+                         f"processes ({first}); set {', '.join(JAX_CLUSTER_VARIABLES)} on "
+                         f"every process, or run under a cluster JAX detects") from None
+    return JaxMultiProcess()
+
+
 def make_strategy(name: str):
     """auto: Mirrored over the GPUs when more than one is visible, else the default strategy.
     Under JAX, auto and mirrored are `JaxDataParallel` over every device when there are
-    several (the accelerators, else the CPU devices XLA was told to make), else `OneDevice`;
-    under PyTorch one device. The strategies a backend cannot run are refused."""
+    several (the accelerators, else the CPU devices XLA was told to make), else `OneDevice`,
+    and multiworker is `JaxMultiProcess` (jax.distributed); under PyTorch one device. The strategies a backend cannot run are refused."""
     if name not in STRATEGIES:
         raise ValueError(f"training.strategy must be one of {STRATEGIES}, got {name!r}")
     backend = keras.backend.backend()
     if backend == "jax":
         if name == "multiworker":
-            raise ValueError("training.strategy=multiworker is a tf.distribute strategy, which "
-                             "needs KERAS_BACKEND=tensorflow; under KERAS_BACKEND=jax set "
-                             "training.strategy=auto or mirrored (data parallel over this "
-                             "machine's devices)")
+            return start_jax_processes()
         devices = keras.distribution.list_devices()
         if name in ("auto", "mirrored") and len(devices) > 1:
             return JaxDataParallel(devices)
@@ -142,6 +231,8 @@ def worker_task() -> tuple[str, int]:
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """The one process that writes the run directory: the chief, or worker 0 without one."""
+    if isinstance(strategy, JaxMultiProcess):
+        return strategy.process == 0
     if isinstance(strategy, (OneDevice, JaxDataParallel)):
         return True
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -172,11 +263,17 @@ def distribute(strategy: tf.distribute.Strategy, make_dataset, reads_part: bool 
     each among its local replicas. A global batch is then the workers' batches together.
 
     Under JAX (`JaxDataParallel`) the NumPy input path's global batches go whole to model.fit,
-    which splits each across the devices; `RowsPadded` makes their row counts divide.
+    which splits each across the devices; `RowsPadded` makes their row counts divide. Over
+    several processes (`JaxMultiProcess`) each process gives model.fit its rows of each global
+    batch, or with `reads_part` its part's batches made alike in shape (`ProcessBatches`).
     """
     replicas = strategy.num_replicas_in_sync
     if replicas == 1:
         return make_dataset()
+    if isinstance(strategy, JaxMultiProcess):
+        data = (make_dataset(part=(strategy.processes, strategy.process)) if reads_part
+                else make_dataset())
+        return ProcessBatches(data, strategy, whole=not reads_part)
     if isinstance(strategy, JaxDataParallel):
         data = make_dataset()
         return RowsPadded(data, replicas, data.pad_id)
@@ -228,11 +325,17 @@ def check_workers_agree(strategy, text: str, what: str) -> None:
     configs, or reading different data, would train on without a word otherwise. Each replica
     adds a digest of its text (16-bit pieces, exact in float32) to the others', then whether
     the sum is its own times the replica count; every worker sees the second sum."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    pieces = [float(int(digest[i: i + 4], 16)) for i in range(0, 16, 4)]
+    if isinstance(strategy, JaxMultiProcess):
+        if len({tuple(row) for row in strategy.gather(pieces).tolist()}) > 1:
+            raise ValueError(f"the processes of training.strategy=multiworker differ in {what} "
+                             f"(this is process {strategy.process}): start every process with "
+                             f"the same config, --set overrides and data")
+        return
     if isinstance(strategy, (OneDevice, JaxDataParallel)) or not isinstance(
             strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return  # one process
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    pieces = [float(int(digest[i: i + 4], 16)) for i in range(0, 16, 4)]
     replicas = float(strategy.num_replicas_in_sync)
     total = replica_sum(strategy, pieces)
     own = float(np.any(total != np.asarray(pieces, np.float32) * replicas))
@@ -245,7 +348,10 @@ def check_workers_agree(strategy, text: str, what: str) -> None:
 
 def input_part(strategy) -> tuple[int, int]:
     """(input pipelines, this process's) under MultiWorkerMirroredStrategy: TF_CONFIG's
-    chief first, then its workers, as tf.distribute numbers the pipelines; else (1, 0)."""
+    chief first, then its workers, as tf.distribute numbers the pipelines; under
+    `JaxMultiProcess` (processes, this process's index); else (1, 0)."""
+    if isinstance(strategy, JaxMultiProcess):
+        return strategy.processes, strategy.process
     if isinstance(strategy, (OneDevice, JaxDataParallel)) or not isinstance(
             strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return 1, 0
@@ -262,6 +368,10 @@ def sum_over_workers(strategy, values: list[int]) -> list[int]:
     parts, _ = input_part(strategy)
     if parts == 1:
         return list(values)
+    if isinstance(strategy, JaxMultiProcess):
+        pieces = strategy.gather([p for v in values for p in (v >> 16, v & 0xFFFF)])
+        sums = [int(x) for x in pieces.astype(np.int64).sum(axis=0)]
+        return [(high << 16) + low for high, low in zip(sums[::2], sums[1::2], strict=True)]
     total = replica_sum(strategy, [float(p) for v in values for p in (v >> 16, v & 0xFFFF)])
 
     # Every replica of a worker added its worker's values: divide by the replicas a worker.
@@ -270,25 +380,26 @@ def sum_over_workers(strategy, values: list[int]) -> list[int]:
     return [(high << 16) + low for high, low in zip(sums[::2], sums[1::2], strict=True)]
 
 
-class RowsPadded(keras.utils.PyDataset):
-    """The batches of a NumPy input path (`text.numpy_pipeline`) with rows added to make
-    each batch's row count a multiple of `replicas`: JAX splits a batch evenly across the
-    devices or not at all, and a bucket's batch size, or its last partial batch, need not
-    divide. An added row repeats the batch's first inputs and has only `pad_id` labels, so
-    the token-masked loss, its gradient and the metrics are the unpadded batch's."""
+def rows_added(batch, extra: int, pad_id: int):
+    """(inputs, labels) with `extra` rows added that repeat the first row's inputs (a row of
+    padding alone would attend over no key) and hold only `pad_id` labels (so no loss)."""
+    inputs, labels = batch
+    if not extra:
+        return inputs, labels
+    inputs = tuple(np.concatenate([x, np.repeat(x[:1], extra, axis=0)]) for x in inputs)
+    padding = np.full((extra, *labels.shape[1:]), pad_id, labels.dtype)
+    return inputs, np.concatenate([labels, padding])
 
-    def __init__(self, data, replicas: int, pad_id: int):
+
+class BatchesMapped(keras.utils.PyDataset):
+    """The batches of a NumPy input path (`data`), each passed through `_fit`."""
+
+    def __init__(self, data):
         super().__init__()
-        self.data, self.replicas, self.pad_id = data, replicas, pad_id
+        self.data = data
 
-    def _pad(self, batch):
-        inputs, labels = batch
-        extra = -labels.shape[0] % self.replicas
-        if not extra:
-            return inputs, labels
-        inputs = tuple(np.concatenate([x, np.repeat(x[:1], extra, axis=0)]) for x in inputs)
-        padding = np.full((extra, *labels.shape[1:]), self.pad_id, labels.dtype)
-        return inputs, np.concatenate([labels, padding])
+    def _fit(self, batch):
+        raise NotImplementedError
 
     @property
     def num_batches(self):
@@ -298,13 +409,73 @@ class RowsPadded(keras.utils.PyDataset):
         return len(self.data)
 
     def __getitem__(self, index):
-        return self._pad(self.data[index])
+        return self._fit(self.data[index])
 
     def __iter__(self):
-        return (self._pad(batch) for batch in self.data)
+        return (self._fit(batch) for batch in self.data)
 
     def on_epoch_end(self):
         self.data.on_epoch_end()
+
+
+class RowsPadded(BatchesMapped):
+    """The batches of a NumPy input path (`text.numpy_pipeline`) with rows added to make
+    each batch's row count a multiple of `replicas`: JAX splits a batch evenly across the
+    devices or not at all, and a bucket's batch size, or its last partial batch, need not
+    divide. An added row repeats the batch's first inputs and has only `pad_id` labels, so
+    the token-masked loss, its gradient and the metrics are the unpadded batch's."""
+
+    def __init__(self, data, replicas: int, pad_id: int):
+        super().__init__(data)
+        self.replicas, self.pad_id = replicas, pad_id
+
+    def _fit(self, batch):
+        return rows_added(batch, -batch[1].shape[0] % self.replicas, self.pad_id)
+
+
+class ProcessBatches(BatchesMapped):
+    """The batches one process of a `JaxMultiProcess` run gives model.fit, which makes the
+    global batch of every process's (jax.make_array_from_process_local_data), so they must
+    agree in shape at every step.
+
+    `whole`: `data` yields the run's global batches, the same in every process (the in-memory
+    path); each batch is padded to a multiple of the global device count (as `RowsPadded`) and
+    process i keeps its rows [B*i/n, B*(i+1)/n). Otherwise `data` yields this process's own
+    batches (its part of a stream); the processes exchange their shapes (a collective per
+    batch) and each pads its lengths and rows to the largest (`rows_added`). Added positions
+    and rows have only `pad_id` labels, so the token loss and its gradient are those of the
+    batches as made."""
+
+    def __init__(self, data, strategy: JaxMultiProcess, whole: bool):
+        super().__init__(data)
+        self.strategy, self.whole = strategy, whole
+
+    def _cut(self, batch):
+        replicas = self.strategy.num_replicas_in_sync
+        inputs, labels = rows_added(batch, -batch[1].shape[0] % replicas, self.data.pad_id)
+        rows, n, i = labels.shape[0], self.strategy.processes, self.strategy.process
+        start, end = rows * i // n, rows * (i + 1) // n
+        return tuple(x[start:end] for x in inputs), labels[start:end]
+
+    def _match(self, batch):
+        inputs, labels = batch
+        arrays = [*inputs, labels]
+        largest = self.strategy.gather([d for x in arrays for d in x.shape]).max(axis=0)
+        padded, at = [], 0
+        for x in arrays:  # each array's lengths (every axis but the rows) to the largest
+            lengths = [int(d) for d in largest[at + 1: at + x.ndim]]
+            at += x.ndim
+            padded.append(np.pad(x, [(0, 0), *((0, t - d) for t, d in
+                                                zip(lengths, x.shape[1:], strict=True))],
+                                 constant_values=self.data.pad_id))
+        local = self.strategy.local_replicas
+        rows = -(-int(largest[0]) // local) * local
+        return rows_added((tuple(padded[:-1]), padded[-1]), rows - labels.shape[0],
+                          self.data.pad_id)
+
+    def _fit(self, batch):
+        return self._cut(batch) if self.whole else self._match(batch)
+
 
 
 def resolve_jit(value: bool | str) -> bool:

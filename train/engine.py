@@ -26,12 +26,15 @@ from .callbacks import (
     EpochHistory,
     NaNGuard,
     ResumableBackup,
+    StopTogether,
     TimeBudget,
     load_weights_npz,
     set_average,
 )
 from .config import RunConfig, save_config
 from .distribute import (
+    JaxMultiProcess,
+    LocalCopy,
     check_jit_devices,
     check_precision,
     check_workers_agree,
@@ -116,7 +119,8 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
     """model.fit with backups, resume, TensorBoard and NaN guard; returns what metrics need.
     `reads_part`: make_train(part=(n, i)) reads input pipeline i's part of n (Task.reads_part)."""
     t = config.training
-    budget = TimeBudget(t.max_minutes)
+    agree = strategy.agree if isinstance(strategy, JaxMultiProcess) else None
+    budget = TimeBudget(t.max_minutes, agree)
     epoch_history = EpochHistory()
     tap = BatchTap() if strategy.num_replicas_in_sync == 1 else None
     # model.fit, the skipped batches of a resume and the backup's place in an epoch count
@@ -167,6 +171,8 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
                      "(Keras writes them with TensorFlow)", keras.backend.backend())
         elif t.tensorboard:
             callbacks.append(keras.callbacks.TensorBoard(str(out / "logs"), write_graph=False))
+    if agree is not None:
+        callbacks.append(StopTogether(agree))
     callbacks += [epoch_history, backup]
 
     epochs_done = int(state["epoch"]) if state else 0
@@ -273,7 +279,8 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
         prepare_run_directory(out, config, overwrite=overwrite)
     else:
         # Every worker runs the same command; only the chief writes the run directory.
-        out = out / f".worker{worker_task()[1]}"
+        index = strategy.process if isinstance(strategy, JaxMultiProcess) else worker_task()[1]
+        out = out / f".worker{index}"
         out.mkdir(parents=True, exist_ok=True)
     save_config(config, out / "config.yaml")
     keras.utils.set_random_seed(t.seed)
@@ -372,13 +379,31 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
         compile_model(model, config, loss, metrics, jit, planned)
     log.info("model: %s parameters%s", f"{model.count_params():,}", task.describe(model))
 
+    scored = None  # the model that decodes and is saved, when not the trained one itself
+    if isinstance(strategy, JaxMultiProcess):
+        def build_local():
+            local = task.build_model(model_cfg)
+            compile_model(local, config, *task.loss_and_metrics(local, 1), jit, planned)
+            return local
+
+        scored = LocalCopy(build_local)
     dev_score = task.dev_score()
     dev_scoring = None
     if dev_score is not None:
         dev_scoring = DevScoring(dev_score, out / "best.npz" if chief else None,
-                           config.training.early_stopping_patience)
+                                 config.training.early_stopping_patience, scored)
     result = fit(model, strategy, config, out, make_train, make_dev, dev_scoring=dev_scoring,
                  chief=chief, reads_part=task.reads_part)
+    if isinstance(strategy, JaxMultiProcess):
+        if not chief:
+            finish(out)
+            log.info("process %d: trained; process 0 saves and scores the model",
+                     strategy.process)
+            return base_metrics(config, strategy, jit, result, model)
+        model = scored(model)  # the final weights in a model of process 0 alone
+        # What follows is this process's alone: a variable made now (the optimizer's, as
+        # model.save builds it) must not span the other processes' devices.
+        keras.distribution.set_distribution(None)
     metrics = base_metrics(config, strategy, jit, result, model)
     metrics.update(task.data_metrics())
     metrics["warmup_steps"] = schedule_warmup(config.training, planned)[0]
