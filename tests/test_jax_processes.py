@@ -34,11 +34,14 @@ def jax_process(index: int, port: int, processes: int = 2) -> dict:
 def test_two_jax_processes_train_as_one_device(tmp_path):
     port = free_port()
     outs = {"single": tmp_path / "single", "processes": tmp_path / "processes"}
+    # A dev score after every epoch: each process decodes with a copy of its own.
+    scored = "eval.dev_score_sentences=4"
     processes = {
         "single": start(outs["single"], tmp_path / "single.log", "training.strategy=default",
-                        env={"KERAS_BACKEND": "jax"}),
+                        scored, env={"KERAS_BACKEND": "jax"}),
         **{f"process{i}": start(outs["processes"], tmp_path / f"process{i}.log",
-                                "training.strategy=multiworker", env=jax_process(i, port))
+                                "training.strategy=multiworker", scored,
+                                env=jax_process(i, port))
            for i in range(2)}}
     codes = wait_all(processes, timeout=600)
     for name, code in codes.items():
@@ -49,6 +52,8 @@ def test_two_jax_processes_train_as_one_device(tmp_path):
     # One program over the global batch, each process feeding its rows: the same steps.
     assert multi["epoch_losses"] == pytest.approx(single["epoch_losses"], rel=1e-4)
     assert multi["hypotheses"] == single["hypotheses"]
+    assert multi["epoch_dev"]["bleu"] == single["epoch_dev"]["bleu"]
+    assert len(multi["epoch_dev"]["bleu"]) == 3
     # Process 0 writes the run; process 1 keeps to its folder and writes no model.
     assert (outs["processes"] / "model.keras").is_file()
     assert not (outs["processes"] / ".worker1" / "model.keras").exists()
