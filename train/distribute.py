@@ -149,7 +149,8 @@ def make_strategy(name: str):
     """auto: Mirrored over the GPUs when more than one is visible, else the default strategy.
     Under JAX, auto and mirrored are `JaxDataParallel` over every device when there are
     several (the accelerators, else the CPU devices XLA was told to make), else `OneDevice`,
-    and multiworker is `JaxMultiProcess` (jax.distributed); under PyTorch one device. The strategies a backend cannot run are refused."""
+    and multiworker is `JaxMultiProcess` (jax.distributed); under PyTorch one device. The
+    strategies a backend cannot run are refused."""
     if name not in STRATEGIES:
         raise ValueError(f"training.strategy must be one of {STRATEGIES}, got {name!r}")
     backend = keras.backend.backend()
@@ -368,15 +369,14 @@ def sum_over_workers(strategy, values: list[int]) -> list[int]:
     parts, _ = input_part(strategy)
     if parts == 1:
         return list(values)
-    if isinstance(strategy, JaxMultiProcess):
-        pieces = strategy.gather([p for v in values for p in (v >> 16, v & 0xFFFF)])
-        sums = [int(x) for x in pieces.astype(np.int64).sum(axis=0)]
-        return [(high << 16) + low for high, low in zip(sums[::2], sums[1::2], strict=True)]
-    total = replica_sum(strategy, [float(p) for v in values for p in (v >> 16, v & 0xFFFF)])
-
-    # Every replica of a worker added its worker's values: divide by the replicas a worker.
-    per_worker = strategy.num_replicas_in_sync // parts
-    sums = [int(round(float(x))) // per_worker for x in total]
+    pieces = [p for v in values for p in (v >> 16, v & 0xFFFF)]
+    if isinstance(strategy, JaxMultiProcess):  # each process's pieces, summed here
+        sums = [int(x) for x in strategy.gather(pieces).astype(np.int64).sum(axis=0)]
+    else:
+        total = replica_sum(strategy, [float(p) for p in pieces])
+        # Every replica of a worker added its worker's values: divide by its replicas.
+        per_worker = strategy.num_replicas_in_sync // parts
+        sums = [int(round(float(x))) // per_worker for x in total]
     return [(high << 16) + low for high, low in zip(sums[::2], sums[1::2], strict=True)]
 
 
@@ -475,7 +475,6 @@ class ProcessBatches(BatchesMapped):
 
     def _fit(self, batch):
         return self._cut(batch) if self.whole else self._match(batch)
-
 
 
 def resolve_jit(value: bool | str) -> bool:
