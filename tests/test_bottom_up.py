@@ -17,6 +17,8 @@ from keras_transformer.text.bottom_up import (
     selection_mask,
     sentence_pieces,
 )
+from keras_transformer.text.extractive import Selection, select
+from keras_transformer.text.ranking import by_probability
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -269,6 +271,21 @@ def test_chosen_sentences_by_epsilon_or_the_k_best_in_article_order():
     assert chosen_sentences(scores, 0.5, top_k=3).tolist() == [0, 1, 3]  # tie: the earlier
     assert chosen_sentences(scores, 0.5, top_k=9).tolist() == [0, 1, 2, 3, 4]
     assert chosen_sentences([], 0.5, top_k=2).tolist() == []
+
+
+def test_nearly_equal_probabilities_rank_in_article_order_in_every_runtime():
+    # A saturated selector's probabilities, as Keras gave them; another runtime's float32
+    # sums move each in its seventh digit, which must not reorder them.
+    keras = np.array([8.079833e-05, 8.088282e-05, 0.9999065, 8.083263e-05])
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        other = keras + rng.uniform(-1e-7, 1e-7, keras.shape)
+        assert chosen_sentences(other, 0.5, top_k=2).tolist() == [0, 2]
+        assert by_probability(other).tolist() == [2, 0, 1, 3]
+        assert select(other, ["a b c", "d e f", "g h i", "j k l"],
+                      Selection(sentences=2)) == [0, 2]
+    # Apart by more than the rounding, the more probable comes first.
+    assert by_probability([0.1, 0.1002, 0.0999]).tolist() == [1, 0, 2]
 
 
 def _stand_in_summarizer(probabilities, **options):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from keras_transformer.text.copied_spans import token_maxima, word_counts
+from keras_transformer.text.ranking import by_probability
 from keras_transformer.text.sentences import split_sentences
 
 EOS_SENTENCE = -1  # the sentence index of the source's EOS
@@ -139,11 +140,11 @@ def word_pieces(tokens: Sequence[str], word_probabilities: Sequence[float],
 
 def chosen_sentences(scores: Sequence[float], epsilon: float, top_k: int = 0) -> np.ndarray:
     """The indices, in article order, of the sentences a selector keeps: its `top_k` most
-    probable when top_k > 0 (ties: the earlier sentence), else those of probability >=
-    epsilon."""
+    probable when top_k > 0 (in the order of text/ranking.py: ties go to the earlier
+    sentence), else those of probability >= epsilon."""
     scores = np.asarray(scores, np.float64).reshape(-1)
     if top_k:
-        return np.sort(np.argsort(-scores, kind="stable")[:top_k])
+        return np.sort(by_probability(scores)[:top_k])
     return np.flatnonzero(scores >= epsilon)
 
 

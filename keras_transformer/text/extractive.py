@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer.text.ranking import by_probability
 from keras_transformer.text.sentences import VietnameseRougeTokenizer, split_sentences, syllables
 
 
@@ -121,11 +122,11 @@ def _trigrams(sentence: str) -> set[tuple[str, ...]]:
 
 def select(scores: Sequence[float], sentences: Sequence[str], selection: Selection) -> list[int]:
     """The indices (ascending, so in article order) of the sentences `selection` picks by
-    `scores` (one per sentence; ties go to the earlier sentence). At least one sentence is
-    chosen from a non-empty article."""
+    `scores` (one per sentence, taken in the order of text/ranking.py: ties go to the
+    earlier sentence). At least one sentence is chosen from a non-empty article."""
     scores = np.asarray(scores, np.float64)[: len(sentences)]
     chosen, total, seen = [], 0, set()
-    for i in np.argsort(-scores, kind="stable"):
+    for i in by_probability(scores):
         grams = _trigrams(sentences[i]) if selection.trigram_blocking else set()
         if grams & seen:
             continue
