@@ -55,22 +55,27 @@ class BatchTap:
         return any(len(x.shape) == len(labels.shape) for x in keras.tree.flatten(inputs))
 
     def __call__(self, inputs, labels):
-        tensors = [*keras.tree.flatten(inputs), labels]  # the shapes: inputs', then labels'
-        counted = self._token_labels(inputs, labels)
-        if isinstance(labels, np.ndarray):  # a NumPy batch (text.numpy_pipeline)
+        # Several outputs' labels (a masked LM with next-sentence prediction): the first
+        # output's are the ones that may be tokens.
+        label_list = keras.tree.flatten(labels)
+        tokens_like = label_list[0]
+        tensors = [*keras.tree.flatten(inputs), *label_list]  # the shapes: inputs', labels'
+        counted = self._token_labels(inputs, tokens_like)
+        if isinstance(tokens_like, np.ndarray):  # a NumPy batch (text.numpy_pipeline)
             self.shapes.add(tuple(tuple(x.shape) for x in tensors))
             if counted:
-                self.target_tokens = (self.target_tokens or 0) + int(np.count_nonzero(labels))
+                self.target_tokens = ((self.target_tokens or 0)
+                                      + int(np.count_nonzero(tokens_like)))
             return inputs, labels
         ranks = [len(x.shape) for x in tensors]
         shape = tf.concat([tf.shape(x) for x in tensors], 0)
         if counted:
-            tokens = tf.math.count_nonzero(labels, dtype=tf.int64)
+            tokens = tf.math.count_nonzero(tokens_like, dtype=tf.int64)
             func, args = (lambda shape, tokens: self._add(shape, tokens, ranks)), [shape, tokens]
         else:
             func, args = (lambda shape: self._add(shape, None, ranks)), [shape]
         # Plain Python, never converted by the AutoGraph of the dataset's map.
         done = tf.py_function(tf.autograph.experimental.do_not_convert(func), args, tf.int32)
         with tf.control_dependencies([done]):
-            labels = tf.identity(labels)
+            labels = tf.nest.map_structure(tf.identity, labels)
         return inputs, labels

@@ -76,6 +76,10 @@ class DataConfig:
     lowercase: bool = False
     mask_rate: float = 0.15  # task masked_lm: the share of pieces hidden (BERT: 15%)
     whole_word_masking: bool = False  # task masked_lm: hide every piece of a chosen word
+    # task masked_lm: rows of two segments, A [SEP] B, and BERT's next-sentence prediction
+    # (B follows A in its document, or is drawn from another: keras_transformer.text.
+    # sentence_pairs) beside the masked pieces
+    next_sentence: bool = False
     # task masked_lm: at most this many masked pieces a row (BERT's max_predictions_per_seq),
     # the slots the training head predicts in; 0: mask_rate * max_source_length plus three
     # standard deviations of the count (keras_transformer.text.masking).

@@ -42,7 +42,8 @@ def fastest_setting(build_and_compile, candidates, batch,
     medians = [statistics.median(times) for times in seconds]
     for (precision, jit), median in zip(candidates, medians, strict=True):
         log.info("precision probe: %s, jit_compile %s: %.3f s a step (median of %d, batch %s)",
-                 precision, jit, median, rounds, "x".join(map(str, labels.shape)))
+                 precision, jit, median, rounds,
+                 "x".join(map(str, keras.tree.flatten(labels)[0].shape)))
     # Not keras.backend.clear_session(): it would also drop the in-graph tokenizer's resources
     # that the run's datasets hold.
     del models

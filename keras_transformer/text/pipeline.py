@@ -414,9 +414,12 @@ def make_masked_lm_dataset(
     seed: int = 0,
     repeat: bool = False,
     positions: bool = False,
+    next_sentence: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
     """Batches ``(inputs, targets)`` (B, L) int32 for a masked language model, or with
     ``positions`` ``((inputs, positions), labels)``, positions and labels (B, P) int32.
+    With ``next_sentence`` (one label a row, ``text.sentence_pairs``'s) the second element
+    is ``(targets or labels, next-sentence labels (B,))``.
 
     ``rows``: each text's ids, EOS included, at most ``max_length`` long. Rows are shuffled
     (seeded, a new order each pass), bucketed by length under ``tokens_per_batch`` like the
@@ -434,19 +437,31 @@ def make_masked_lm_dataset(
         raise ValueError("make_masked_lm_dataset with positions needs masking's "
                          "max_predictions (the number of slots a row's positions fill)")
 
-    ds = _bucketed_rows([rows], max_length=max_length, tokens_per_batch=tokens_per_batch,
-                        padding_values=[pad_id], num_buckets=num_buckets, shuffle=shuffle,
+    columns, padding = [rows], [pad_id]
+    if next_sentence is not None:
+        if len(next_sentence) != len(rows):
+            raise ValueError(f"next_sentence holds {len(next_sentence)} labels for "
+                             f"{len(rows)} rows; give one a row")
+        # A row's label at each of its positions: the bucketing pads columns alike.
+        columns.append([[label] * len(row) for row, label in zip(rows, next_sentence,
+                                                                 strict=True)])
+        padding.append(0)
+    ds = _bucketed_rows(columns, max_length=max_length, tokens_per_batch=tokens_per_batch,
+                        padding_values=padding, num_buckets=num_buckets, shuffle=shuffle,
                         seed=seed, repeat=repeat, what="make_masked_lm_dataset")
     table = None if word_starts is None else tf.constant(np.asarray(word_starts, bool))
 
     def masked(index, batch):
+        batch, follows = batch if next_sentence is not None else (batch, None)
         starts = None if table is None else tf.gather(table, batch)
         inputs, targets = mask_batch(batch, index, pad_id=pad_id, word_starts=starts,
                                      **masking)
-        if not positions:
-            return inputs, targets
-        where, labels = masked_positions(targets, pad_id, cap)
-        return (inputs, where), labels
+        if positions:
+            where, targets = masked_positions(targets, pad_id, cap)
+            inputs = (inputs, where)
+        if follows is not None:
+            targets = (targets, follows[:, 0])
+        return inputs, targets
 
     ds = ds.enumerate().map(masked, num_parallel_calls=AUTOTUNE, deterministic=True)
     return ds.prefetch(AUTOTUNE)

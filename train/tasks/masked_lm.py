@@ -10,6 +10,7 @@ import logging
 import math
 from pathlib import Path
 
+import keras
 import numpy as np
 
 from keras_transformer.metrics import MaskedAccuracy
@@ -24,6 +25,7 @@ from keras_transformer.text.masking import (
     word_start_table,
 )
 from keras_transformer.text.pipeline import make_masked_lm_dataset
+from keras_transformer.text.sentence_pairs import SEP_PIECE, sentence_pairs
 from keras_transformer.text.sentences import split_sentences
 
 from ..batches import replayable
@@ -55,31 +57,50 @@ def check_training_text(path: Path) -> None:
 
 
 def read_texts(path: Path, joints: str, lowercase: bool) -> list[str]:
-    """The texts of one file, by its kind:
+    """The texts of one file, its documents' sentences in order (read_documents)."""
+    return [text for document in read_documents(path, joints, lowercase) for text in document]
+
+
+def read_documents(path: Path, joints: str, lowercase: bool) -> list[list[str]]:
+    """The documents of one file, each a list of its texts in order, by the file's kind:
     - TSV (.tsv, .tsv.gz) whose header names an `article` column (VNDS): each article's
-      sentences, and its summary;
-    - TSV whose header names a `sentence` column (SST-2): that column;
-    - any other file: one text per line, blank lines skipped; a line with tabs gives its first
-      field (Tatoeba's English side).
-    A TSV file with neither column is refused, naming the file."""
+      sentences, then each summary as a document of its own;
+    - TSV whose header names a `sentence` column (SST-2): each sentence a document;
+    - any other file: one text per line (a line with tabs gives its first field: Tatoeba's
+      English side); in a file with blank lines a blank line ends a document (BERT's
+      pre-training text), in one without each line is a document (separate sentences, as
+      UIT-VSFC's).
+    Empty texts are dropped. A TSV file with neither column is refused, naming the file."""
     if path.name.endswith((".tsv", ".tsv.gz")):
         header = first_line(path).split("\t")
         if "article" in header:
             loaded = load_summaries(path)
-            texts = [s for article in loaded.articles for s in split_sentences(article)]
-            texts += loaded.summaries
+            documents = [split_sentences(article) for article in loaded.articles]
+            documents += [[summary] for summary in loaded.summaries]
         elif "sentence" in header and not path.name.endswith(".gz"):
             column = header.index("sentence")
             rows = [line.split("\t") for line in read_lines(path, what="text file")[1:]]
-            texts = [row[column].strip() for row in rows if len(row) > column]
+            documents = [[row[column].strip()] for row in rows if len(row) > column]
         else:
             raise ConfigError(f"data.texts: {path} is a TSV file whose header names neither an "
                               f"article column (VNDS) nor a sentence column (SST-2); give one "
                               f"text per line in a .txt file")
     else:
         texts = [line.split("\t")[0].strip() for line in read_lines(path, what="text file")]
-    texts = [word_joints(t, joints) for t in texts if t]
-    return [t.lower() for t in texts] if lowercase else texts
+        filled = [i for i, text in enumerate(texts) if text]
+        if filled and not all(texts[filled[0]: filled[-1] + 1]):  # a blank line inside
+            documents = [[]]
+            for text in texts:
+                if text:
+                    documents[-1].append(text)
+                elif documents[-1]:
+                    documents.append([])
+        else:
+            documents = [[text] for text in texts if text]
+    documents = [[word_joints(t, joints) for t in document if t] for document in documents]
+    if lowercase:
+        documents = [[t.lower() for t in document] for document in documents]
+    return [document for document in documents if document]
 
 
 def first_line(path: Path) -> str:
@@ -95,19 +116,29 @@ def first_line(path: Path) -> str:
 def read_text_splits(config, task: str) -> dict[str, list[str]]:
     """The training and dev texts of a text-corpus task (data.texts, data.dev_texts), a dev/test
     split among the training files refused; dev cut to eval.dev_score_sentences."""
+    documents = read_document_splits(config, task)
+    texts = {split: [t for document in docs for t in document]
+             for split, docs in documents.items()}
+    if config.eval.dev_score_sentences:
+        texts["dev"] = texts["dev"][: config.eval.dev_score_sentences]
+    return texts
+
+
+def read_document_splits(config, task: str) -> dict[str, list[list[str]]]:
+    """The training and dev documents (read_documents) of data.texts and data.dev_texts, a
+    dev/test split among the training files refused."""
     d = config.data
-    texts = {"train": [], "dev": []}
+    documents = {"train": [], "dev": []}
     for split, names in (("train", d.texts), ("dev", d.dev_texts)):
         for name in names:
             path = resolve(d, name)
             if split == "train":
                 check_training_text(path)
-            read = read_texts(path, d.word_joints, d.lowercase)
-            log.info("%s %s text: %s, %d sentences", task, split, path, len(read))
-            texts[split] += read
-    if config.eval.dev_score_sentences:
-        texts["dev"] = texts["dev"][: config.eval.dev_score_sentences]
-    return texts
+            read = read_documents(path, d.word_joints, d.lowercase)
+            log.info("%s %s text: %s, %d sentences in %d documents", task, split, path,
+                     sum(map(len, read)), len(read))
+            documents[split] += read
+    return documents
 
 
 class MaskedLMTask(Task):
@@ -117,7 +148,12 @@ class MaskedLMTask(Task):
     model.fit's batches list the masked positions, and the model's head predicts there only;
     the dev scores call the model on ids alone, as its export does, on the same masks. Loss:
     cross-entropy over the masked pieces (training.label_smoothing 0 makes the dev loss ln of
-    the masked perplexity). The dev perplexity over masked pieces picks best.keras."""
+    the masked perplexity). The dev perplexity over masked pieces picks best.keras.
+
+    With data.next_sentence a row is a sentence pair, A [SEP] B EOS (text/sentence_pairs.py:
+    B follows A in its document, or is drawn from another, drawn once by the run's seed, the
+    dev pairs by DEV_MASK_SEED), and the model's next-sentence head adds its cross-entropy to
+    the loss; its dev accuracy is reported beside the masked scores."""
 
     reads_lowercase = True
 
@@ -145,13 +181,36 @@ class MaskedLMTask(Task):
         if not d.texts or not d.dev_texts:
             raise ConfigError("task masked_lm needs data.texts (training text files) and "
                               "data.dev_texts (dev text files)")
-        texts = read_text_splits(config, "masked_lm")
-        self.tok = train_tokenizer(config, texts["train"], out / "spm", symbols=(MASK_PIECE,))
+        if d.next_sentence:
+            documents = read_document_splits(config, "masked_lm")
+            texts = {split: [t for doc in docs for t in doc] for split, docs in documents.items()}
+        else:
+            texts = read_text_splits(config, "masked_lm")
+        symbols = (MASK_PIECE, SEP_PIECE) if d.next_sentence else (MASK_PIECE,)
+        self.tok = train_tokenizer(config, texts["train"], out / "spm", symbols=symbols)
         self.mask_id = self.tok.piece_id(MASK_PIECE)
-        if self.mask_id is None:
-            raise ConfigError(f"the tokenizer has no {MASK_PIECE} piece; a masked_lm run trains "
-                              f"its own tokenizer, or starts from another masked_lm run's")
-        self.rows = {split: self.text_rows(t) for split, t in texts.items()}
+        self.sep_id = self.tok.piece_id(SEP_PIECE)
+        for piece, found in ((MASK_PIECE, self.mask_id),
+                             (SEP_PIECE, self.sep_id if d.next_sentence else 0)):
+            if found is None:
+                raise ConfigError(f"the tokenizer has no {piece} piece; a masked_lm run trains "
+                                  f"its own tokenizer, or starts from another masked_lm run's "
+                                  f"with the same data.next_sentence")
+        self.follows = {"train": None, "dev": None}
+        if d.next_sentence:
+            self.rows = {}
+            for split, seed in (("train", config.training.seed), ("dev", DEV_MASK_SEED)):
+                try:
+                    self.rows[split], self.follows[split] = self.pair_rows(documents[split],
+                                                                           seed)
+                except ValueError as err:
+                    raise ConfigError(f"data.next_sentence: the {split} text: {err}") from None
+            if config.eval.dev_score_sentences:
+                cut = config.eval.dev_score_sentences
+                self.rows["dev"], self.follows["dev"] = (self.rows["dev"][:cut],
+                                                         self.follows["dev"][:cut])
+        else:
+            self.rows = {split: self.text_rows(t) for split, t in texts.items()}
         for split, rows in self.rows.items():
             if not rows:
                 raise ValueError(f"the {split} text holds no piece to mask (every line is "
@@ -163,51 +222,70 @@ class MaskedLMTask(Task):
                                   max_source_length=d.max_source_length,
                                   max_target_length=d.max_source_length)
 
+    def pair_rows(self, documents: list[list[str]], seed: int
+                  ) -> tuple[list[list[int]], list[int]]:
+        """The documents' sentence pairs (text/sentence_pairs.py) in rows of at most
+        data.max_source_length ids, and their next-sentence labels."""
+        flat = list(encode_in_chunks(self.tok, [t for doc in documents for t in doc]))
+        ends = np.cumsum([len(doc) for doc in documents])
+        encoded = [flat[end - len(doc): end] for doc, end in zip(documents, ends, strict=True)]
+        return sentence_pairs(encoded, max_length=self.config.data.max_source_length,
+                              sep_id=self.sep_id, eos_id=self.tok.eos_id, seed=seed)
+
     def text_rows(self, texts: list[str]) -> list[list[int]]:
         """Each text's first max_source_length - 1 pieces + EOS; texts with no piece left out."""
         limit, eos = self.config.data.max_source_length - 1, self.tok.eos_id
         return [ids[:limit] + [eos] for ids in encode_in_chunks(self.tok, texts) if ids]
 
-    def dataset(self, rows, *, seed: int, shuffle: bool, repeat: bool = False,
+    def dataset(self, split: str, *, seed: int, shuffle: bool, repeat: bool = False,
                 positions: bool = True):
-        """Masked batches of `rows`: ((inputs, positions), labels) for model.fit, or with
-        positions=False (inputs, targets) at every position, masked alike."""
+        """Masked batches of a split's rows: ((inputs, positions), labels) for model.fit, or
+        with positions=False (inputs, targets) at every position, masked alike; with
+        data.next_sentence the labels (targets) paired with the rows' next-sentence labels."""
         d = self.config.data
         tok = self.tok
+        special = (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id)
         masking = dict(rate=d.mask_rate, mask_id=self.mask_id, vocab_size=tok.vocab_size,
-                       special_ids=(tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id), seed=seed,
-                       max_predictions=self.max_predictions(d))
+                       special_ids=special + ((self.sep_id,) if d.next_sentence else ()),
+                       seed=seed, max_predictions=self.max_predictions(d))
         starts = word_start_table(tok.pieces) if d.whole_word_masking else None
         return make_masked_lm_dataset(
-            rows, max_length=d.max_source_length, tokens_per_batch=d.tokens_per_batch,
-            pad_id=tok.pad_id, masking=masking, num_buckets=d.num_buckets, word_starts=starts,
-            shuffle=shuffle, seed=self.config.training.seed, repeat=repeat,
-            positions=positions)
+            self.rows[split], max_length=d.max_source_length,
+            tokens_per_batch=d.tokens_per_batch, pad_id=tok.pad_id, masking=masking,
+            num_buckets=d.num_buckets, word_starts=starts, shuffle=shuffle,
+            seed=self.config.training.seed, repeat=repeat, positions=positions,
+            next_sentence=self.follows[split])
 
     def datasets(self):
         repeat = self.config.training.steps_per_epoch > 0
         seed = self.config.training.seed
 
         def make_train():
-            return replayable(lambda: self.dataset(self.rows["train"], seed=seed, shuffle=True,
+            return replayable(lambda: self.dataset("train", seed=seed, shuffle=True,
                                                    repeat=repeat), repeat)
 
-        return make_train, lambda: self.dataset(self.rows["dev"], seed=DEV_MASK_SEED,
-                                                shuffle=False)
+        return make_train, lambda: self.dataset("dev", seed=DEV_MASK_SEED, shuffle=False)
 
     def build_model(self, model_config):
-        model = TransformerMaskedLM(model_config)
+        model = TransformerMaskedLM(model_config, next_sentence=self.config.data.next_sentence)
         model.build()
         return model
 
     def loss_and_metrics(self, model, replicas: int):
         pad = model.config.pad_id
-        return (token_loss(self.config.training.label_smoothing, pad, replicas),
-                [MaskedAccuracy(pad, name="masked_accuracy")])
+        loss = token_loss(self.config.training.label_smoothing, pad, replicas)
+        accuracy = MaskedAccuracy(pad, name="masked_accuracy")
+        if not self.config.data.next_sentence:
+            return loss, [accuracy]
+        # BERT's sum of the two losses.
+        return ([loss, keras.losses.SparseCategoricalCrossentropy(from_logits=True)],
+                [[accuracy],
+                 [keras.metrics.SparseCategoricalAccuracy(name="next_sentence_accuracy")]])
 
     def describe(self, model) -> str:
         d = self.config.data
-        return (f", mask rate {d.mask_rate}{', whole words' if d.whole_word_masking else ''}, "
+        return (f", mask rate {d.mask_rate}{', whole words' if d.whole_word_masking else ''}"
+                f"{', sentence pairs and next-sentence prediction' if d.next_sentence else ''}, "
                 f"at most {self.max_predictions(d)} masked pieces a row, "
                 f"{d.tokens_per_batch} tokens a batch")
 
@@ -216,22 +294,33 @@ class MaskedLMTask(Task):
         the same pieces at every call), from the logits at every position: the model as it
         is exported."""
         pad = model.config.pad_id
-        data = self.dataset(self.rows["dev"], seed=DEV_MASK_SEED, shuffle=False,
-                            positions=False)
-        nll, count = summed_nll(model, data, pad)
+        data = self.dataset("dev", seed=DEV_MASK_SEED, shuffle=False, positions=False)
+        pairs = self.config.data.next_sentence
+        pieces = data.map(lambda inputs, targets: (inputs, targets[0])) if pairs else data
+        nll, count = summed_nll(model, pieces, pad)
         metric = MaskedAccuracy(pad)
-        for inputs, targets in data:
+        for inputs, targets in pieces:
             metric.update_state(targets, model(inputs, training=False))
-        return {"masked_perplexity": math.exp(nll / max(count, 1)),
-                "masked_accuracy": round(100 * float(metric.result()), 2),
-                "masked_pieces": count}
+        scores = {"masked_perplexity": math.exp(nll / max(count, 1)),
+                  "masked_accuracy": round(100 * float(metric.result()), 2),
+                  "masked_pieces": count}
+        if pairs:
+            right = total = 0
+            for inputs, (_, follows) in data:
+                guess = np.argmax(np.asarray(model.next_sentence_logits(inputs)), axis=-1)
+                right += int(np.sum(guess == np.asarray(follows)))
+                total += len(guess)
+            scores["next_sentence_accuracy"] = round(100 * right / max(total, 1), 2)
+        return scores
 
     def dev_score(self):
         def score(model):
             s = self.scores(model)
             return {"neg_masked_perplexity": -s["masked_perplexity"],
                     "masked_perplexity": s["masked_perplexity"],
-                    "masked_accuracy_percent": s["masked_accuracy"]}
+                    "masked_accuracy_percent": s["masked_accuracy"],
+                    **({"next_sentence_accuracy_percent": s["next_sentence_accuracy"]}
+                       if "next_sentence_accuracy" in s else {})}
 
         return DevScore(score, {"dev_sentences": len(self.rows["dev"])},
                         name="neg_masked_perplexity", label="-masked perplexity")
@@ -244,8 +333,12 @@ class MaskedLMTask(Task):
         metrics.update({"scored_split": "dev", "dev_masked_perplexity": s["masked_perplexity"],
                         "dev_masked_accuracy": s["masked_accuracy"],
                         "dev_masked_pieces": s["masked_pieces"]})
+        pairs = ""
+        if "next_sentence_accuracy" in s:
+            metrics["dev_next_sentence_accuracy"] = s["next_sentence_accuracy"]
+            pairs = f", next-sentence accuracy {s['next_sentence_accuracy']:.2f}%"
         print(f"dev: masked perplexity {s['masked_perplexity']:.2f}, masked-piece accuracy "
-              f"{s['masked_accuracy']:.2f}% ({s['masked_pieces']} masked pieces)")
+              f"{s['masked_accuracy']:.2f}% ({s['masked_pieces']} masked pieces){pairs}")
         self.show_fills(model)
 
     def show_fills(self, model, count: int = 3) -> None:
