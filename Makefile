@@ -89,9 +89,12 @@ sst2-pretrained: $(STAMP)
 vietnews-summarizer: $(STAMP)
 	test -f runs/vietnews_summarizer/selector/metrics.json || \
 	  $(PY) -m train --config train/configs/vietnews_extractive.yaml \
-	    --out runs/vietnews_summarizer/selector
+	    --out runs/vietnews_summarizer/selector --set training.max_minutes=25
+	test -f runs/vi_denoising/metrics.json || \
+	  $(PY) -m train --config train/configs/vi_denoising.yaml --out runs/vi_denoising
 	test -f runs/vietnews_copy/metrics.json || \
-	  $(PY) -m train --config train/configs/vietnews_summarization.yaml --out runs/vietnews_copy
+	  $(PY) -m train --config train/configs/vietnews_summarization_pretrained.yaml \
+	    --out runs/vietnews_copy
 	test -f runs/vietnews_summarizer/metrics.json || \
 	  $(PY) -m train --config train/configs/vietnews_summarization_extracted.yaml \
 	    --out runs/vietnews_summarizer --set eval.selector=runs/vietnews_summarizer/selector \

@@ -21,6 +21,13 @@ def rouge(hypotheses, references) -> dict:
     """ROUGE-1, ROUGE-2 and ROUGE-L F1 (x100, 2 decimals): the mean over documents of each
     document's F1, by rouge-score with VietnameseRougeTokenizer and no stemming; with the
     settings' signature."""
+    f1 = rouge_per_document(hypotheses, references)
+    return {**{kind: round(float(np.mean(v)) * 100, 2) for kind, v in f1.items()},
+            "rouge_signature": ROUGE_SIGNATURE}
+
+
+def rouge_per_document(hypotheses, references) -> dict[str, np.ndarray]:
+    """Each document's ROUGE-1, ROUGE-2 and ROUGE-L F1 (0 to 1), by rouge()'s settings."""
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} summaries for {len(references)} references")
@@ -33,8 +40,7 @@ def rouge(hypotheses, references) -> dict:
         scores = scorer.score(reference, hypothesis)  # (target, prediction)
         for kind in ROUGE_TYPES:
             f1[kind].append(scores[kind].fmeasure)
-    return {**{kind: round(float(np.mean(v)) * 100, 2) for kind, v in f1.items()},
-            "rouge_signature": ROUGE_SIGNATURE}
+    return {kind: np.array(v, np.float64) for kind, v in f1.items()}
 
 
 def format_rouge(scores: dict) -> str:
