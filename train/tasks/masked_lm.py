@@ -116,7 +116,11 @@ def first_line(path: Path) -> str:
 def read_text_splits(config, task: str) -> dict[str, list[str]]:
     """The training and dev texts of a text-corpus task (data.texts, data.dev_texts), a dev/test
     split among the training files refused; dev cut to eval.dev_score_sentences."""
-    documents = read_document_splits(config, task)
+    return split_texts(read_document_splits(config, task), config)
+
+
+def split_texts(documents: dict[str, list[list[str]]], config) -> dict[str, list[str]]:
+    """Each split's documents as one list of texts, dev cut to eval.dev_score_sentences."""
     texts = {split: [t for document in docs for t in document]
              for split, docs in documents.items()}
     if config.eval.dev_score_sentences:
@@ -181,21 +185,17 @@ class MaskedLMTask(Task):
         if not d.texts or not d.dev_texts:
             raise ConfigError("task masked_lm needs data.texts (training text files) and "
                               "data.dev_texts (dev text files)")
-        if d.next_sentence:
-            documents = read_document_splits(config, "masked_lm")
-            texts = {split: [t for doc in docs for t in doc] for split, docs in documents.items()}
-        else:
-            texts = read_text_splits(config, "masked_lm")
+        documents = read_document_splits(config, "masked_lm")
+        texts = split_texts(documents, config)
         symbols = (MASK_PIECE, SEP_PIECE) if d.next_sentence else (MASK_PIECE,)
         self.tok = train_tokenizer(config, texts["train"], out / "spm", symbols=symbols)
-        self.mask_id = self.tok.piece_id(MASK_PIECE)
-        self.sep_id = self.tok.piece_id(SEP_PIECE)
-        for piece, found in ((MASK_PIECE, self.mask_id),
-                             (SEP_PIECE, self.sep_id if d.next_sentence else 0)):
-            if found is None:
+        for piece in symbols:
+            if self.tok.piece_id(piece) is None:
                 raise ConfigError(f"the tokenizer has no {piece} piece; a masked_lm run trains "
                                   f"its own tokenizer, or starts from another masked_lm run's "
                                   f"with the same data.next_sentence")
+        self.mask_id = self.tok.piece_id(MASK_PIECE)
+        self.sep_id = self.tok.piece_id(SEP_PIECE)
         self.follows = {"train": None, "dev": None}
         if d.next_sentence:
             self.rows = {}
@@ -299,17 +299,18 @@ class MaskedLMTask(Task):
         pieces = data.map(lambda inputs, targets: (inputs, targets[0])) if pairs else data
         nll, count = summed_nll(model, pieces, pad)
         metric = MaskedAccuracy(pad)
-        for inputs, targets in pieces:
+        right = total = 0
+        for inputs, targets in data:
+            if pairs:
+                targets, follows = targets
+                guess = np.argmax(np.asarray(model.next_sentence_logits(inputs)), axis=-1)
+                right += int(np.sum(guess == np.asarray(follows)))
+                total += len(guess)
             metric.update_state(targets, model(inputs, training=False))
         scores = {"masked_perplexity": math.exp(nll / max(count, 1)),
                   "masked_accuracy": round(100 * float(metric.result()), 2),
                   "masked_pieces": count}
         if pairs:
-            right = total = 0
-            for inputs, (_, follows) in data:
-                guess = np.argmax(np.asarray(model.next_sentence_logits(inputs)), axis=-1)
-                right += int(np.sum(guess == np.asarray(follows)))
-                total += len(guess)
             scores["next_sentence_accuracy"] = round(100 * right / max(total, 1), 2)
         return scores
 
