@@ -267,16 +267,19 @@ def serve(root: Path) -> list[str]:
                      f"{off['sentences_per_s']:,.1f}",
                      f"{off['p50_ms']:,.0f} / {off['p99_ms']:,.0f}",
                      f"{on['sentences_per_s'] / max(off['sentences_per_s'], 1e-9):.2f}x",
+                     f"{on.get('server_cpu_ms', '–')} / {off.get('server_cpu_ms', '–')}",
                      f"{on['failed']} / {off['failed']}",
                      f"{max(on['peak_rss_mb'], off['peak_rss_mb']):,.0f}"])
     return ["## The API server under load (`python -m bench.serve`)", "",
             f"`{data['export']}`" + (f" ({data['note']})" if data.get("note") else "")
             + f", one sentence per request, {data['seconds']:g} s per cell, "
-            f"`--max-batch-size {data['max_batch_size']}` against 1; load average "
+            f"`--max-batch-size {data['max_batch_size']}` against 1, "
+            f"{data.get('workers', 1)} worker(s); load average "
             f"{data['loadavg_start'][0]:g} at the start (other processes shared the CPU):",
             "", *table(["beam", "clients", "sentences/s batched", "mean batch",
                         "p50 / p99 ms batched",
                         "sentences/s unbatched", "p50 / p99 ms unbatched", "batched / unbatched",
+                        "server CPU ms an input, batched / unbatched",
                         "not 200 batched / unbatched", "peak MiB"], rows),
             *serve_ceiling(data), source(root, path), ""]
 

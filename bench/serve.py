@@ -4,12 +4,15 @@ run's, beam 4) and greedy search, and the server's peak memory.
 
     python -m bench.serve --export runs/demo/export --sentences runs/demo/test.src
         [--clients 1 8 32 128] [--beams 4 1] [--seconds 10] [--max-batch-size 32]
-        [--batch-wait-ms 5] [--ceiling | --no-ceiling] [--plain-stack]
+        [--batch-wait-ms 5] [--workers 1] [--ceiling | --no-ceiling] [--plain-stack]
 
 Each mode starts `python -m export.api` in its own process (onnx runtime, one worker); each
-client (an asyncio task over one keep-alive connection) sends one sentence per request, the
-sentences in turn, and waits for its answer before the next, for --seconds after a warm-up.
-The clients share this process; their CPU is part of what the machine spends. Writes
+client (an asyncio task over one keep-alive connection, a few lines of HTTP/1.1 rather than a
+client package, whose milliseconds a request would be taken from the server) sends one
+sentence per request, the sentences in turn, and waits for its answer before the next, for
+--seconds after a warm-up. The clients share this process; their CPU is part of what the
+machine spends, and each cell records the CPU milliseconds an input cost the server and the
+clients. Writes
 bench/results/serve.json (bench/results/quick/ with --quick) and prints the table with the
 CPU model.
 
@@ -28,6 +31,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,6 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-batch-size", type=int_in(2, 256), default=32,
                         help="the batching mode's --max-batch-size (default 32)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--workers", type=int_in(1, 64), default=1,
+                        help="the server's --workers in every mode (default 1)")
     parser.add_argument("--plain-stack", action="store_true",
                         help="also the batching mode on uvicorn's plain event loop and HTTP "
                              "parser (asyncio, h11), against its default (uvloop, httptools "
@@ -132,46 +139,104 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON and reads the answer by its
+    Content-Length (every non-streamed answer of export.api has one). A few lines of asyncio
+    streams instead of an HTTP client package: the clients share the server's CPU, and a
+    client that spends milliseconds a request starves the server it measures."""
+
+    def __init__(self, url: str):
+        host, _, port = url.removeprefix("http://").partition(":")
+        self.host, self.port = host, int(port or 80)
+        self.reader = self.writer = None
+
+    async def post(self, path: str, body: bytes) -> int:
+        """-> the answer's status; ConnectionError (the connection is closed then) when the
+        server hung up or sent what this client does not read."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json"
+                          b"\r\nContent-Length: %d\r\n\r\n%s"
+                          % (path.encode(), self.host.encode(), len(body), body))
+        try:
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            status = int(lines[0].split(b" ", 2)[1])
+            fields = {name.strip().lower(): value.strip() for name, _, value in
+                      (line.partition(b":") for line in lines[1:] if line)}
+            if b"content-length" not in fields:
+                raise ConnectionError(f"an answer without Content-Length (status {status})")
+            await self.reader.readexactly(int(fields[b"content-length"]))
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
+                IndexError) as err:
+            self.close()
+            raise ConnectionError(f"a broken answer: {type(err).__name__}") from None
+        except ConnectionError:
+            self.close()
+            raise
+        if fields.get(b"connection", b"").lower() == b"close":
+            self.close()
+        return status
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user + system CPU seconds a process has spent so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """The user + system CPU seconds this process (the clients) has spent so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def load(url: str, sentences: list[str], clients: int, seconds: float,
                beam: int) -> dict:
-    """`clients` loops of request-then-answer for `seconds` (after 1 s of warm-up) ->
-    sentences/s (answers that arrived within those seconds), the latency percentiles of the
-    requests sent within them, and the answers that failed."""
-    import httpx
-
+    """`clients` loops of request-then-answer, each over its own keep-alive connection, for
+    `seconds` (after 1 s of warm-up) -> sentences/s (answers that arrived within those
+    seconds), the latency percentiles of the requests sent within them, and the answers that
+    failed."""
     latencies: list[float] = []
     answered = 0
     errors: Counter = Counter()
     failed = 0
     warm_until = time.monotonic() + 1.0
     stop_at = warm_until + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    bodies = [json.dumps({"inputs": [text], "beam_size": beam}).encode() for text in sentences]
 
-    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
-        async def client(n: int) -> None:
-            nonlocal failed, answered
-            i = n
+    async def client(n: int) -> None:
+        nonlocal failed, answered
+        connection = Connection(url)
+        i = n
+        try:
             while time.monotonic() < stop_at:
-                text = sentences[i % len(sentences)]
+                body = bodies[i % len(bodies)]
                 i += clients
                 sent = time.monotonic()
                 try:
-                    answer = await http.post(f"{url}/v1/translate",
-                                             json={"inputs": [text], "beam_size": beam})
-                except httpx.TransportError as err:  # counted, as a status other than 200 is
+                    status = await connection.post("/v1/translate", body)
+                except OSError as err:  # counted, as a status other than 200 is
                     errors[type(err).__name__] += 1
                     failed += 1
                     continue
                 now = time.monotonic()
-                if answer.status_code != 200:
-                    errors[str(answer.status_code)] += 1
+                if status != 200:
+                    errors[str(status)] += 1
                     failed += 1
                     continue
                 answered += warm_until <= now <= stop_at
                 if sent >= warm_until:
                     latencies.append(now - sent)
+        finally:
+            connection.close()
 
-        await asyncio.gather(*(client(n) for n in range(clients)))
+    await asyncio.gather(*(client(n) for n in range(clients)))
     latencies.sort()
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 \
         else latencies * 99
@@ -311,14 +376,14 @@ def main(argv) -> int:
     clients = [1, 8] if args.quick else args.clients
     seconds = 2.0 if args.quick else args.seconds
     modes = {"batching": ["--max-batch-size", args.max_batch_size, "--batch-wait-ms",
-                          args.batch_wait_ms],
-             "no batching": ["--max-batch-size", 1]}
+                          args.batch_wait_ms, "--workers", args.workers],
+             "no batching": ["--max-batch-size", 1, "--workers", args.workers]}
     if args.plain_stack:
         modes["batching, plain"] = [*modes["batching"], "--loop", "asyncio", "--http", "h11"]
     # Before the first cell: its machine facts and load average are those the cells ran under.
     meta = payload("serve", export=args.export, note=args.note, sentences_file=args.sentences,
                    seconds=seconds, max_batch_size=args.max_batch_size,
-                   batch_wait_ms=args.batch_wait_ms)
+                   batch_wait_ms=args.batch_wait_ms, workers=args.workers)
     cpu = meta["machine"]["cpu_model"]
     ceiling, ceiling_error = [], None
     if ceiling_wanted(args):
@@ -346,16 +411,25 @@ def main(argv) -> int:
             stack = f"{health['loop']}+{health['http']}"
             for beam, count in ((b, c) for b in args.beams for c in clients):
                 inputs, batches = batch_counts(url)
+                server_cpu, client_cpu = cpu_seconds(process.pid), own_cpu_seconds()
                 cell = asyncio.run(load(url, sentences, count, seconds, beam))
                 inputs, batches = (a - b for a, b in zip(batch_counts(url), (inputs, batches),
                                                          strict=True))
-                cell.update(mode=mode, stack=stack, peak_rss_mb=round(peak_rss_mb(process.pid) or 0, 1),
-                            mean_batch=round(inputs / max(batches, 1), 1))
+                per_input = 1000 / max(inputs, 1)
+                cell.update(mode=mode, stack=stack,
+                            peak_rss_mb=round(peak_rss_mb(process.pid) or 0, 1),
+                            mean_batch=round(inputs / max(batches, 1), 1),
+                            server_cpu_ms=round(
+                                (cpu_seconds(process.pid) - server_cpu) * per_input, 2),
+                            client_cpu_ms=round((own_cpu_seconds() - client_cpu) * per_input,
+                                                2))
                 results.append(cell)
                 print(f"{mode:15} {stack:17} beam {beam}  {count:4d} clients  "
                       f"{cell['sentences_per_s']:8.1f} "
                       f"sentences/s  p50 {cell['p50_ms']:7.1f} ms  p99 {cell['p99_ms']:7.1f} ms"
-                      f"  batch {cell['mean_batch']:5.1f}  peak {cell['peak_rss_mb']:.0f} MiB",
+                      f"  batch {cell['mean_batch']:5.1f}  CPU ms an input: server "
+                      f"{cell['server_cpu_ms']:.2f}, clients {cell['client_cpu_ms']:.2f}  "
+                      f"peak {cell['peak_rss_mb']:.0f} MiB",
                       flush=True)
         finally:
             process.terminate()

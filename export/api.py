@@ -1,7 +1,7 @@
 """An HTTP API over any export, for traffic: dynamic batching, streamed tokens, metrics.
 
     python -m export.api --export runs/demo/export [--port 8000] [--host 127.0.0.1]
-        [--max-batch-size 32] [--batch-wait-ms 5] [--workers 1] [--max-queue 1024]
+        [--max-batch-size 32] [--batch-wait-ms 5] [--workers 1] [--threads N] [--max-queue 1024]
         [--timeout 30] [--max-inputs 256] [--runtime onnx] [--variant float32]
         [--loop auto] [--http auto]
 
@@ -18,7 +18,8 @@ text format) and GET /openapi.json describe the server.
 
 Requests that arrive within --batch-wait-ms of each other and share their settings are run
 as one batch of at most --max-batch-size inputs (1: no batching), on --workers threads, each
-with its own model; beyond --max-queue waiting inputs a request is answered 503, and one not
+with its own model on --threads runtime threads (default: the cores shared among the
+workers); beyond --max-queue waiting inputs a request is answered 503, and one not
 answered within --timeout seconds 504. The body and connection limits of export.serve hold
 (a larger body: --max-inputs inputs). Bad requests get a 4xx answer {"error": "<what to
 fix>"} on one line. SIGTERM or Ctrl-C stops accepting connections, answers what was accepted
@@ -53,6 +54,7 @@ from keras_transformer.command_line import (
 from .batching import Batcher, Overloaded, Ticket
 from .formats import RUNTIMES
 from .inputs import InputError
+from .runtime import Threads, usable_cores
 from .serve import (
     CLOSE,
     MAX_CONCURRENCY,
@@ -394,6 +396,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "with, in milliseconds (default 5)")
     parser.add_argument("--workers", type=int_in(1, 64), default=1,
                         help="worker threads, each with its own model (default 1)")
+    parser.add_argument("--threads", type=int_in(1, 256), default=None,
+                        help="the runtime's threads for each worker's model (onnx, tflite; "
+                             "default: the usable cores shared among the workers)")
     parser.add_argument("--max-queue", type=int_in(1, 1 << 20), default=1024,
                         help="most inputs waiting; a request beyond is answered 503 "
                              "(default 1024)")
@@ -461,7 +466,10 @@ def main(argv) -> int:
 
     check_run_option(args.run, args.runtime)
     stack = server_stack(args.loop, args.http)
-    engines = [open_engine(args.export, args.runtime, args.variant, args.run)
+    # Idle runtime threads sleep rather than spin: between batches the cores belong to the
+    # event loop that gathers the next one, and to the other workers.
+    threads = Threads(args.threads or max(1, usable_cores() // args.workers), spinning=False)
+    engines = [open_engine(args.export, args.runtime, args.variant, args.run, threads)
                for _ in range(args.workers)]
     engine = engines[0]
     metrics = Metrics()
@@ -469,7 +477,8 @@ def main(argv) -> int:
                       wait_s=args.batch_wait_ms / 1000, max_queue=args.max_queue,
                       on_batch=metrics.batch)
     settings = {"max_batch_size": args.max_batch_size, "batch_wait_ms": args.batch_wait_ms,
-                "workers": args.workers, "max_queue": args.max_queue,
+                "workers": args.workers, "threads": threads.count,
+                "max_queue": args.max_queue,
                 "timeout": args.timeout, "max_inputs": args.max_inputs,
                 "runtime": args.runtime, "variant": args.variant, **stack}
     app = create_app(engine, batcher, timeout=args.timeout, max_inputs=args.max_inputs,

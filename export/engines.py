@@ -19,16 +19,18 @@ from keras_transformer.command_line import command
 
 from .common import ExportError
 from .kinds import kind_of, open_manifest, open_runner
+from .runtime import Threads
 
 
 def open_engine(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",
-                run_dir=None):
-    """The engine of an export's kind (its manifest's), over one runtime; ExportError (exit
-    2) for a kind the API server does not serve, naming the tool for it."""
+                run_dir=None, threads: Threads | None = None):
+    """The engine of an export's kind (its manifest's), over one runtime on `threads`
+    (export.runtime.Threads); ExportError (exit 2) for a kind the API server does not serve,
+    naming the tool for it."""
     manifest = open_manifest(export_dir)
     kind = kind_of(manifest)
     engine = kind.engine()
     if engine is None:
         raise ExportError(f"{export_dir} holds a {kind.title}, which the API server does not "
                           f"serve; use {command(kind.tool)}")
-    return engine(manifest, open_runner(manifest, runtime, variant, run_dir))
+    return engine(manifest, open_runner(manifest, runtime, variant, run_dir, threads=threads))

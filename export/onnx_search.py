@@ -12,8 +12,11 @@ scheme, the GNMT length penalty and Hugging Face's stopping rule; `no_repeat_ngr
 to each other. The NumPy search stays the reference.
 
 Inputs: source_ids int32 (B,S) (EOS-terminated, PAD-padded), max_length int32 () (generated
-tokens, EOS included), beam_size int32 () (1: greedy), alpha float64 (), no_repeat_ngram_size
-int32 () and min_length int32 () (0: off). Outputs: tokens int32 (B,T) (T = steps taken; PAD
+tokens, EOS included), row_max_length int32 (B,) (each source's own limit, at most
+max_length: a beam search ends a source there as its search alone would), beam_size int32 ()
+(1: greedy), alpha float64 (), no_repeat_ngram_size int32 () and min_length int32 () (0:
+off). Greedy rows run on to max_length (a row's tokens do not depend on its limit): the
+runtime cuts each at its own. Outputs: tokens int32 (B,T) (T = steps taken; PAD
 after EOS) and scores float32 (B,), as `decoding.SearchResult` holds them.
 
 How it is laid out:
@@ -383,6 +386,9 @@ class _Builder:
                                      penalty])
         done_out = body.op("Or", [done, body.op("And", [
             full, body.op("GreaterOrEqual", [worst, best_alive])])], "done_out")
+        fin_scores_out, fin_seqs_out, done_out = self.end_at_limits(
+            body, gen_len, penalty, alive_out, history_out, fin_scores_out, fin_seqs_out,
+            done_out, k_1d, bkt)
         all_done = body.op("ReduceMin", [self.to(body, done_out, T.INT32)], keepdims=0)
         cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
 
@@ -420,6 +426,34 @@ class _Builder:
         tokens_out = self.slice(b, seq, 0, self.unsqueeze(b, gen_len, [0]), 1, "tokens_bt")
         scores_out = self.to(b, self.squeeze(b, best_score, [1]), T.FLOAT, "scores_f")
         return _branch(b, "beam", [(tokens_out, T.INT32), (scores_out, T.FLOAT)])
+
+    def end_at_limits(self, body, gen_len, penalty, alive, history, fin_scores, fin_seqs,
+                      done, k_1d, bkt):
+        """Sources still running whose own limit (row_max_length) is this step's length end
+        here, as the loop's end ends the others: their alive beams (EOS-less) join their
+        finished hypotheses, which keep the best K (ties to the finished ones, then the
+        lower beam), and they are done. -> (fin_scores, fin_seqs, done). In an If, so that
+        a step where no source ends runs three Identity nodes."""
+        T, g = self.T, self.g
+        ending = body.op("And", [body.op("Not", [done]),
+                                 body.op("Equal", [self.row_max_length, gen_len])], "ending")
+        any_ending = self.to(body, body.op("ReduceMax", [self.to(body, ending, T.INT32)],
+                                           keepdims=0), T.BOOL, "any_ending")
+        then = body.subgraph()
+        joins = then.op("And", [self.unsqueeze(then, ending, [1]), _finite(then, alive)])
+        hyps = then.op("Where", [joins, then.op("Div", [alive, penalty]),
+                                 g.const(np.float64(-np.inf), "minus_inf_d")], "limit_hyps")
+        scores, kept = then.op("TopK", [then.op("Concat", [fin_scores, hyps], axis=1), k_1d],
+                               "limit_finished", outputs=2, axis=1)
+        seqs = self.gather_beams(then, then.op("Concat", [fin_seqs, history], axis=1), kept,
+                                 bkt, "limit_seqs")
+        then_graph = _branch(then, "end_at_limit", [
+            (scores, T.DOUBLE), (seqs, T.INT32), (then.op("Or", [done, ending]), T.BOOL)])
+        other = body.subgraph()
+        other_graph = _branch(other, "no_limit_reached",
+                              [(fin_scores, T.DOUBLE), (fin_seqs, T.INT32), (done, T.BOOL)])
+        return body.op("If", [any_ending], "limits_reached", outputs=3,
+                       then_branch=then_graph, else_branch=other_graph)
 
     def gather_beams(self, b, x, beams, shape=None, hint="gather_beams"):
         """x (B,K',T) and beams (B,K) int64 -> x[b, beams[b, k], :] (B,K,T); `shape` is
@@ -516,6 +550,7 @@ class _Builder:
                                                       masked]), [1, 2], "cross_bias")
         batch = g.op("Shape", ["source_ids"], "batch", end=1)
         self.max_length = self.to(g, "max_length", T.INT64, "max_length64")
+        self.row_max_length = self.to(g, "row_max_length", T.INT64, "row_max_length64")
         self.beam_size = "beam_size"
         self.ngram_size = self.to(g, "no_repeat_ngram_size", T.INT64, "ngram_size")
         self.min_length = self.to(g, "min_length", T.INT64, "min_length64")
@@ -529,7 +564,8 @@ class _Builder:
         g.nodes.append(helper.make_node("If", [is_beam], list(OUTPUTS), name="search",
                                    then_branch=beam, else_branch=greedy))
         inputs = [_info("source_ids", T.INT32, ["batch", "source_length"]),
-                  _info("max_length", T.INT32, []), _info("beam_size", T.INT32, []),
+                  _info("max_length", T.INT32, []),
+                  _info("row_max_length", T.INT32, ["batch"]), _info("beam_size", T.INT32, []),
                   _info("alpha", T.DOUBLE, []), _info("no_repeat_ngram_size", T.INT32, []),
                   _info("min_length", T.INT32, [])]
         outputs = [_info("tokens", T.INT32, ["batch", "steps"]),

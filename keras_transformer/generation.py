@@ -105,23 +105,31 @@ class Backend:
         mask = self.to_numpy(memory_mask)
         return np.logical_and(mask.astype(bool), selection).astype(mask.dtype)
 
-    def search_in_runtime(self, source_ids: np.ndarray,
-                          settings: SearchSettings) -> SearchResult | None:
+    def search_in_runtime(self, source_ids: np.ndarray, settings: SearchSettings,
+                          row_limits: np.ndarray | None = None) -> SearchResult | None:
         """The whole search of `decoding.search` for source_ids (B,S) inside the runtime, in
         one call, where this runtime can (the ONNX export's search.onnx); None when it
-        cannot, and the NumPy search then drives `decode_step`. settings.max_length is set.
-        Its tokens must be the NumPy search's."""
+        cannot, and the NumPy search then drives `decode_step`. settings.max_length is set;
+        row_limits, when given, are each source's own (`decoding.search`). Its tokens must be
+        the NumPy search's."""
         return None
 
 
-def trimmed(tokens: np.ndarray, scores: np.ndarray, eos_id: int) -> SearchResult:
+def trimmed(tokens: np.ndarray, scores: np.ndarray, eos_id: int,
+            row_limits: np.ndarray | None = None, pad_id: int = 0) -> SearchResult:
     """A runtime's (B,T) search output as `decoding.SearchResult` holds it: T cut to the
-    longest output (a row ends at its first EOS, else runs to T)."""
+    longest output (a row ends at its first EOS, else runs to T, or to its own limit when
+    `row_limits` gives one, after which it holds pad_id)."""
     tokens = np.asarray(tokens, np.int32)
     is_eos = tokens == eos_id
     lengths = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, tokens.shape[1])
+    if row_limits is not None:
+        row_limits = np.asarray(row_limits, np.int64)
+        lengths = np.minimum(lengths, row_limits)
+        tokens = np.where(np.arange(tokens.shape[1]) < row_limits[:, None], tokens, pad_id)
     width = int(lengths.max()) if len(lengths) else 0
-    return SearchResult(tokens=tokens[:, :width].copy(), scores=np.asarray(scores, np.float32))
+    return SearchResult(tokens=tokens[:, :width].astype(np.int32),
+                        scores=np.asarray(scores, np.float32), row_limits=row_limits)
 
 
 class BackendStepper:
@@ -159,13 +167,18 @@ class BackendStepper:
 
 def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits,
                settings: SearchSettings = SearchSettings(),
-               selection: np.ndarray | None = None) -> SearchResult:
+               selection: np.ndarray | None = None,
+               row_limits: Sequence[int] | None = None) -> SearchResult:
     """source_ids (B,S) padded ids ending in EOS -> SearchResult of generated ids, by the
     search `settings` describe (greedy if beam 1). settings.max_length (generated tokens, EOS
     included) defaults to `default_max_length` of the sources' length.
 
     selection (B,S) bool, when given, restricts the decoder's attention over each source to
-    the positions it keeps (`Backend.restrict`; text.bottom_up); every row must keep one."""
+    the positions it keeps (`Backend.restrict`; text.bottom_up); every row must keep one.
+
+    row_limits (B,), when given, are each source's own most tokens (settings.max_length then
+    defaults to their largest): each row's result is the one it gets searched alone with its
+    limit, so that sources of different limits share a batch (export.api)."""
     source_ids = np.asarray(source_ids)
     if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
         raise ValueError(f"source_ids must be integer ids of shape (batch, length), got "
@@ -181,6 +194,13 @@ def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits,
         raise ValueError(f"source_ids hold {source_ids.shape[1]} tokens per row, more than "
                          f"this model's max_source_length={limits.max_source_length}; "
                          f"shorten them")
+    if row_limits is not None:
+        row_limits = np.asarray(row_limits, np.int64)
+        if row_limits.shape != source_ids.shape[:1]:
+            raise ValueError(f"row_limits must hold one limit per source ({source_ids.shape[0]}),"
+                             f" got shape {row_limits.shape}")
+        if settings.max_length is None:
+            settings = settings.replace(max_length=int(row_limits.max()))
     max_length = settings.max_length or default_max_length(source_ids.shape[1],
                                                            limits.max_target_length)
     if max_length > limits.max_target_length:
@@ -188,13 +208,14 @@ def search_ids(backend: Backend, source_ids: np.ndarray, limits: Limits,
                          f"max_target_length={limits.max_target_length}")
     settings = settings.replace(max_length=max_length)
     # A search inside the runtime (search.onnx) has no input for a selection.
-    result = backend.search_in_runtime(source_ids, settings) if selection is None else None
+    result = (backend.search_in_runtime(source_ids, settings, row_limits)
+              if selection is None else None)
     if result is not None:
         return result
     stepper = BackendStepper(backend, source_ids, beam_size=settings.beam_size,
                              max_length=max_length, selection=selection)
     return search(stepper, source_ids.shape[0], settings, bos_id=limits.bos_id,
-                  eos_id=limits.eos_id, pad_id=limits.pad_id)
+                  eos_id=limits.eos_id, pad_id=limits.pad_id, row_limits=row_limits)
 
 
 def search_batches(encoded: Sequence[Sequence[int] | None],
@@ -254,9 +275,10 @@ class Translator:
         self._decode_rows = decode_rows
 
     def search_ids(self, source_ids: np.ndarray, settings: SearchSettings = SearchSettings(),
-                   selection: np.ndarray | None = None) -> SearchResult:
+                   selection: np.ndarray | None = None,
+                   row_limits: Sequence[int] | None = None) -> SearchResult:
         """source_ids (B,S) padded ids ending in EOS -> SearchResult (`search_ids`)."""
-        return search_ids(self.backend, source_ids, self, settings, selection)
+        return search_ids(self.backend, source_ids, self, settings, selection, row_limits)
 
     def pieces(self, texts: Sequence[str]) -> list[list[int]]:
         """Texts -> their pieces' ids, uncut and without EOS (the source tokenizer's)."""

@@ -207,6 +207,7 @@ def test_search_graph_of_a_copy_model_gives_the_numpy_search_tokens(tmp_path):
     for beam in (1, 3):
         tokens, _ = search.run(["tokens", "scores"], {
             "source_ids": source, "max_length": np.asarray(12, np.int32),
+            "row_max_length": np.full(len(source), 12, np.int32),
             "beam_size": np.asarray(beam, np.int32), "alpha": np.asarray(0.6, np.float64),
             "no_repeat_ngram_size": np.asarray(0, np.int32),
             "min_length": np.asarray(2, np.int32)})

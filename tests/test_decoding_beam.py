@@ -14,6 +14,7 @@ from keras_transformer.decoding import (
     length_penalty,
 )
 from tests.decoding_toys import (
+    BOS,
     ToyStepper,
     random_model,
     run_beam,
@@ -276,3 +277,47 @@ def test_beam_argument_validation():
 
     with pytest.raises(ValueError, match="NaN"):
         beam_search(nan_logits, lambda i: None, 1, beam_size=2, bos_id=0, eos_id=1, max_length=3)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("constraints", [{}, {"no_repeat_ngram_size": 2}, {"min_length": 3}],
+                         ids=["plain", "ngram", "min_length"])
+@pytest.mark.parametrize("seed", range(4))
+def test_own_limits_give_each_source_its_search_alone(seed, constraints, beam_size):
+    """max_length per source: each row's tokens and score are those of the same source
+    searched alone with its limit (a server batches requests of different lengths so)."""
+    eos, alpha = 2, 0.6
+    # EOS unlikely: most hypotheses run into their limits, where the limit decides.
+    model = random_model(seed, vocab=7, eos_id=eos, eos_bias=-2.0)
+    sources, limits = [0, 1, 2, 3, 4], np.array([1, 3, 6, 4, 9])
+
+    def run(sources, max_length):
+        stepper = ToyStepper(model, sources, beam_size, int(np.max(max_length)))
+        if beam_size == 1:
+            return greedy_search(stepper.step, len(sources), bos_id=BOS, eos_id=eos,
+                                 max_length=max_length, pad_id=0, **constraints)
+        return beam_search(stepper.step, stepper.reorder, len(sources), beam_size=beam_size,
+                           bos_id=BOS, eos_id=eos, max_length=max_length, alpha=alpha,
+                           pad_id=0, **constraints)
+
+    batched = run(sources, limits)
+    cut = 0
+    for row, (source, limit) in enumerate(zip(sources, limits.tolist(), strict=True)):
+        alone = run([source], limit)
+        tokens = alone.tokens[0].tolist()
+        cut += eos not in tokens and limit < limits.max()
+        assert batched.tokens[row].tolist() == tokens + [0] * (batched.tokens.shape[1]
+                                                               - len(tokens)), (row, limit)
+        assert batched.to_lists(eos)[row] == alone.to_lists(eos)[0]
+        np.testing.assert_allclose(batched.scores[row], alone.scores[0], rtol=1e-6)
+    assert cut >= 2  # the limits decided some rows, not only EOS
+    assert batched.row_limits.tolist() == limits.tolist()
+
+
+def test_own_limits_are_checked():
+    model = random_model(0, vocab=5, eos_id=1)
+    st = ToyStepper(model, [0, 1], 2, 4)
+    for bad in ([3], [3, 0], [2.0, 3.0]):
+        with pytest.raises(ValueError, match="one per row"):
+            beam_search(st.step, st.reorder, 2, beam_size=2, bos_id=0, eos_id=1,
+                        max_length=np.array(bad))

@@ -63,15 +63,19 @@ class _Graphs:
     def _session(proto):
         return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
 
-    def in_graph(self, source, beam, max_length, alpha=0.6, ngram=0, min_length=0):
+    def in_graph(self, source, beam, max_length, alpha=0.6, ngram=0, min_length=0,
+                 row_limits=None):
         tokens, scores = self.search.run(None, {
             "source_ids": source, "max_length": np.asarray(max_length, np.int32),
+            "row_max_length": np.asarray(np.full(len(source), max_length) if row_limits is None
+                                         else row_limits, np.int32),
             "beam_size": np.asarray(beam, np.int32), "alpha": np.asarray(alpha, np.float64),
             "no_repeat_ngram_size": np.asarray(ngram, np.int32),
             "min_length": np.asarray(min_length, np.int32)})
-        return trimmed(tokens, scores, self.config.eos_id)
+        return trimmed(tokens, scores, self.config.eos_id, row_limits, self.config.pad_id)
 
-    def stepwise(self, source, beam, max_length, alpha=0.6, ngram=0, min_length=0):
+    def stepwise(self, source, beam, max_length, alpha=0.6, ngram=0, min_length=0,
+                 row_limits=None):
         c, layers = self.config, self.config.num_decoder_layers
         outputs = dict(zip([o.name for o in self.encoder.get_outputs()],
                            self.encoder.run(None, {"source_ids": source}), strict=True))
@@ -94,7 +98,7 @@ class _Graphs:
         settings = decoding.SearchSettings(beam_size=beam, max_length=max_length, alpha=alpha,
                                            no_repeat_ngram_size=ngram, min_length=min_length)
         return decoding.search(stepper, len(source), settings, bos_id=c.bos_id,
-                               eos_id=c.eos_id, pad_id=c.pad_id)
+                               eos_id=c.eos_id, pad_id=c.pad_id, row_limits=row_limits)
 
 
 @pytest.fixture(scope="module", params=[
@@ -135,6 +139,29 @@ def test_search_graph_matches_the_numpy_search(graphs, beam, ngram, min_length):
         settings = dict(alpha=float(rng.choice([0.0, 0.6, 1.0])), ngram=ngram,
                         min_length=min_length)
         _assert_matches_numpy(graphs, source, beam, max_length, **settings)
+
+
+@pytest.mark.parametrize("beam", [1, 2, 4])
+@pytest.mark.parametrize("ngram,min_length", [(0, 0), (2, 0), (0, 6)])
+def test_own_limits_in_the_graph_match_the_numpy_search(graphs, beam, ngram, min_length):
+    """row_max_length: each source ends at its own limit in the graph as in the NumPy search
+    (which gives each source its search alone, tests/test_decoding_beam.py)."""
+    c = graphs.config
+    rng = np.random.default_rng(7 + beam * 10 + ngram + min_length)
+    cut = 0
+    for _ in range(4):
+        source = _sources(rng, c.eos_id, c.pad_id)
+        limits = rng.integers(1, 12, len(source))
+        settings = dict(alpha=0.6, ngram=ngram, min_length=min_length, row_limits=limits)
+        expected = graphs.stepwise(source, beam, int(limits.max()), **settings)
+        got = graphs.in_graph(source, beam, int(limits.max()), **settings)
+        assert got.to_lists(c.eos_id) == expected.to_lists(c.eos_id), (beam, limits)
+        assert got.tokens.tolist() == expected.tokens.tolist(), (beam, limits)
+        if beam > 1:
+            np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+        cut += sum(len(row) == limit for row, limit in
+                   zip(expected.to_lists(c.eos_id), limits.tolist(), strict=True))
+    assert cut >= 2  # some rows ended at their own limit
 
 
 @pytest.mark.parametrize("beam", [19, 20, 23])

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from export.runtime import Threads, usable_cores
 from tests.serving import WORDS, serving, start_server, tiny_run
 
 pytestmark = pytest.mark.slow  # the module's fixture exports a model
@@ -218,6 +219,8 @@ def test_health_and_openapi_describe_the_model_and_its_bounds(api, world):
     assert health["beam_size"] == search.beam_size and health["max_target_length"] == 20
     # --loop/--http auto: uvloop and httptools, which requirements.txt installs.
     assert (health["loop"], health["http"]) == ("uvloop", "httptools")
+    # One worker: the runtime's threads are the usable cores.
+    assert health["workers"] == 1 and health["threads"] == usable_cores()
     spec = httpx.get(f"{url}/openapi.json", timeout=30).json()
     request = spec["paths"]["/v1/translate"]["post"]["requestBody"]["content"][
         "application/json"]["schema"]
@@ -321,3 +324,67 @@ def test_sigterm_under_load_answers_what_was_accepted_and_exits_0(world, tmp_pat
     odd = [detail for detail in lost if not any(u in detail for u in unread)]
     assert not odd, odd
     _log_is_clean(log)
+
+
+@pytest.mark.parametrize("beam_size", [4, 1])
+def test_inputs_of_every_length_share_one_batch(world, beam_size):
+    """Each input's length limit (from its length) goes with it into the batch, whose search
+    ends each row at its own: one batch holds inputs of many limits, and each answer is its
+    sentence's translation alone."""
+    from export.engines import open_engine
+    from tests.serving import batched
+
+    texts = sentences(24, SEED + 5)
+    engine = open_engine(world["export"])
+    limits = {item[1] for _, item, _ in engine.prepare(texts, {"beam_size": beam_size})}
+    assert len(limits) >= 4
+    results, _, sizes = batched(engine, [[text] for text in texts], {"beam_size": beam_size})
+    assert sizes == [len(texts)]
+    assert [r[0] for r in results] == [single(world, t, beam_size=beam_size) for t in texts]
+
+
+def test_an_older_search_graph_steps_a_batch_of_many_limits_in_numpy(world):
+    """An export's search.onnx from before row_max_length ends every source at one limit:
+    a beam batch of several limits is then searched in NumPy over decoder_step.onnx, with
+    the same answers; a batch of one limit still runs in the graph."""
+    from export.engines import open_engine
+    from tests.serving import batched
+
+    class Older:
+        """The search session as an older export's: no row_max_length input."""
+
+        def __init__(self, session):
+            self.session, self.calls = session, 0
+
+        def get_inputs(self):
+            return [i for i in self.session.get_inputs() if i.name != "row_max_length"]
+
+        def run(self, names, feeds):
+            assert "row_max_length" not in feeds
+            self.calls += 1
+            rows = np.full(len(feeds["source_ids"]), feeds["max_length"], np.int32)
+            return self.session.run(names, {**feeds, "row_max_length": rows})
+
+    engine = open_engine(world["export"])
+    sessions = engine.translator.backend.sessions
+    older = sessions["search"] = Older(sessions["search"])
+    texts = sentences(12, SEED + 6)
+    results, _, sizes = batched(engine, [[text] for text in texts], {"beam_size": 4})
+    assert sizes == [len(texts)] and older.calls == 0
+    assert [r[0] for r in results] == [single(world, t, beam_size=4) for t in texts]
+    results, _, _ = batched(engine, [texts[:1]], {"beam_size": 4})
+    assert older.calls == 1 and results[0] == [single(world, texts[0], beam_size=4)]
+
+
+def test_the_servers_runtime_threads_sleep_when_idle(world):
+    """export.api opens each worker's model on Threads(count, spinning=False): onnxruntime's
+    sessions get that many intra-op threads, and idle ones sleep (a spinning pool takes the
+    cores the event loop and the other workers need between batches)."""
+    from export.engines import open_engine
+
+    backend = open_engine(world["export"], threads=Threads(1, spinning=False)).translator.backend
+    options = backend.sessions["search"].get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    spinning = open_engine(world["export"]).translator.backend.sessions["search"]
+    assert spinning.get_session_options().intra_op_num_threads == 0

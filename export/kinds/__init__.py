@@ -5,12 +5,14 @@ the runtime it asks for built by that kind."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from keras_transformer.command_line import command
 
 from ..common import ExportError, Manifest, register_kinds
 from ..formats import RUNTIMES
+from ..runtime import Threads
 from .base import ExportKind, check_variant
 from .classifier import ClassifierKind
 from .extractor import ExtractorKind
@@ -57,19 +59,22 @@ def open_manifest(export_dir: str | Path, kind: str | None = None,
 
 
 def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
-                 run_dir: str | Path | None = None, search_graph: bool = True):
+                 run_dir: str | Path | None = None, search_graph: bool = True,
+                 threads: Threads | None = None):
     """One runtime over an export, as its kind runs it: for a translator the encode/decode_step
     pair (decode_step alone for a language model), for an encoder-only kind a callable ids ->
     its function's output. The onnx runtime of a translator also runs the whole search in one
-    call when the export has search.onnx, unless `search_graph` is False."""
+    call when the export has search.onnx, unless `search_graph` is False. `threads`: the
+    onnx and tflite runtimes' threads (export.runtime.base.Threads)."""
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
     check_variant(runtime, variant)
+    threads = threads or Threads()
     kind = kind_of(manifest)
     if runtime in ("onnx", "tflite"):  # their ImportErrors name their package themselves
-        return kind.backend(manifest, runtime, variant, run_dir, search_graph)
+        return kind.backend(manifest, runtime, variant, run_dir, search_graph, threads)
     try:
-        return kind.backend(manifest, runtime, variant, run_dir, search_graph)
+        return kind.backend(manifest, runtime, variant, run_dir, search_graph, threads)
     except ImportError as err:
         missing = getattr(err, "name", None) or "TensorFlow"
         raise ExportError(f"the {runtime} runtime needs TensorFlow, and {missing} cannot "
@@ -86,7 +91,8 @@ def open_runner(manifest: Manifest, runtime: str = "onnx", variant: str = "float
     backend = load_backend(manifest, runtime, variant, run_dir, **options)
     kind = kind_of(manifest)
     runner = kind.runner(manifest, backend)
-    return kind.with_sub_exports(manifest, runner, runtime, variant, run_dir, open_runner)
+    return kind.with_sub_exports(manifest, runner, runtime, variant, run_dir,
+                                 functools.partial(open_runner, **options))
 
 
 def open_export(export_dir: str | Path, runtime: str = "onnx", variant: str = "float32",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..common import Manifest
 from ..parity_check import Check, ParityRun
+from ..runtime import Threads
 
 
 @dataclass
@@ -84,9 +85,10 @@ class ExportKind:
         return []
 
     def backend(self, manifest: Manifest, runtime: str, variant: str,
-                run_dir: str | Path | None, search_graph: bool):
+                run_dir: str | Path | None, search_graph: bool, threads: Threads):
         """The model of one runtime over the export: a keras_transformer.generation.Backend
-        for a kind that decodes, a callable ids -> probabilities for an encoder-only one."""
+        for a kind that decodes, a callable ids -> probabilities for an encoder-only one;
+        `threads` for the runtimes that take them (onnx, tflite)."""
         raise NotImplementedError
 
     def runner(self, manifest: Manifest, backend):

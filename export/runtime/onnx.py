@@ -62,11 +62,11 @@ class OnnxFunction:
     masked_lm.onnx) as a callable ids -> its output `output`."""
 
     def __init__(self, manifest: Manifest, variant: str, role: str, threads: int = 0,
-                 output: str = "probabilities"):
+                 output: str = "probabilities", spinning: bool = True):
         self.output = output
         self.session = inference_session(
             manifest.file(manifest.format_files("onnx", variant)[role]),
-            session_options(threads))
+            session_options(threads, spinning))
 
     def __call__(self, ids):
         return self.session.run([self.output], {"ids": ids})[0]
@@ -124,7 +124,7 @@ class OnnxBackend(Backend):
     name = "onnx"
 
     def __init__(self, manifest: Manifest, variant: str = "float32", threads: int = 0,
-                 search_graph: bool = True):
+                 search_graph: bool = True, spinning: bool = True):
         super().__init__(manifest)
         onnxruntime()  # ExportError naming the package, before any file is read
         files = manifest.format_files("onnx", variant)
@@ -136,7 +136,7 @@ class OnnxBackend(Backend):
             # Each session has its own thread pool whose idle workers spin waiting for work.
             # The encoder's would spin through the steps that follow it, taking a core from
             # the step's; the encoder runs once per batch, so its workers sleep instead.
-            options = session_options(threads, spinning=role != "encoder")
+            options = session_options(threads, spinning=spinning and role != "encoder")
             path = manifest.file(files[role])
             check = self._check_step if role == "decoder_step" else None
             self.sessions.add(role, lambda path=path, options=options, check=check:
@@ -147,7 +147,7 @@ class OnnxBackend(Backend):
             # explorer) and are made on first use: the search graph holds the decoder's
             # matrices already, and loading them a second time costs memory for nothing.
             self.sessions["search"] = self._session(manifest.file(files["search"]),
-                                                    session_options(threads))
+                                                    session_options(threads, spinning))
         else:
             self.sessions["decoder_step"]  # made now: a stale export fails here, not mid-search
 
@@ -196,17 +196,27 @@ class OnnxBackend(Backend):
                               f"the run with --with-attention")
         return dict(zip(names, session.run(list(names), feeds), strict=True))
 
-    def search_in_runtime(self, source_ids, settings):
+    def search_in_runtime(self, source_ids, settings, row_limits=None):
         if "search" not in self.sessions:
             return None
-        tokens, scores = self.sessions["search"].run(["tokens", "scores"], {
-            "source_ids": np.asarray(source_ids, np.int32),
-            "max_length": np.asarray(settings.max_length, np.int32),
-            "beam_size": np.asarray(settings.beam_size, np.int32),
-            "alpha": np.asarray(settings.alpha, np.float64),
-            "no_repeat_ngram_size": np.asarray(settings.no_repeat_ngram_size, np.int32),
-            "min_length": np.asarray(settings.min_length, np.int32)})
-        return trimmed(tokens, scores, self.manifest.special_ids["eos"])
+        source_ids = np.asarray(source_ids, np.int32)
+        session = self.sessions["search"]
+        feeds = {"source_ids": source_ids,
+                 "max_length": np.asarray(settings.max_length, np.int32),
+                 "beam_size": np.asarray(settings.beam_size, np.int32),
+                 "alpha": np.asarray(settings.alpha, np.float64),
+                 "no_repeat_ngram_size": np.asarray(settings.no_repeat_ngram_size, np.int32),
+                 "min_length": np.asarray(settings.min_length, np.int32)}
+        if "row_max_length" in {i.name for i in session.get_inputs()}:
+            feeds["row_max_length"] = np.asarray(
+                np.full(len(source_ids), settings.max_length) if row_limits is None
+                else row_limits, np.int32)
+        elif (row_limits is not None and settings.beam_size > 1
+              and (np.asarray(row_limits) != settings.max_length).any()):
+            return None  # an older search.onnx ends every source at one limit: step in NumPy
+        tokens, scores = session.run(["tokens", "scores"], feeds)
+        special = self.manifest.special_ids
+        return trimmed(tokens, scores, special["eos"], row_limits, special["pad"])
 
     def encode(self, source_ids):
         *memory, memory_mask = self.sessions["encoder"].run(

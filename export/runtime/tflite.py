@@ -46,9 +46,10 @@ class TFLiteFunction:
     `fill`) as a callable ids -> its output `output`."""
 
     def __init__(self, manifest: Manifest, variant: str, signature: str,
-                 output: str = "probabilities"):
+                 output: str = "probabilities", threads: int | None = None):
         self.output = output
-        self.interpreter, (self._runner,) = signature_runners(manifest, variant, [signature])
+        self.interpreter, (self._runner,) = signature_runners(manifest, variant, [signature],
+                                                              threads)
         if self._runner is None:
             raise ExportError(f"{manifest.root}'s {variant} TFLite model has no {signature} "
                               f"signature; export it again")

@@ -6,7 +6,15 @@ import numpy as np
 
 from .constraints import _check_constraints, _constrain
 from .numerics import _checked_logsumexp, _chunk_maxima, _top_per_row, length_penalty
-from .stepper import ReorderFn, SearchResult, StepFn, _call_step, _check_positive, _pack
+from .stepper import (
+    ReorderFn,
+    SearchResult,
+    StepFn,
+    _call_step,
+    _check_limits,
+    _check_positive,
+    _pack,
+)
 
 
 def beam_search(
@@ -17,7 +25,7 @@ def beam_search(
     beam_size: int,
     bos_id: int,
     eos_id: int,
-    max_length: int,
+    max_length: int | np.ndarray,
     alpha: float = 0.6,
     pad_id: int = 0,
     no_repeat_ngram_size: int = 0,
@@ -38,10 +46,16 @@ def beam_search(
     returned. With ``beam_size=1`` the tokens equal :func:`greedy_search`'s, constraints
     included. ``no_repeat_ngram_size`` and ``min_length`` (module docstring) apply to every
     beam with its own history; a candidate they ban scores ``-inf`` and is never kept.
+
+    ``max_length`` may give each source its own limit (``batch_size`` ints): at its last step
+    a source's alive beams join its finished hypotheses and the source is done, so its result
+    is the one it gets searched alone at that limit, and sources of different limits share a
+    batch (a server's batch of requests).
     """
     batch_size = _check_positive("batch_size", batch_size)
     k_beams = _check_positive("beam_size", beam_size)
-    max_length = _check_positive("max_length", max_length)
+    limits = _check_limits(max_length, batch_size)
+    max_length = int(max_length if limits is None else limits.max())
     alpha = float(alpha)
     if not np.isfinite(alpha):
         raise ValueError(f"alpha must be finite, got {alpha}")
@@ -128,6 +142,13 @@ def beam_search(
             done |= full & (worst_finished >= alive_scores.max(axis=1) / penalty)
             active_rows = np.repeat(~done, k_beams)
 
+        if limits is not None:  # sources at their own limit end as the last step ends them
+            ending = ~done & (limits == gen_len)
+            for b in np.flatnonzero(ending):
+                _join_alive(finished[b], alive_scores[b], history[b], gen_len, penalty)
+            done |= ending
+            active_rows = np.repeat(~done, k_beams)
+
         if done.all() or t == max_length - 1:
             break
         parents = (row_base + parent_beam).reshape(-1).astype(np.int32)
@@ -137,12 +158,7 @@ def beam_search(
     # Sources that ran out of length: their alive beams compete as (EOS-less) hypotheses.
     penalty = length_penalty(gen_len, alpha)
     for b in np.flatnonzero(~done):
-        hyps = finished[b]
-        for k in range(k_beams):
-            if np.isfinite(alive_scores[b, k]):
-                hyps.append((float(alive_scores[b, k] / penalty), history[b, k, :gen_len].tolist()))
-        hyps.sort(key=lambda h: -h[0])
-        del hyps[k_beams:]
+        _join_alive(finished[b], alive_scores[b], history[b], gen_len, penalty)
 
     best_seqs = []
     best_scores = np.empty((batch_size,), dtype=np.float64)
@@ -153,4 +169,16 @@ def beam_search(
             score, seq = -np.inf, history[b, 0, :gen_len].tolist()
         best_seqs.append(seq)
         best_scores[b] = score
-    return SearchResult(tokens=_pack(best_seqs, pad_id), scores=best_scores.astype(np.float32))
+    return SearchResult(tokens=_pack(best_seqs, pad_id), scores=best_scores.astype(np.float32),
+                        row_limits=limits)
+
+
+def _join_alive(hyps: list, alive_scores: np.ndarray, history: np.ndarray, gen_len: int,
+                penalty: float) -> None:
+    """A source that ran out of length: its alive beams (K,) with their histories (K,T)
+    join its finished hypotheses as EOS-less ones, which keep the best K (ties: the earlier
+    first)."""
+    for k in np.flatnonzero(np.isfinite(alive_scores)):
+        hyps.append((float(alive_scores[k] / penalty), history[k, :gen_len].tolist()))
+    hyps.sort(key=lambda h: -h[0])
+    del hyps[len(alive_scores):]

@@ -6,7 +6,7 @@ import numpy as np
 
 from .constraints import _check_constraints, _constrain
 from .numerics import _checked_logsumexp
-from .stepper import SearchResult, StepFn, _call_step, _check_positive
+from .stepper import SearchResult, StepFn, _call_step, _check_limits, _check_positive
 
 
 def greedy_search(
@@ -15,7 +15,7 @@ def greedy_search(
     *,
     bos_id: int,
     eos_id: int,
-    max_length: int,
+    max_length: int | np.ndarray,
     pad_id: int = 0,
     no_repeat_ngram_size: int = 0,
     min_length: int = 0,
@@ -26,10 +26,12 @@ def greedy_search(
     EOS emits ``pad_id`` afterwards (and ``pad_id`` is what is fed back to the stepper for it);
     the search stops as soon as every row has finished. ``step`` is always called with the whole
     batch. Ties go to the lowest id, as in ``np.argmax``. ``no_repeat_ngram_size`` and
-    ``min_length`` are described in the module docstring.
+    ``min_length`` are described in the module docstring. ``max_length`` may give each row
+    its own limit (``batch_size`` ints), where the row ends.
     """
     batch_size = _check_positive("batch_size", batch_size)
-    max_length = _check_positive("max_length", max_length)
+    limits = _check_limits(max_length, batch_size)
+    max_length = int(max_length if limits is None else limits.max())
     bos_id, eos_id, pad_id = int(bos_id), int(eos_id), int(pad_id)
     no_repeat_ngram_size, min_length = _check_constraints(no_repeat_ngram_size, min_length)
     constrained = bool(no_repeat_ngram_size or min_length)
@@ -65,7 +67,10 @@ def greedy_search(
         out[:, t] = next_tokens
         finished = finished | (next_tokens == eos_id)
         steps = t + 1
+        if limits is not None:
+            finished |= limits == steps
         if finished.all():
             break
         tokens = next_tokens
-    return SearchResult(tokens=out[:, :steps].copy(), scores=scores.astype(np.float32))
+    return SearchResult(tokens=out[:, :steps].copy(), scores=scores.astype(np.float32),
+                        row_limits=limits)

@@ -28,25 +28,44 @@ class SearchResult:
     Attributes:
         tokens: ``(batch, T)`` ``int32``: the generated ids without the BOS token, EOS included
             when it was produced, ``pad_id`` after it. ``T`` is the longest output. A row without
-            EOS always has length ``T`` (it stopped at ``max_length``), so padding only ever
-            follows an EOS.
+            EOS stopped at its limit: at ``T`` when one ``max_length`` held for every row, at
+            its own limit (``row_limits``) when each row had one.
         scores: ``(batch,)`` ``float32``. Greedy: the sum of the log-probabilities of the
             generated tokens (EOS included). Beam: the length-normalised score of the returned
             hypothesis, ``sum_logprob / length_penalty(len, alpha)``.
+        row_limits: ``(batch,)`` each row's ``max_length`` when the rows had their own, else None.
     """
 
     tokens: np.ndarray
     scores: np.ndarray
+    row_limits: np.ndarray | None = None
 
     def to_lists(self, eos_id: int) -> list[list[int]]:
-        """The ids of every row up to (not including) the first EOS, as Python lists."""
+        """The ids of every row up to (not including) the first EOS, or up to the row's
+        limit, as Python lists."""
         out = []
-        for row in np.asarray(self.tokens):
-            ids = row.tolist()
+        limits = ([None] * len(self.tokens) if self.row_limits is None
+                  else self.row_limits.tolist())
+        for row, limit in zip(np.asarray(self.tokens), limits, strict=True):
+            ids = row.tolist()[:limit]
             if eos_id in ids:
                 ids = ids[: ids.index(eos_id)]
             out.append(ids)
         return out
+
+
+def _check_limits(max_length, batch_size: int) -> np.ndarray | None:
+    """None for one ``max_length`` (a positive int) shared by every row, else the rows' own
+    limits, one positive int per row, as (batch_size,) int64."""
+    if np.ndim(max_length) == 0:
+        _check_positive("max_length", max_length)
+        return None
+    limits = np.asarray(max_length)
+    if (limits.shape != (batch_size,) or not np.issubdtype(limits.dtype, np.integer)
+            or (limits < 1).any()):
+        raise ValueError(f"max_length must be a positive integer or {batch_size} of them (one "
+                         f"per row), got {max_length!r}")
+    return limits.astype(np.int64)
 
 
 def _check_positive(name: str, value) -> int:

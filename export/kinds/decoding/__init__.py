@@ -117,15 +117,16 @@ class DecodingKind(ExportKind):
             raise ExportError(f"key 'model.d_model' ({model['d_model']}) is not a multiple of "
                               f"'model.num_heads' ({model['num_heads']})")
 
-    def backend(self, manifest, runtime, variant, run_dir, search_graph):
+    def backend(self, manifest, runtime, variant, run_dir, search_graph, threads):
         if runtime == "onnx":
             from ...runtime.onnx import OnnxBackend
 
-            return OnnxBackend(manifest, variant, search_graph=search_graph)
+            return OnnxBackend(manifest, variant, threads.count, search_graph,
+                               threads.spinning)
         if runtime == "tflite":
             from ...runtime.tflite import TFLiteBackend
 
-            return TFLiteBackend(manifest, variant)
+            return TFLiteBackend(manifest, variant, threads.count or None)
         import tensorflow_text  # noqa: F401  (the ops of a translator's SavedModel `translate`)
 
         from ...runtime.tf import SavedModelBackend, run_model

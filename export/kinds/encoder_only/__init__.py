@@ -67,16 +67,18 @@ class EncoderOnlyKind(ExportKind):
         if not isinstance(data.get("lowercase", False), bool):
             raise ExportError("key 'lowercase' must be true or false")
 
-    def backend(self, manifest, runtime, variant, run_dir, search_graph):
+    def backend(self, manifest, runtime, variant, run_dir, search_graph, threads):
         signature = self.signatures[0]
         if runtime == "onnx":
             from ...runtime.onnx import OnnxFunction
 
-            return OnnxFunction(manifest, variant, self.role, output=self.output)
+            return OnnxFunction(manifest, variant, self.role, threads.count, self.output,
+                                threads.spinning)
         if runtime == "tflite":
             from ...runtime.tflite import TFLiteFunction
 
-            return TFLiteFunction(manifest, variant, signature, self.output)
+            return TFLiteFunction(manifest, variant, signature, self.output,
+                                  threads.count or None)
         from ...runtime.tf import KerasFunction, SavedModelFunction, run_model
 
         if runtime == "savedmodel":

@@ -30,10 +30,10 @@ class TranslatorEngine:
     sentences (articles), outputs their translations (summaries), searched as
     export.translate searches them, with the run's settings unless the request gives others.
 
-    Batch key: the settings with max_length set from the input's length for a beam search
-    (its hypotheses depend on the limit); a greedy row's tokens do not depend on the other
-    rows or on a longer limit, so greedy inputs of any length share a batch, which runs to the
-    longest limit, and each row is cut to its own."""
+    Batch key: the request's settings. Each input's length limit (the request's max_length,
+    else the one its length gives) goes with it, and the batch's search ends each row at its
+    own (`search_ids`' row_limits), as it would end alone: inputs of any length share a
+    batch."""
 
     kind = "translator"
     options = SEQ2SEQ_OPTIONS
@@ -74,8 +74,7 @@ class TranslatorEngine:
         rows = []
         for ids in encoded:
             limit = settings.max_length or default_max_length(len(ids or ()), limit_cap)
-            key = settings.replace(max_length=limit) if settings.beam_size > 1 else settings
-            rows.append((key, (ids, limit), len(ids or ())))
+            rows.append((settings, (ids, limit), len(ids or ())))
         return rows
 
     def run(self, key: SearchSettings, items, emit=None) -> list[str]:
@@ -90,9 +89,10 @@ class TranslatorEngine:
                 found = self._stream(ids, settings, limits,
                                      lambda r, event: emit(live[r], event))
             else:
-                found = translator.search_ids(ids, settings).to_lists(translator.eos_id)
-            for j, limit, tokens in zip(live, limits, found, strict=True):
-                rows[j] = tokens[:limit]
+                found = translator.search_ids(ids, settings, row_limits=limits).to_lists(
+                    translator.eos_id)
+            for j, tokens in zip(live, found, strict=True):
+                rows[j] = tokens
         texts = translator.decode_ids([rows[j] for j in live]) if live else []
         out = [""] * len(items)
         for j, text in zip(live, texts, strict=True):
@@ -108,7 +108,7 @@ class TranslatorEngine:
         watcher = TokenWatcher(stepper, [0] * len(ids), limits, translator.eos_id,
                                 translator.target_sp, emit)
         result = search(watcher, len(ids), settings, bos_id=translator.bos_id,
-                        eos_id=translator.eos_id, pad_id=translator.pad_id)
+                        eos_id=translator.eos_id, pad_id=translator.pad_id, row_limits=limits)
         found = result.to_lists(translator.eos_id)
         watcher.flush(found)
         return found
