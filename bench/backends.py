@@ -3,14 +3,16 @@ run: each backend in its own process (its own Python: TensorFlow's environment a
 TensorFlow-free one), the backends taking turns for --rounds rounds so that the host's drift
 falls on all of them; the ratios are of the medians.
 
-    python -m bench.backends [--config demo] [--steps 30] [--rounds 2] \
-        [--python tensorflow=.venv/bin/python --python jax=.venv-jax/bin/python \
-         --python torch=.venv-jax/bin/python]
+    python -m bench.backends [--config demo] [--steps 30] [--rounds 2] [--quick] \
+        [--results DIR] [--python tensorflow=.venv/bin/python \
+         --python jax=.venv-jax/bin/python --python torch=.venv-jax/bin/python]
 
 Each backend trains as python -m train would on a CPU: TensorFlow and PyTorch without XLA or
 torch.compile (training.jit_compile auto), JAX jit-compiled. The batches are the demo's length
 buckets under its token budget (6144 tokens: 128 x 48, 192 x 32, 384 x 16 ...), random ids;
-the first pass over the shapes (compiles) is left out.
+the first pass over the shapes (compiles) is left out. Writes bench/results/backends.json;
+--quick is a smoke test (1 round of 4 steps, one per shape, written to
+bench/results/quick/backends.json).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from bench.common import add_results_option, results_dir
 from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +33,7 @@ DEFAULT_PYTHONS = {"tensorflow": ".venv/bin/python", "jax": ".venv-jax/bin/pytho
                    "torch": ".venv-jax/bin/python"}
 LENGTHS = (12, 24, 36, 48)  # the demo's four buckets (max length 48)
 TOKENS_PER_BATCH = 6144
+QUICK_STEPS = len(LENGTHS)  # --quick: each bucket shape timed once
 
 
 def measure(config_name: str, steps: int) -> dict:
@@ -82,17 +86,26 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.backends", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="demo", choices=("demo", "small", "base"))
-    parser.add_argument("--steps", type=int_in(1), default=30)
-    parser.add_argument("--rounds", type=int_in(1), default=2)
+    parser.add_argument("--steps", type=int_in(1), default=None,
+                        help=f"timed steps a round (default 30; {QUICK_STEPS} with --quick)")
+    parser.add_argument("--rounds", type=int_in(1), default=None,
+                        help="rounds of every backend (default 2; 1 with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke test: 1 round of {QUICK_STEPS} steps (one per shape), "
+                             f"written under bench/results/quick")
     parser.add_argument("--python", action="append", default=[], metavar="BACKEND=PYTHON",
                         help="the Python of a backend (default: .venv for tensorflow, "
                              ".venv-jax for jax and torch)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "backends.json",
-                        help="where the rounds and medians are written (default: "
-                             "bench/results/backends.json)")
+    add_results_option(parser, help="where backends.json (the rounds and medians) is written "
+                                    "(default: bench/results, bench/results/quick with --quick)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_debug_flag(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = QUICK_STEPS if args.quick else 30
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
+    return args
 
 
 @entry_point
@@ -132,9 +145,9 @@ def main(argv) -> int:
     for backend, ms in medians.items():
         ratio = f"; TensorFlow / {backend} step time {base / ms:.2f}x" if base else ""
         print(f"{backend}: median step {ms:.1f} ms{ratio}")
-    path = write_json(args.out, {
+    path = write_json(results_dir(args) / "backends.json", {
         "bench": "backends", "cpu": cpu, "loadavg_start": load, "config": args.config,
-        "steps": args.steps, "rounds": rows, "median_step_ms": medians,
+        "quick": args.quick, "steps": args.steps, "rounds": rows, "median_step_ms": medians,
         "tensorflow_over": {b: base / ms for b, ms in medians.items()} if base else None})
     print(f"wrote {path}")
     return 0

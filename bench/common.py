@@ -55,18 +55,28 @@ VERSIONED = ("tensorflow", "keras", "numpy", "tensorflow-text", "onnxruntime", "
              "tf2onnx", "ai-edge-litert", "sentencepiece")
 
 
-def results_directory(value: str) -> str:
-    """argparse type of --results: a directory, made when missing. A path that is, or lies
-    under, an existing file is refused before anything runs (the run would end, minutes later,
-    in mkdir's error with nothing written)."""
+def _directory(value: str, flag: str) -> str:
+    """A directory, made when missing: a path that is, or lies under, an existing file is
+    refused before anything runs (the run would end, minutes later, in mkdir's error with
+    nothing written)."""
     path = Path(value)
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
                 raise argparse.ArgumentTypeError(
-                    f"{part} is a file: --results names a directory (new or existing)")
+                    f"{part} is a file: {flag} names a directory (new or existing)")
             break
     return value
+
+
+def results_directory(value: str) -> str:
+    """argparse type of --results (see _directory)."""
+    return _directory(value, "--results")
+
+
+def cache_directory(value: str) -> Path:
+    """argparse type of --cache-dir, the exported models' directory (see _directory)."""
+    return Path(_directory(value, "--cache-dir"))
 
 
 def add_results_option(parser, help: str = "results directory") -> None:

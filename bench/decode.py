@@ -40,6 +40,7 @@ from bench.common import (  # noqa: E402
     SOURCE_LENGTH,
     add_results_option,
     build_model,
+    cache_directory,
     payload,
     peak_rss_mb,
     print_table,
@@ -47,7 +48,12 @@ from bench.common import (  # noqa: E402
     time_interleaved,
     write_json,
 )
-from bench.export_models import CACHE_DIR, code_fingerprint, ensure_in_child  # noqa: E402
+from bench.export_models import (  # noqa: E402
+    CACHE_DIR,
+    CACHE_HELP,
+    code_fingerprint,
+    ensure_in_child,
+)
 from bench.flops import generate_flops  # noqa: E402
 from bench.nocache import NoCacheStepper  # noqa: E402
 from bench.nocache import load_runtime as load_nocache_runtime  # noqa: E402
@@ -245,8 +251,8 @@ def main(argv=None) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="also time decoding without the key/value cache (the export "
                              "formats through bench.nocache's prefix decoder)")
-    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR,
-                        help="where bench.export_models keeps the exports")
+    parser.add_argument("--cache-dir", type=cache_directory, default=CACHE_DIR,
+                        help=CACHE_HELP)
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: demo config, 4 new tokens, one timed call")
     add_results_option(parser)

@@ -38,6 +38,7 @@ from bench.common import (  # noqa: E402
     NEW_TOKENS,
     PEER_TORCH_PYTHON,
     add_results_option,
+    cache_directory,
     median,
     payload,
     print_table,
@@ -45,7 +46,7 @@ from bench.common import (  # noqa: E402
     results_dir,
     write_json,
 )
-from bench.export_models import CACHE_DIR  # noqa: E402
+from bench.export_models import CACHE_DIR, CACHE_HELP  # noqa: E402
 from bench.precision import CT2_MKL_SETTINGS, ct2_command, stepper_factory  # noqa: E402
 from keras_transformer.command_line import (  # noqa: E402
     add_debug_flag,
@@ -198,7 +199,8 @@ def main(argv=None) -> None:
     parser.add_argument("--rest", type=float_in(0, 60), default=0.3,
                         help="seconds of rest before each side's calls")
     parser.add_argument("--ct2-python", type=Path, default=PEER_TORCH_PYTHON)
-    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--cache-dir", type=cache_directory, default=CACHE_DIR,
+                        help=CACHE_HELP)
     add_results_option(parser)
     add_debug_flag(parser)
     args = parser.parse_args(argv)

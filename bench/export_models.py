@@ -3,6 +3,9 @@
     python -m bench.export_models [--configs small base] [--cache-dir /tmp/kt-bench] [--force]
         [--quantize all]
 
+The cache is --cache-dir, else $KT_BENCH_CACHE, else /tmp/kt-bench: every bench script's
+--cache-dir defaults to the same (CACHE_DIR).
+
 For each config: <cache>/<config>/run (model.keras, model_config.json, spm.model, the files
 export_run reads) and <cache>/<config>/export (manifest.json and every format). An export whose
 bench_meta.json matches the config, seed and code (model and exporter sources) is reused.
@@ -22,10 +25,14 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench.common import CONFIGS, ROOT, SEED  # noqa: E402
+from bench.common import CONFIGS, ROOT, SEED, cache_directory  # noqa: E402
 from keras_transformer.command_line import add_debug_flag, entry_point  # noqa: E402
 
-CACHE_DIR = Path("/tmp/kt-bench")
+# Where the exports are kept unless --cache-dir says: $KT_BENCH_CACHE, else /tmp/kt-bench.
+# Read when a bench script starts; `python -m bench --cache-dir DIR` sets it for its steps.
+CACHE_ENV = "KT_BENCH_CACHE"
+CACHE_DIR = Path(os.environ.get(CACHE_ENV) or "/tmp/kt-bench")
+CACHE_HELP = f"where the exports are kept (default {CACHE_DIR}: ${CACHE_ENV}, else /tmp/kt-bench)"
 FORMATS = ("savedmodel", "onnx", "tflite")
 META = "bench_meta.json"
 
@@ -136,7 +143,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=None, choices=CONFIGS,
                         help="default small base (demo with --quick)")
-    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--cache-dir", type=cache_directory, default=CACHE_DIR, help=CACHE_HELP)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--force", action="store_true", help="re-export even if current")
     parser.add_argument("--quick", action="store_true", help="the demo config only")

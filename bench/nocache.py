@@ -25,8 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from bench.common import CONFIGS, SEED  # noqa: E402
-from bench.export_models import CACHE_DIR, code_fingerprint, ensure  # noqa: E402
+from bench.common import CONFIGS, SEED, cache_directory  # noqa: E402
+from bench.export_models import CACHE_DIR, CACHE_HELP, code_fingerprint, ensure  # noqa: E402
 from keras_transformer.command_line import add_debug_flag, entry_point  # noqa: E402
 
 FORMATS = ("savedmodel", "onnx", "tflite")
@@ -273,7 +273,8 @@ class NoCacheStepper:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["small", "base"], choices=CONFIGS)
-    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--cache-dir", type=cache_directory, default=CACHE_DIR,
+                        help=CACHE_HELP)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--force", action="store_true", help="re-export even if current")
     add_debug_flag(parser)

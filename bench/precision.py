@@ -50,6 +50,7 @@ from bench.common import (  # noqa: E402
     SEED,
     SOURCE_LENGTH,
     add_results_option,
+    cache_directory,
     cpu_flags,
     cpu_model,
     payload,
@@ -58,8 +59,9 @@ from bench.common import (  # noqa: E402
     results_dir,
     write_json,
 )
-from bench.export_models import CACHE_DIR, ensure_in_child  # noqa: E402
+from bench.export_models import CACHE_DIR, CACHE_HELP, ensure_in_child, is_current  # noqa: E402
 from keras_transformer.command_line import (  # noqa: E402
+    CommandError,
     add_debug_flag,
     entry_point,
     float_in,
@@ -379,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-configs", nargs="+", default=["small"], choices=CONFIGS)
     parser.add_argument("--ct2-python", type=Path, default=PEER_TORCH_PYTHON,
                         help="a Python with ctranslate2 (the peers' torch venv)")
-    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR,
-                        help="where bench.export_models keeps the exports")
+    parser.add_argument("--cache-dir", type=cache_directory, default=CACHE_DIR,
+                        help=CACHE_HELP)
     parser.add_argument("--prepare", action="store_true",
                         help="only make the exports and the CT2 conversions (untimed)")
     parser.add_argument("--quality", type=Path, default=None, metavar="EXPORT",
@@ -408,6 +410,31 @@ def parse(argv) -> tuple[argparse.Namespace, dict]:
     return args, timing
 
 
+def prepare(args, ct2_configs: list[str]) -> None:
+    """--prepare: the exports with their variants and, with ct2:* variants, CTranslate2's
+    models, one line each. A missing CTranslate2 Python is said before any export."""
+    want_ct2 = any(v.startswith("ct2:") for v in args.variants) and ct2_configs
+    if want_ct2 and not args.ct2_python.exists():
+        raise CommandError(f"{args.ct2_python} not found: bash ../shared/peers/setup_venvs.sh, "
+                           f"--ct2-python PATH, or --variants without ct2:*")
+    for name in args.configs:
+        found = is_current(args.cache_dir, name, quantize="all")
+        out = ensure_in_child(name, args.cache_dir, quantize="all")
+        if found:  # the child that exports says so itself
+            print(f"{name}: found the exports in {out}", flush=True)
+    if want_ct2:
+        models = args.cache_dir / "ct2-models"
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import bench_ct2; "
+                "[print(f'{c}: CTranslate2 model in {bench_ct2.ensure_prepared(c)}', flush=True)"
+                " for c in sys.argv[2:]]")
+        done = subprocess.run([str(args.ct2_python), "-c", code, str(PEERS_DIR), *ct2_configs],
+                              cwd=PEERS_DIR, env={**os.environ, "PEER_BENCH_MODELS": str(models)})
+        if done.returncode != 0:
+            raise CommandError(f"CTranslate2's conversion of {' '.join(ct2_configs)} failed "
+                               f"(exit status {done.returncode}; its output is above)",
+                               exit_code=1)
+
+
 @entry_point
 def main(argv=None) -> None:
     args, timing = parse(argv)
@@ -423,15 +450,7 @@ def main(argv=None) -> None:
         return
     ct2_configs = [c for c in args.configs if c != "demo"]  # the peers have small and base
     if args.prepare:
-        for name in args.configs:
-            ensure_in_child(name, args.cache_dir, quantize="all")
-        if any(v.startswith("ct2:") for v in args.variants) and ct2_configs:
-            code = ("import sys; sys.path.insert(0, sys.argv[1]); import bench_ct2; "
-                    "[bench_ct2.ensure_prepared(c) for c in sys.argv[2:]]")
-            subprocess.run([str(args.ct2_python), "-c", code, str(PEERS_DIR), *ct2_configs],
-                           check=True, cwd=PEERS_DIR,
-                           env={**os.environ,
-                                "PEER_BENCH_MODELS": str(args.cache_dir / "ct2-models")})
+        prepare(args, ct2_configs)
         return
     meta = payload("precision", quick=args.quick, cpu={"model": cpu_model(),
                                                         "flags": cpu_flags()},

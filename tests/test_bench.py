@@ -409,3 +409,198 @@ def test_learning_curves_draw_the_committed_metrics(tmp_path):
     assert learning_curves.main(["--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "masked_lm_dev_perplexity.png", "uit_vsfc_dev_macro_f1.png"]
+
+
+class _Parsed(SystemExit):
+    """Raised with the namespace once a bench script's parser has accepted its command line
+    (a SystemExit: entry_point lets it through as it lets argparse's own through)."""
+
+    def __init__(self, namespace):
+        super().__init__(0)
+        self.namespace = namespace
+
+
+def _parsed_by(module_name: str, argv: list[str], monkeypatch):
+    """The namespace `python -m module_name *argv` parses to; nothing runs past the parser."""
+    import argparse
+    import importlib
+
+    parse_args = argparse.ArgumentParser.parse_args
+
+    def parse_and_stop(self, *a, **k):
+        raise _Parsed(parse_args(self, *a, **k))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_and_stop)
+    with pytest.raises(_Parsed) as parsed:
+        importlib.import_module(module_name).main(argv)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
+    return parsed.value.namespace
+
+
+def test_python_m_bench_hands_its_cache_dir_to_every_step_that_keeps_models(tmp_path,
+                                                                            monkeypatch):
+    """`python -m bench --cache-dir DIR`: each step's own parser gets DIR (absolute: the
+    steps run in the project's root), every step that has a --cache-dir gets it, and each
+    step's environment names it for anything that reads the default."""
+    import bench.__main__ as bench_main
+    from bench.export_models import CACHE_ENV
+
+    monkeypatch.chdir(tmp_path)
+    for quick in ([], ["--quick"]):
+        args = bench_main.build_parser().parse_args(["--cache-dir", "models", *quick])
+        keeping = set()
+        for step in bench_main.STEPS:
+            if step == "peers":  # bash ../shared/peers/run_all.sh: the peers' own models
+                continue
+            for cmd in commands(step, args):
+                assert cmd[1] == "-m"
+                namespace = _parsed_by(cmd[2], cmd[3:], monkeypatch)
+                if hasattr(namespace, "cache_dir"):
+                    assert namespace.cache_dir == tmp_path / "models", (step, cmd)
+                    keeping.add(step)
+        assert keeping == {"export_models", *bench_main.DECODE_STEPS, "duel"}
+        assert bench_main.step_env(args)[CACHE_ENV] == str(tmp_path / "models")
+
+
+def test_every_cache_dir_defaults_to_kt_bench_cache(tmp_path):
+    """KT_BENCH_CACHE is the --cache-dir default of every bench script that keeps models,
+    python -m bench's own included; unset or empty, /tmp/kt-bench."""
+    import os
+    import subprocess
+
+    modules = ["bench.__main__", "bench.export_models", "bench.decode", "bench.precision",
+               "bench.duel", "bench.serve", "bench.nocache"]
+    code = ("import argparse, importlib, json, sys\n"
+            "parse_args = argparse.ArgumentParser.parse_args\n"
+            "class Parsed(SystemExit):\n"
+            "    pass\n"
+            "def stop(self, *a, **k):\n"
+            "    raise Parsed(str(parse_args(self, *a, **k).cache_dir))\n"
+            "argparse.ArgumentParser.parse_args = stop\n"
+            "found = {}\n"
+            "for name in sys.argv[1:]:\n"
+            "    try:\n"
+            "        importlib.import_module(name).main([])\n"
+            "    except Parsed as parsed:\n"
+            "        found[name] = parsed.code\n"
+            "print(json.dumps(found))\n")
+    for value, expected in ((str(tmp_path / "models"), str(tmp_path / "models")),
+                            ("", "/tmp/kt-bench")):
+        env = {**os.environ, "KT_BENCH_CACHE": value, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        done = subprocess.run([sys.executable, "-c", code, *modules], env=env, cwd=common.ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(modules,
+                                                                                 expected)
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_cache_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
+    import bench.__main__ as bench_main
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept\n")
+    with pytest.raises(SystemExit) as stop:
+        bench_main.main(["--cache-dir", str(a_file / "below"), "--only", "report"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith(
+        f"{a_file} is a file: --cache-dir names a directory (new or existing)")
+    assert "Traceback" not in err and a_file.read_text() == "kept\n"
+
+
+def test_precision_prepare_without_ctranslate2_says_so_before_any_export(tmp_path, monkeypatch,
+                                                                        capsys):
+    from bench import precision
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported before the CTranslate2 Python was checked")
+
+    monkeypatch.setattr(precision, "ensure_in_child", no_export)
+    missing = tmp_path / "peers" / "torch" / "bin" / "python"
+    assert precision.main(["--prepare", "--configs", "demo", "small", "--ct2-python",
+                           str(missing), "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"error: {missing} not found: bash ../shared/peers/setup_venvs.sh, "
+                           f"--ct2-python PATH, or --variants without ct2:*")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_precision_prepare_says_what_it_made_or_found(tmp_path, monkeypatch, capfd):
+    """--prepare: one line per export found (an export it makes is said by its child) and one
+    per CTranslate2 model, in the cache's ct2-models; a failed conversion is one line."""
+    from bench import precision
+
+    made = []
+
+    def fake_ensure(name, cache_dir, quantize):
+        made.append((name, cache_dir, quantize))
+        return cache_dir / name / "export-all"
+
+    monkeypatch.setattr(precision, "ensure_in_child", fake_ensure)
+    monkeypatch.setattr(precision, "is_current",
+                        lambda cache_dir, name, quantize: name == "small")
+    peers = tmp_path / "peers"
+    peers.mkdir()
+    (peers / "bench_ct2.py").write_text(
+        "import os\nfrom pathlib import Path\n"
+        "def ensure_prepared(cfg):\n"
+        "    if cfg == 'broken':\n"
+        "        raise SystemExit(3)\n"
+        "    return Path(os.environ['PEER_BENCH_MODELS']) / f'ct2_{cfg}'\n")
+    monkeypatch.setattr(precision, "PEERS_DIR", peers)
+    cache = tmp_path / "cache"
+    argv = ["--prepare", "--ct2-python", sys.executable, "--cache-dir", str(cache)]
+    assert precision.main([*argv, "--configs", "small", "base"]) in (0, None)
+    out = capfd.readouterr().out.strip().splitlines()
+    assert out == [f"small: found the exports in {cache / 'small' / 'export-all'}",
+                   f"small: CTranslate2 model in {cache / 'ct2-models' / 'ct2_small'}",
+                   f"base: CTranslate2 model in {cache / 'ct2-models' / 'ct2_base'}"]
+    assert made == [("small", cache, "all"), ("base", cache, "all")]
+
+    # Without ct2:* variants, no CTranslate2 Python is needed.
+    assert precision.main(["--prepare", "--ct2-python", str(tmp_path / "none"),
+                           "--cache-dir", str(cache), "--configs", "small",
+                           "--variants", "onnx:int8"]) in (0, None)
+    assert capfd.readouterr().out.strip().splitlines() == [
+        f"small: found the exports in {cache / 'small' / 'export-all'}"]
+
+    monkeypatch.setitem(precision.CONFIGS, "broken", precision.CONFIGS["small"])
+    assert precision.main([*argv, "--configs", "broken"]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err[-1] == ("error: CTranslate2's conversion of broken failed (exit status 3; "
+                       "its output is above)")
+
+
+def test_backends_quick_is_one_short_round_written_apart(tmp_path, monkeypatch, capsys):
+    """bench.backends writes bench/results/backends.json, the committed file, only when asked
+    for the full run; --quick (one round, each bucket shape once) goes to the git-ignored
+    bench/results/quick, --results elsewhere."""
+    from bench import backends
+
+    full, quick = backends.parse_args([]), backends.parse_args(["--quick"])
+    assert (full.rounds, full.steps, full.quick) == (2, 30, False)
+    assert (quick.rounds, quick.steps, quick.quick) == (1, len(backends.LENGTHS), True)
+    assert backends.parse_args(["--quick", "--steps", "7"]).steps == 7
+    calls = []
+
+    def fake_child(python, backend, config, steps):
+        calls.append((backend, steps))
+        return {"backend": backend, "jit_compile": backend == "jax",
+                "median_step_ms": 100.0 * len(calls), "target_tokens_per_second": 1.0}
+
+    monkeypatch.setattr(backends, "run_child", fake_child)
+    monkeypatch.chdir(tmp_path)
+    pythons = [f"--python={backend}={sys.executable}" for backend in backends.DEFAULT_PYTHONS]
+    assert backends.main(["--quick", *pythons]) == 0
+    assert calls == [(backend, len(backends.LENGTHS)) for backend in backends.DEFAULT_PYTHONS]
+    data = json.loads((tmp_path / common.QUICK_RESULTS / "backends.json").read_text())
+    assert data["quick"] is True and data["steps"] == len(backends.LENGTHS)
+    assert [len(rounds) for rounds in data["rounds"].values()] == [1, 1, 1]
+    assert not (tmp_path / common.RESULTS / "backends.json").exists()
+
+    assert backends.main(["--rounds", "1", "--results", str(tmp_path / "x"), *pythons]) == 0
+    assert json.loads((tmp_path / "x" / "backends.json").read_text())["steps"] == 30
+    assert backends.main(["--rounds", "1", "--steps", "2", *pythons]) == 0
+    assert json.loads((tmp_path / common.RESULTS / "backends.json").read_text())["quick"] is False
+    assert "wrote bench/results/backends.json" in capsys.readouterr().out
