@@ -98,8 +98,11 @@ def runs(tmp_path_factory):
         "single": start(outs["single"], logs / "single", "training.strategy=default"),
         "mirrored": start(outs["mirrored"], logs / "mirrored", "training.strategy=mirrored",
                           two_cpus=True),
+        # The workers log TensorFlow's errors (level 2, the command's default): a successful
+        # run must show none.
         **{f"worker{i}": start(outs["workers"], logs / f"worker{i}",
                                "training.strategy=multiworker", env={
+            "TF_CPP_MIN_LOG_LEVEL": "2",
             "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
            for i in range(2)},
     }
@@ -136,6 +139,76 @@ def test_multiworker_with_two_local_workers_matches_one_device(runs):
     # Only the chief writes the run directory; the other worker keeps to its own folder.
     assert (outs["workers"] / "model.keras").is_file()
     assert not (outs["workers"] / ".worker1" / "model.keras").exists()
+    # Worker 1 waits for the chief's scores and exits with it: no worker was missed by
+    # TensorFlow's coordination service ("StartAbort UNAVAILABLE ... The tasks have crashed").
+    assert "waiting for the chief to save and score the model" in outputs["worker1"]
+    for name in ("worker0", "worker1"):
+        assert "StartAbort" not in outputs[name], outputs[name][-3000:]
+        assert "tasks have crashed" not in outputs[name], outputs[name][-3000:]
+
+
+# Two workers that meet at train.distribute.end_together, as at train.engine.train's end: the
+# chief after `argv[0]` seconds of "scoring" (then failing, with argv[1] "fail"), the other
+# worker slow to exit after it (12 s, past TensorFlow's 5 s between heartbeats).
+END_TOGETHER = """
+import sys, time
+from keras_transformer.command_line import entry_point
+from train.distribute import end_together, is_chief, make_strategy
+
+@entry_point
+def main(argv):
+    strategy = make_strategy("multiworker")
+    chief = is_chief(strategy)
+    if chief:
+        time.sleep(float(argv[0]))
+        if argv[1] == "fail":
+            raise ValueError("the chief failed while scoring")
+    start = time.monotonic()
+    end_together(strategy)
+    print(f"waited {time.monotonic() - start:.0f} s", flush=True)
+    if not chief:
+        time.sleep(12)
+    return 0
+
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_workers_wait_for_a_long_final_decode_and_a_failed_chief_ends_the_wait(tmp_path):
+    """The other workers wait for the chief's scoring at a last collective, however long it
+    takes (here past the 10 s after which TensorFlow's coordination service reports a silent
+    worker as crashed), and the chief, which hosts the service, exits after them (else a
+    worker still exiting logs that it lost the service): no error is logged. A chief that
+    fails before the end ends their wait with a one-line error."""
+    processes = {}
+    for case in ("ok", "fail"):
+        cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+        for i in range(2):
+            environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT),
+                           "CUDA_VISIBLE_DEVICES": "", "TF_CONFIG": json.dumps(
+                               {"cluster": cluster, "task": {"type": "worker", "index": i}})}
+            with (tmp_path / f"{case}{i}.log").open("w") as sink:
+                processes[f"{case}{i}"] = subprocess.Popen(
+                    [sys.executable, "-c", END_TOGETHER, "25", case], cwd=ROOT,
+                    env=environment, stdout=sink, stderr=subprocess.STDOUT)
+    codes = wait_all(processes, timeout=300)
+    logs = {name: (tmp_path / f"{name}.log").read_text() for name in processes}
+    assert codes["ok0"] == codes["ok1"] == 0, logs
+
+    def waited(log: str) -> int:
+        return int(log.split("waited ")[1].split()[0])
+
+    assert waited(logs["ok1"]) >= 20, logs["ok1"]  # the chief's 25 s
+    assert waited(logs["ok0"]) >= 10, logs["ok0"]  # worker 1's exit, 12 s after
+    for name in ("ok0", "ok1"):
+        assert "StartAbort" not in logs[name] and "tasks have crashed" not in logs[name], \
+            logs[name][-3000:]
+    assert codes["fail0"] != 0 and "error: the chief failed while scoring" in logs["fail0"]
+    assert codes["fail1"] == 1, logs["fail1"][-3000:]
+    assert ("error: worker 1 trained, but the chief stopped before it had saved and scored "
+            "the model") in logs["fail1"]
+    assert "Traceback" not in logs["fail1"]
 
 
 @pytest.mark.slow

@@ -158,7 +158,11 @@ class EvalConfig:
     beam_size: int = 4
     alpha: float = 0.6
     batch_size: int = 128
-    max_sentences: int = 0  # 0: the whole split
+    # The final dev and test scores read each split's first this many sentences (translation,
+    # classification), articles (summarization, extractive_summarization, content_selection,
+    # language_model) or rows (masked_lm, denoising: of the dev rows the per-epoch score
+    # reads); 0: the whole split.
+    max_sentences: int = 0
     samples: int = 5
     # The dev score after every epoch (BLEU, ROUGE, macro-F1 or perplexity, by the task), which
     # picks the best checkpoint: on this many dev examples (0: off), searched at this beam.

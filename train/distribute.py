@@ -13,6 +13,8 @@ import hashlib
 import json
 import logging
 import os
+import socket
+import time
 
 import keras
 import numpy as np
@@ -110,6 +112,8 @@ class LocalCopy:
 # coordinator, and its two arguments under the same prefix).
 JAX_CLUSTER_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 SHUTDOWN_WAIT_SECONDS = 24 * 3600
+# How long the chief of a MultiWorkerMirroredStrategy run waits for the other workers to exit.
+EXIT_WAIT_SECONDS = 120
 
 
 def start_jax_processes() -> JaxMultiProcess:
@@ -345,6 +349,50 @@ def check_workers_agree(strategy, text: str, what: str) -> None:
         raise ValueError(f"the workers of training.strategy=multiworker differ in {what} "
                          f"(this is {kind} {index}): start every worker with the same config, "
                          f"--set overrides and data")
+
+
+def end_together(strategy) -> None:
+    """Under MultiWorkerMirroredStrategy, a last all-reduce that every worker joins when its
+    part of the run is done: the chief after saving and scoring the model alone (for as long
+    as its decode takes), the others as soon as training ends. A worker that exited while the
+    chief scored would stop its heartbeats to TensorFlow's coordination service, which then
+    logs it on the chief as crashed ("StartAbort UNAVAILABLE ... The tasks have crashed").
+    The all-reduce has no timeout, and a waiting worker's heartbeats go on meanwhile (under
+    JAX, jax.distributed's shutdown waits, for up to SHUTDOWN_WAIT_SECONDS). Then the chief,
+    which hosts the service, waits for the others to exit (their servers' addresses closed,
+    for up to EXIT_WAIT_SECONDS): a worker still exiting after it would log the service lost
+    ("Failed to send RPC to coordination service"). A chief that stops before the all-reduce
+    ends the wait: a one-line error on the other workers."""
+    if isinstance(strategy, (OneDevice, JaxDataParallel)) or not isinstance(
+            strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return  # one process, or JAX
+    kind, index = worker_task()
+    try:
+        replica_sum(strategy, [1.0])
+    except tf.errors.OpError as error:
+        raise RuntimeError(f"{kind} {index} trained, but the chief stopped before it had saved "
+                           f"and scored the model (the last collective: "
+                           f"{type(error).__name__}); see the chief's log for its error"
+                           ) from None
+    if is_chief(strategy):
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+        others = [address for job in ("chief", "worker")
+                  for i, address in enumerate(cluster.get(job, [])) if (job, i) != (kind, index)]
+        deadline = time.monotonic() + EXIT_WAIT_SECONDS
+        while others and time.monotonic() < deadline:
+            others = [address for address in others if listening(address)]
+            if others:
+                time.sleep(0.1)
+
+
+def listening(address: str) -> bool:
+    """Whether a server accepts connections at `address` (host:port)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def input_part(strategy) -> tuple[int, int]:

@@ -39,6 +39,7 @@ from .distribute import (
     check_precision,
     check_workers_agree,
     distribute,
+    end_together,
     input_part,
     is_chief,
     make_strategy,
@@ -417,6 +418,9 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
         metrics["averaged_checkpoints"] = averaged
     if not chief:
         finish(out)
+        log.info("%s %d: trained; waiting for the chief to save and score the model",
+                 *worker_task())
+        end_together(strategy)
         return metrics
     best = None
     if dev_scoring is not None and (out / "best.npz").is_file():
@@ -445,4 +449,5 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
     task.evaluate(model, out, strategy, metrics)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False))
     finish(out)
+    end_together(strategy)  # the other workers wait for this, to exit with the chief
     return metrics

@@ -185,10 +185,13 @@ class ContentSelectionTask(ArrayTask):
         for name in ("dev", "test"):
             if name not in self.splits:
                 continue
-            scores = self.scores(model, name)
+            # The first eval.max_sentences articles when set, else the whole split.
+            count = len(self.rows[name][: self.config.eval.max_sentences or None])
+            scores = self.scores(model, name, count)
             prefix = score_prefix(name, last, metrics)
             metrics.update({f"{prefix}{k}": v for k, v in scores.items()})
-            print(f"{name}: {format_scores(scores)}")
+            metrics[f"{prefix}articles"] = count
+            print(f"{name}: {format_scores(scores)} ({count} articles)")
         self.show(model, last)
 
     def show(self, model, name: str) -> None:

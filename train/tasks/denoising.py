@@ -106,12 +106,15 @@ class DenoisingTask(Seq2SeqTask):
         return transformer_config(config, tok, tok, max_source_length=d.max_source_length,
                                   max_target_length=d.max_source_length)
 
-    def dataset(self, split: str, *, seed: int, shuffle: bool, repeat: bool = False):
+    def dataset(self, split: str, *, seed: int, shuffle: bool, repeat: bool = False,
+                count: int | None = None):
+        """Corrupted batches of a split's rows, its first `count` (None: all)."""
         d, tok = self.config.data, self.tok
+        rows, indices = self.rows[split]
         noising = dict(rate=d.noise_rate, span_lambda=d.span_lambda, mask_id=self.mask_id,
                        seed=seed)
         return make_denoising_dataset(
-            *self.rows[split], max_length=d.max_source_length,
+            rows[:count], indices[:count], max_length=d.max_source_length,
             tokens_per_batch=d.tokens_per_batch, pad_id=tok.pad_id, bos_id=tok.bos_id,
             eos_id=tok.eos_id, noising=noising, permute_sentences=d.permute_sentences,
             num_buckets=d.num_buckets, shuffle=shuffle, seed=self.config.training.seed,
@@ -134,10 +137,10 @@ class DenoisingTask(Seq2SeqTask):
                 f"{d.span_lambda:g}) spans{permuted}, rows of up to {d.max_source_length - 1} "
                 f"pieces")
 
-    def scores(self, model) -> dict:
-        """The perplexity of the dev rows given their corrupted copies (corrupted by
-        DEV_NOISE_SEED, the same way at every call)."""
-        data = self.dataset("dev", seed=DEV_NOISE_SEED, shuffle=False)
+    def scores(self, model, count: int | None = None) -> dict:
+        """The perplexity of the first `count` dev rows (None: all) given their corrupted
+        copies (corrupted by DEV_NOISE_SEED, the same way at every call)."""
+        data = self.dataset("dev", seed=DEV_NOISE_SEED, shuffle=False, count=count)
         nll, count = summed_nll(model, data, model.config.pad_id)
         return {"perplexity": math.exp(nll / max(count, 1)), "pieces": count}
 
@@ -153,11 +156,14 @@ class DenoisingTask(Seq2SeqTask):
         return dict(self.counts)
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
-        s = self.scores(model)
+        # The dev rows of the per-epoch score, their first eval.max_sentences when set.
+        count = len(self.rows["dev"][0][: self.config.eval.max_sentences or None])
+        s = self.scores(model, count)
         metrics.update({"scored_split": "dev", "dev_perplexity": s["perplexity"],
-                        "dev_loss": math.log(s["perplexity"]), "dev_target_pieces": s["pieces"]})
+                        "dev_loss": math.log(s["perplexity"]), "dev_target_pieces": s["pieces"],
+                        "dev_scored_rows": count})
         print(f"dev: perplexity {s['perplexity']:.2f} of the original text given its corrupted "
-              f"copy ({s['pieces']} pieces)")
+              f"copy ({s['pieces']} pieces of {count} rows)")
         self.show_restorations(model)
 
     def show_restorations(self, model) -> None:

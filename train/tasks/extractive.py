@@ -242,19 +242,26 @@ class ExtractiveSummarizationTask(ArrayTask):
     def data_metrics(self):
         return dict(self.counts)
 
+    def final_articles(self) -> dict[str, tuple[list[str], list[str]]]:
+        """{split: (articles, summaries)} that the final scores read: dev and test, each its
+        first eval.max_sentences articles when set."""
+        count = self.config.eval.max_sentences or None
+        return {name: (self.splits[name].articles[:count], self.splits[name].summaries[:count])
+                for name in ("dev", "test") if name in self.splits}
+
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
-        e, splits = self.config.eval, self.splits
-        extracted = {name: self.extract(model, splits[name].articles)
-                     for name in ("dev", "test") if name in splits}
-        selection, table = choose_selection(extracted["dev"], splits["dev"].summaries,
-                                            self.candidates())
+        e = self.config.eval
+        read = self.final_articles()
+        extracted = {name: self.extract(model, articles) for name, (articles, _) in read.items()}
+        selection, table = choose_selection(extracted["dev"], read["dev"][1], self.candidates())
         atomic_write_text(out / SELECTION_FILE, json.dumps(selection.to_dict()) + "\n")
         metrics["selection"] = selection.to_dict()
         metrics["selection_dev"] = table
-        print(f"selection (best of {len(table)} on dev): {selection.describe()}")
-        last = final_split("test" in splits)
+        print(f"selection (best of {len(table)} on {len(read['dev'][0])} dev articles): "
+              f"{selection.describe()}")
+        last = final_split("test" in read)
         for name, extractions in extracted.items():
-            articles, references = splits[name].articles, splits[name].summaries
+            articles, references = read[name]
             chosen = [select(scores, sentences, selection) for sentences, scores in extractions]
             hypotheses = [summary(sentences, c) for (sentences, _), c in
                           zip(extractions, chosen, strict=True)]

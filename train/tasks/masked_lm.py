@@ -238,10 +238,11 @@ class MaskedLMTask(Task):
         return [ids[:limit] + [eos] for ids in encode_in_chunks(self.tok, texts) if ids]
 
     def dataset(self, split: str, *, seed: int, shuffle: bool, repeat: bool = False,
-                positions: bool = True):
-        """Masked batches of a split's rows: ((inputs, positions), labels) for model.fit, or
-        with positions=False (inputs, targets) at every position, masked alike; with
-        data.next_sentence the labels (targets) paired with the rows' next-sentence labels."""
+                positions: bool = True, count: int | None = None):
+        """Masked batches of a split's rows (its first `count`; None: all): ((inputs,
+        positions), labels) for model.fit, or with positions=False (inputs, targets) at every
+        position, masked alike; with data.next_sentence the labels (targets) paired with the
+        rows' next-sentence labels."""
         d = self.config.data
         tok = self.tok
         special = (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id)
@@ -249,12 +250,13 @@ class MaskedLMTask(Task):
                        special_ids=special + ((self.sep_id,) if d.next_sentence else ()),
                        seed=seed, max_predictions=self.max_predictions(d))
         starts = word_start_table(tok.pieces) if d.whole_word_masking else None
+        follows = self.follows[split]
         return make_masked_lm_dataset(
-            self.rows[split], max_length=d.max_source_length,
+            self.rows[split][:count], max_length=d.max_source_length,
             tokens_per_batch=d.tokens_per_batch, pad_id=tok.pad_id, masking=masking,
             num_buckets=d.num_buckets, word_starts=starts, shuffle=shuffle,
             seed=self.config.training.seed, repeat=repeat, positions=positions,
-            next_sentence=self.follows[split])
+            next_sentence=None if follows is None else follows[:count])
 
     def datasets(self):
         repeat = self.config.training.steps_per_epoch > 0
@@ -289,12 +291,13 @@ class MaskedLMTask(Task):
                 f"at most {self.max_predictions(d)} masked pieces a row, "
                 f"{d.tokens_per_batch} tokens a batch")
 
-    def scores(self, model) -> dict:
-        """Perplexity and accuracy over the dev split's masked pieces (masked by DEV_MASK_SEED,
-        the same pieces at every call), from the logits at every position: the model as it
-        is exported."""
+    def scores(self, model, count: int | None = None) -> dict:
+        """Perplexity and accuracy over the masked pieces of the dev split's first `count`
+        rows (None: all; masked by DEV_MASK_SEED, the same pieces at every call), from the
+        logits at every position: the model as it is exported."""
         pad = model.config.pad_id
-        data = self.dataset("dev", seed=DEV_MASK_SEED, shuffle=False, positions=False)
+        data = self.dataset("dev", seed=DEV_MASK_SEED, shuffle=False, positions=False,
+                            count=count)
         pairs = self.config.data.next_sentence
         pieces = data.map(lambda inputs, targets: (inputs, targets[0])) if pairs else data
         nll, count = summed_nll(model, pieces, pad)
@@ -330,16 +333,19 @@ class MaskedLMTask(Task):
         return dict(self.counts)
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
-        s = self.scores(model)
+        # The dev rows of the per-epoch score, their first eval.max_sentences when set.
+        count = len(self.rows["dev"][: self.config.eval.max_sentences or None])
+        s = self.scores(model, count)
         metrics.update({"scored_split": "dev", "dev_masked_perplexity": s["masked_perplexity"],
                         "dev_masked_accuracy": s["masked_accuracy"],
-                        "dev_masked_pieces": s["masked_pieces"]})
+                        "dev_masked_pieces": s["masked_pieces"], "dev_scored_rows": count})
         pairs = ""
         if "next_sentence_accuracy" in s:
             metrics["dev_next_sentence_accuracy"] = s["next_sentence_accuracy"]
             pairs = f", next-sentence accuracy {s['next_sentence_accuracy']:.2f}%"
         print(f"dev: masked perplexity {s['masked_perplexity']:.2f}, masked-piece accuracy "
-              f"{s['masked_accuracy']:.2f}% ({s['masked_pieces']} masked pieces){pairs}")
+              f"{s['masked_accuracy']:.2f}% ({s['masked_pieces']} masked pieces of {count} "
+              f"rows){pairs}")
         self.show_fills(model)
 
     def show_fills(self, model, count: int = 3) -> None:
