@@ -142,7 +142,7 @@ def test_each_message_once_passes_a_repeated_truncation_warning_once_and_a_new_o
     finally:
         logger.removeHandler(handler)
     assert len(records) == 2
-    assert records[0].startswith("1 of 2 sentences") and records[1].startswith("2 of 2 ")
+    assert records[0].startswith("1 of 2 inputs") and records[1].startswith("2 of 2 ")
 
 
 def test_first_few_names_the_first_ones_and_counts_the_rest():
