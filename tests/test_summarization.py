@@ -316,7 +316,7 @@ def test_summarization_export_summarizes_as_the_run_did(summary_run, tmp_path):
     assert result.stdout.decode("utf-8") == (run / "test.hyp").read_text(encoding="utf-8")
     # One warning counts the articles cut to the model's source length.
     warnings = [line for line in result.stderr.decode().splitlines() if "truncated" in line]
-    assert len(warnings) == 1 and re.match(r"WARNING: \d+ of 30 sentences", warnings[0]), \
+    assert len(warnings) == 1 and re.match(r"WARNING: \d+ of 30 inputs", warnings[0]), \
         warnings
     # The options replace the run's settings: no bigram of pieces twice, so no pair of words
     # twice either (a word is always cut into the same pieces).

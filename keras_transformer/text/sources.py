@@ -58,7 +58,7 @@ def encode_sources(sentences: Sequence[str], encode: Callable[[list[str]], list[
                                                               TRUNCATED_SHOWN else "")
         # "inputs", not "sentences": a summarizer's inputs are articles, most of them cut.
         logger.warning("%d of %d inputs are longer than the model's max_source_length=%d "
-                       "tokens (with EOS) and are cut to their first %d (line %s)",
+                       "tokens (with EOS) and are truncated to their first %d (line %s)",
                        len(cut), len(sentences), max_source_length, max_source_length - 1,
                        shown)
     return encoded
