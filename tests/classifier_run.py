@@ -30,8 +30,13 @@ def sentences(count: int, seed: int) -> tuple[list[str], list[int]]:
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """train/dev/test splits as UIT-VSFC lays them out: sents.txt + sentiments.txt (names)."""
-    root = tmp_path_factory.mktemp("uit_format")
-    for split, count, seed in (("train", 900, 0), ("dev", 60, 1), ("test", 90, 2)):
+    return write_uit_splits(tmp_path_factory.mktemp("uit_format"), 900, 60, 90)
+
+
+def write_uit_splits(root, train: int, dev: int, test: int):
+    """`root`/{train,dev,test}/sents.txt + sentiments.txt (label names) of that many made-up
+    sentences each, as UIT-VSFC lays them out; -> root."""
+    for split, count, seed in (("train", train, 0), ("dev", dev, 1), ("test", test, 2)):
         texts, labels = sentences(count, seed)
         (root / split).mkdir()
         (root / split / "sents.txt").write_text("".join(t + "\n" for t in texts), "utf-8")

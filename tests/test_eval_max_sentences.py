@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.classifier_run import NAMES, sentences
+from tests.classifier_run import NAMES, write_uit_splits
 from tests.news_data import make_article, write_tsv
 
 pytest.importorskip("tensorflow")
@@ -33,13 +33,7 @@ def data(tmp_path_factory) -> Path:
     news.mkdir()
     for name, count in (("train.tsv.gz", 60), ("dev.tsv.gz", 10), ("test.tsv", 9)):
         write_tsv(news / name, ["\t".join([*make_article(rng), "t"]) for _ in range(count)])
-    for split, count, seed in (("train", 120, 0), ("dev", 10, 1), ("test", 9, 2)):
-        texts, labels = sentences(count, seed)
-        (root / split).mkdir()
-        (root / split / "sents.txt").write_text("".join(t + "\n" for t in texts), "utf-8")
-        (root / split / "sentiments.txt").write_text(
-            "".join(NAMES[label] + "\n" for label in labels), "utf-8")
-    return root
+    return write_uit_splits(root, 120, 10, 9)
 
 
 def prepared(config: dict, base: str | None, folder: Path):
