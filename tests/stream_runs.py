@@ -42,7 +42,7 @@ def stream_config(folder: Path) -> Path:
     config["tokenizer"].update(vocab_size=150, sample_sentences=200)
     config["model"] = {"preset": "tiny", "overrides": {"d_model": 16, "d_ff": 32,
                                                        "num_heads": 2, "dropout": 0.0}}
-    config["training"].update(max_minutes=0, epochs=3, steps_per_epoch=4, save_every_steps=2,
+    config["training"].update(precision="float32", max_minutes=0, epochs=3, steps_per_epoch=4, save_every_steps=2,
                               verbose=0, tensorboard=False, average_last=0,
                               early_stopping_patience=0)
     config["eval"].update(dev_score_sentences=0, beam_size=1, max_sentences=5, samples=0)

@@ -295,7 +295,8 @@ WORDS = ["rất", "hay", "giảng", "viên", "nhiệt", "tình", "bài", "tập"
 SMALL = ["tokenizer.vocab_size=60", "model.preset=tiny", "model.overrides.d_model=16",
          "model.overrides.d_ff=32", "model.overrides.num_heads=2", "data.max_source_length=16",
          "data.tokens_per_batch=256", "training.epochs=1", "training.steps_per_epoch=3",
-         "training.verbose=0", "training.tensorboard=false", "training.warmup_steps=10"]
+         "training.verbose=0", "training.tensorboard=false", "training.warmup_steps=10",
+         "training.precision=float32"]
 
 
 def write_text(folder: Path, rng, lines=300) -> None:

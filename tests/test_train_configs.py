@@ -137,3 +137,19 @@ def test_tatoeba_envi_config_reports_test_bleu(tmp_path):
                   "data.test_size=50")
     assert metrics["steps"] == 2
     assert 0.0 <= metrics["bleu"] <= 100.0
+
+
+# Recipes that train in another precision than auto, and the word their config gives for it.
+OTHER_PRECISION = {"demo": "reproducibility"}
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_recipe_trains_in_the_fastest_precision_of_the_cpu_at_hand(path):
+    """training.precision: auto in every recipe (the schema's default is float32, which
+    would quietly give up an AMX host's bfloat16), unless the recipe says why not."""
+    precision = load_config(path, []).training.precision
+    if path.stem in OTHER_PRECISION:
+        assert precision != "auto"
+        assert OTHER_PRECISION[path.stem] in path.read_text()
+    else:
+        assert precision == "auto", f"{path.name}: training.precision is {precision}"
