@@ -15,8 +15,7 @@ Inputs: source_ids int32 (B,S) (EOS-terminated, PAD-padded), max_length int32 ()
 tokens, EOS included), row_max_length int32 (B,) (each source's own limit, at most
 max_length: a beam search ends a source there as its search alone would), beam_size int32 ()
 (1: greedy), alpha float64 (), no_repeat_ngram_size int32 () and min_length int32 () (0:
-off). Greedy rows run on to max_length (a row's tokens do not depend on its limit): the
-runtime cuts each at its own. Outputs: tokens int32 (B,T) (T = steps taken; PAD
+off). Greedy and beam search alike end each source at its own limit. Outputs: tokens int32 (B,T) (T = steps taken; PAD
 after EOS) and scores float32 (B,), as `decoding.SearchResult` holds them.
 
 How it is laid out:
@@ -255,6 +254,11 @@ class _Builder:
                          "chosen")
         done = body.op("Or", [finished, body.op("Equal", [chosen, g.const(np.int32(self.eos),
                                                                            "eos")])], "done")
+        # A row at its own limit ends as its search alone would: its score stops there, and a
+        # batch whose rows all end stops stepping.
+        at_limit = body.op("Equal", [self.row_max_length,
+                                     body.op("Add", [index, self.c64(1, "one")])], "at_limit")
+        done = body.op("Or", [done, at_limit], "done_or_limit")
         all_done = body.op("ReduceMin", [self.to(body, done, T.INT32)], keepdims=0)
         cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
         carried = [chosen, done, new_scores] + presents

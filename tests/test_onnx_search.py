@@ -157,8 +157,7 @@ def test_own_limits_in_the_graph_match_the_numpy_search(graphs, beam, ngram, min
         got = graphs.in_graph(source, beam, int(limits.max()), **settings)
         assert got.to_lists(c.eos_id) == expected.to_lists(c.eos_id), (beam, limits)
         assert got.tokens.tolist() == expected.tokens.tolist(), (beam, limits)
-        if beam > 1:
-            np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-5)
         cut += sum(len(row) == limit for row, limit in
                    zip(expected.to_lists(c.eos_id), limits.tolist(), strict=True))
     assert cut >= 2  # some rows ended at their own limit
