@@ -147,13 +147,18 @@ def test_multiworker_with_two_local_workers_matches_one_device(runs):
         assert "tasks have crashed" not in outputs[name], outputs[name][-3000:]
 
 
-# Two workers that meet at train.distribute.end_together, as at train.engine.train's end: the
-# chief after `argv[0]` seconds of "scoring" (then failing, with argv[1] "fail"), the other
-# worker slow to exit after it (12 s, past TensorFlow's 5 s between heartbeats).
+# Two workers that meet at train.distribute.end_together, as at train.engine.train's end, and
+# leave as train.cli does: the chief after `argv[0]` seconds of "scoring" (then failing, with
+# argv[1] "fail"), the other worker slow to get there after it (12 s, past TensorFlow's 5 s
+# between heartbeats), and each process's teardown slow (15 s at exit, as TensorFlow's cluster
+# context takes on a busy CPU: the chief's coordination service, still up meanwhile, would
+# log the worker that had left as crashed).
 END_TOGETHER = """
-import sys, time
+import atexit, sys, time
 from keras_transformer.command_line import entry_point
-from train.distribute import end_together, is_chief, make_strategy
+from train.distribute import end_together, is_chief, leave_after_cluster_run, make_strategy
+
+atexit.register(time.sleep, 15)
 
 @entry_point
 def main(argv):
@@ -168,6 +173,7 @@ def main(argv):
     print(f"waited {time.monotonic() - start:.0f} s", flush=True)
     if not chief:
         time.sleep(12)
+    leave_after_cluster_run(0)
     return 0
 
 raise SystemExit(main(sys.argv[1:]))

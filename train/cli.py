@@ -65,4 +65,7 @@ def main(argv) -> int:
     from .run import run
 
     run(config, out, overwrite=args.overwrite)
+    from .distribute import leave_after_cluster_run
+
+    leave_after_cluster_run(0)  # a multi-worker run: before TensorFlow's slow teardown
     return 0

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 
 import keras
@@ -114,6 +115,7 @@ JAX_CLUSTER_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PR
 SHUTDOWN_WAIT_SECONDS = 24 * 3600
 # How long the chief of a MultiWorkerMirroredStrategy run waits for the other workers to exit.
 EXIT_WAIT_SECONDS = 120
+_ended_together = False  # end_together ran: this process leaves with leave_after_cluster_run
 
 
 def start_jax_processes() -> JaxMultiProcess:
@@ -362,7 +364,9 @@ def end_together(strategy) -> None:
     which hosts the service, waits for the others to exit (their servers' addresses closed,
     for up to EXIT_WAIT_SECONDS): a worker still exiting after it would log the service lost
     ("Failed to send RPC to coordination service"). A chief that stops before the all-reduce
-    ends the wait: a one-line error on the other workers."""
+    ends the wait: a one-line error on the other workers. The command then leaves at once
+    (leave_after_cluster_run)."""
+    global _ended_together
     if isinstance(strategy, (OneDevice, JaxDataParallel)) or not isinstance(
             strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return  # one process, or JAX
@@ -383,6 +387,22 @@ def end_together(strategy) -> None:
             others = [address for address in others if listening(address)]
             if others:
                 time.sleep(0.1)
+    _ended_together = True
+
+
+def leave_after_cluster_run(code: int) -> None:
+    """After end_together, end the process now with `code` (its output flushed, os._exit):
+    the interpreter's teardown of TensorFlow's cluster context takes seconds, tens of seconds
+    on a busy CPU, and while the chief's runs, its coordination service, still up, sees the
+    heartbeats of workers that already left stop and logs them as crashed. A no-op in any
+    other run."""
+    if not _ended_together:
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def listening(address: str) -> bool:
