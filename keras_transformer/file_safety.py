@@ -32,12 +32,35 @@ class UnsafePath(ValueError):
     """A path from a file would leave its directory, or is not the kind of entry expected."""
 
 
+def _umask() -> int:
+    try:  # Linux says it without changing it (os.umask can only be read by setting it)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def usual_mode(path: Path, directory: bool = False) -> int:
+    """The permissions a plain open() or mkdir() would give `path` (0o666 or 0o777 less the
+    umask), or those `path` has if it exists: what a file written through a temporary one
+    (mkstemp, mkdtemp: 0600, 0700) must get before it takes `path`'s place, so that others
+    may read the output as they could any file the user writes."""
+    with contextlib.suppress(OSError):
+        return path.stat().st_mode & 0o7777
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file in the same directory and a rename, so
     that readers (and a kill) see the old content or the new one, never a mix."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, usual_mode(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -191,6 +214,7 @@ def staged_directory(final: str | Path, keep: Iterable[str] = ()) -> Iterator[Pa
     recover_directory(final)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".staging",
                                     dir=final.parent))
+    os.chmod(staging, usual_mode(final, directory=True))
     lock = _hold(staging)  # held while this command fills it (see recover_directory)
     try:
         try:

@@ -24,6 +24,36 @@ def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 
+def test_outputs_get_the_permissions_of_any_file_the_user_writes(tmp_path):
+    """mkstemp's 0600 and mkdtemp's 0700 are not left on an output: a new file gets what
+    open() would give it under the umask, a replaced one keeps its own mode."""
+    old_mask = os.umask(0o027)
+    try:
+        atomic_write_text(tmp_path / "new.json", "{}")
+        (tmp_path / "plain").write_text("x")
+        (tmp_path / "plain_dir").mkdir()
+        kept = tmp_path / "kept.json"
+        kept.write_text("old")
+        kept.chmod(0o604)
+        atomic_write_text(kept, "new")
+        with staged_directory(tmp_path / "export") as staging:
+            (staging / "a").write_text("a")
+        (tmp_path / "shared").mkdir(mode=0o775)
+        (tmp_path / "shared").chmod(0o775)  # mkdir's mode is under the umask too
+        with staged_directory(tmp_path / "shared") as staging:
+            (staging / "a").write_text("a")
+    finally:
+        os.umask(old_mask)
+
+    def mode(name):
+        return (tmp_path / name).stat().st_mode & 0o777
+
+    assert mode("new.json") == mode("plain") == 0o640
+    assert mode("kept.json") == 0o604
+    assert mode("export") == mode("plain_dir") == 0o750
+    assert mode("shared") == 0o775
+
+
 def test_staged_directory_swaps_on_success(tmp_path):
     final = tmp_path / "out"
     final.mkdir()
