@@ -16,6 +16,7 @@ from keras_transformer.text.bottom_up import (
     piece_probabilities,
     selection_mask,
     sentence_pieces,
+    source_pieces,
 )
 from keras_transformer.text.extractive import Selection, select
 from keras_transformer.text.ranking import by_probability
@@ -46,6 +47,35 @@ def test_sentence_pieces_follow_the_sentences_and_stop_at_the_model_length():
     assert owners == [0, 0, 0, 1, 1, 1, EOS_SENTENCE]
     ids, owners = sentence_pieces(sentences, _encode, max_length=64, eos_id=3)
     assert ids == [5, 6, 5, 7, 8, 9, 5, 6, 5, 3] and owners[-3:] == [2, 2, EOS_SENTENCE]
+
+
+def test_a_source_is_cut_only_when_its_pieces_pass_the_model_length():
+    sentences = ["a bb .", "ccc dddd eeeee ."]  # 3 + 4 pieces
+    assert source_pieces(sentences, _encode, max_length=8, eos_id=3)[2] is False  # 7 + EOS
+    ids, owners, cut = source_pieces(sentences, _encode, max_length=7, eos_id=3)
+    assert cut is True and len(ids) == 7
+    assert source_pieces(sentences + ["f ."], _encode, max_length=8, eos_id=3)[2] is True
+    assert source_pieces(sentences + [""], _encode, max_length=8, eos_id=3)[2] is False
+
+
+def test_the_summarizer_counts_and_names_the_articles_it_cuts(caplog):
+    """The copy model reads 15 pieces + EOS: the pipeline's sources cut there are counted in
+    its stats and named in one warning, as a plain summarizer's are."""
+    short, long = "a bb . ccc .", " ".join(["dd ."] * 6) + " e ." * 3  # 5 and 18 pieces
+    articles = [short, long, short]
+    probabilities = {short: [0.9, 0.1], long: [0.5] * 9}
+    for source in ("mask", "extract"):
+        summarizer, _, _ = _stand_in_summarizer(probabilities, epsilon=0.4, source=source)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            encoded, _, _ = summarizer.sources(articles)
+        # The short article whole (5 pieces) or its one kept sentence (3), + EOS; the long
+        # one's 18 pieces cut to 15, + EOS.
+        fits = 6 if source == "mask" else 4
+        assert [len(ids) for ids in encoded] == [fits, 16, fits]
+        assert summarizer.stats.cut == 1 and summarizer.stats.to_dict()["cut_articles"] == 1
+        assert "1 of 3 inputs are longer than the model's max_source_length=16" in caplog.text
+        assert "(line 2)" in caplog.text
 
 
 def test_sentence_pieces_are_the_whole_articles_pieces_for_sentencepiece(tmp_path):
@@ -216,7 +246,8 @@ def test_the_summarizer_reads_only_the_sentences_at_or_above_epsilon():
     assert masks[0].tolist() == [True] * 3 + [False] * 3 + [True] * 4
     assert masks[1].all()  # nothing reached 0.5: read whole
     assert summarizer.stats.to_dict() == {"articles": 2, "pieces": 15, "kept": 12,
-                                          "kept_share": 0.8, "unselected_articles": 1}
+                                          "kept_share": 0.8, "unselected_articles": 1,
+                                          "cut_articles": 0}
     settings = SearchSettings(beam_size=1, max_length=5)
     got = summarizer.summarize(articles, settings)
     want_ids = translator.search_ids(

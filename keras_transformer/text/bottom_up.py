@@ -32,6 +32,7 @@ import numpy as np
 from keras_transformer.text.copied_spans import token_maxima, word_counts
 from keras_transformer.text.ranking import by_probability
 from keras_transformer.text.sentences import split_sentences
+from keras_transformer.text.sources import warn_truncated
 
 EOS_SENTENCE = -1  # the sentence index of the source's EOS
 SOURCES = ("mask", "extract")  # what the copy model reads: BottomUpSummarizer.source
@@ -61,15 +62,24 @@ def sentence_pieces(sentences: Sequence[str], encode: Callable[[list[str]], list
     SentencePiece never joins pieces across a space, so this is the article's own
     encoding wherever its sentences are separated by spaces, as split_sentences leaves them.
     """
+    return source_pieces(sentences, encode, max_length, eos_id)[:2]
+
+
+def source_pieces(sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]],
+                  max_length: int, eos_id: int) -> tuple[list[int], list[int], bool]:
+    """sentence_pieces, and whether the sentences' pieces ran past max_length - 1 (cut)."""
     ids: list[int] = []
     owners: list[int] = []
+    cut = False
     for index, pieces in enumerate(encode(list(sentences)) if sentences else []):
         room = max_length - 1 - len(ids)
-        if room <= 0:
-            break
+        if len(pieces) > room:
+            cut = True
+            if room <= 0:
+                break
         ids += list(pieces[:room])
         owners += [index] * min(len(pieces), room)
-    return ids + [eos_id], owners + [EOS_SENTENCE]
+    return ids + [eos_id], owners + [EOS_SENTENCE], cut
 
 
 def piece_probabilities(owners: Sequence[int], sentence_probabilities: Sequence[float]
@@ -132,10 +142,15 @@ def word_pieces(tokens: Sequence[str], word_probabilities: Sequence[float],
     (the copy model's source: the tokens' pieces cut to max_length - 1, + EOS; each piece's
     token, EOS_SENTENCE for the EOS; each piece's probability: the largest of its token's
     words', 0 for a token of no word read, 1 for the EOS)."""
-    tokens = list(tokens[: max_length - 1])  # a token is at least one piece
-    ids, owners = sentence_pieces(tokens, encode, max_length, eos_id)
-    return ids, owners, piece_probabilities(owners, token_maxima(word_probabilities,
-                                                                 word_counts(tokens)))
+    return _word_source(tokens, word_probabilities, encode, max_length, eos_id)[:3]
+
+
+def _word_source(tokens, word_probabilities, encode, max_length, eos_id):
+    """word_pieces, and whether the tokens' pieces ran past max_length - 1 (cut)."""
+    kept = list(tokens[: max_length - 1])  # a token is at least one piece
+    ids, owners, cut = source_pieces(kept, encode, max_length, eos_id)
+    return ids, owners, piece_probabilities(owners, token_maxima(
+        word_probabilities, word_counts(kept))), cut or len(kept) < len(tokens)
 
 
 def chosen_sentences(scores: Sequence[float], epsilon: float, top_k: int = 0) -> np.ndarray:
@@ -151,17 +166,19 @@ def chosen_sentences(scores: Sequence[float], epsilon: float, top_k: int = 0) ->
 @dataclass
 class BottomUpStats:
     """Over the articles summarized so far: how many, how many pieces the copy model read
-    and kept, and how many articles had nothing selected (read whole)."""
+    and kept, how many articles had nothing selected (read whole), and how many were cut to
+    the copy model's max_source_length."""
 
     articles: int = 0
     pieces: int = 0
     kept: int = 0
     unselected: int = 0
+    cut: int = 0
 
     def to_dict(self) -> dict:
         return {"articles": self.articles, "pieces": self.pieces, "kept": self.kept,
                 "kept_share": round(self.kept / self.pieces, 4) if self.pieces else 0.0,
-                "unselected_articles": self.unselected}
+                "unselected_articles": self.unselected, "cut_articles": self.cut}
 
 
 @dataclass
@@ -195,46 +212,51 @@ class BottomUpSummarizer:
     def sources(self, articles: Sequence[str]) -> tuple[list[list[int]], list[np.ndarray],
                                                          list[np.ndarray]]:
         """(each article's source ids, its pieces' probabilities, the pieces kept)."""
-        encoded, probabilities, masks = [], [], []
-        for article, (_, scores) in zip(articles, self.score(articles), strict=True):
+        t = self.translator
+        encoded, probabilities, masks, cut_lines = [], [], [], []
+        for line, (article, (_, scores)) in enumerate(
+                zip(articles, self.score(articles), strict=True), 1):
             if self.level == "word":
-                t = self.translator
-                ids, owners, scored = word_pieces(article.split(), scores, t.pieces,
-                                                  t.max_source_length, t.eos_id)
+                ids, owners, scored, cut = _word_source(article.split(), scores, t.pieces,
+                                                        t.max_source_length, t.eos_id)
                 mask, unselected = selection_mask(scored, owners, self.epsilon)
             else:
-                ids, owners, mask, unselected = self._source(split_sentences(article), scores)
+                ids, owners, mask, unselected, cut = self._source(split_sentences(article),
+                                                                  scores)
                 scored = piece_probabilities(owners, scores)
             encoded.append(ids)
             probabilities.append(scored)
             masks.append(mask)
+            cut_lines += [line] * cut
             self.stats.articles += 1
             self.stats.pieces += len(ids)
             self.stats.kept += int(mask.sum())
             self.stats.unselected += unselected
+        self.stats.cut += len(cut_lines)
+        warn_truncated(cut_lines, len(articles), t.max_source_length)
         return encoded, probabilities, masks
 
     def _source(self, sentences: list[str], scores) -> tuple[list[int], list[int], np.ndarray,
-                                                             bool]:
+                                                             bool, bool]:
         """One article -> (source ids, each piece's sentence, the pieces kept, whether
-        nothing was selected and the article is read whole)."""
+        nothing was selected and the article is read whole, whether the source was cut)."""
         t = self.translator
         chosen = chosen_sentences(scores, self.epsilon, self.top_k)
         if self.source == "extract" and len(chosen):
-            ids, owners = sentence_pieces([sentences[i] for i in chosen], t.pieces,
-                                          t.max_source_length, t.eos_id)
+            ids, owners, cut = source_pieces([sentences[i] for i in chosen], t.pieces,
+                                             t.max_source_length, t.eos_id)
             owners = [int(chosen[o]) if o != EOS_SENTENCE else o for o in owners]
-            return ids, owners, np.ones(len(ids), bool), False
-        ids, owners = sentence_pieces(sentences, t.pieces, t.max_source_length, t.eos_id)
+            return ids, owners, np.ones(len(ids), bool), False, cut
+        ids, owners, cut = source_pieces(sentences, t.pieces, t.max_source_length, t.eos_id)
         if self.source == "extract":
-            return ids, owners, np.ones(len(ids), bool), True
+            return ids, owners, np.ones(len(ids), bool), True, cut
         if self.top_k:
             keep = np.isin(owners, chosen).astype(np.float64)
             mask, unselected = selection_mask(keep, owners, 1.0)
         else:
             mask, unselected = selection_mask(piece_probabilities(owners, scores), owners,
                                               self.epsilon)
-        return ids, owners, mask, unselected
+        return ids, owners, mask, unselected, cut
 
     def summarize_ids(self, articles: Sequence[str], settings, *, batch_size: int = 32,
                       progress=None) -> list[list[int]]:

@@ -53,15 +53,21 @@ def encode_sources(sentences: Sequence[str], encode: Callable[[list[str]], list[
             cut.append(i + 1)
             ids = ids[: max_source_length - 1]
         encoded.append(list(ids) + [eos_id])
-    if cut:
-        shown = ", ".join(map(str, cut[:TRUNCATED_SHOWN])) + (", ..." if len(cut) >
-                                                              TRUNCATED_SHOWN else "")
-        # "inputs", not "sentences": a summarizer's inputs are articles, most of them cut.
-        logger.warning("%d of %d inputs are longer than the model's max_source_length=%d "
-                       "tokens (with EOS) and are truncated to their first %d (line %s)",
-                       len(cut), len(sentences), max_source_length, max_source_length - 1,
-                       shown)
+    warn_truncated(cut, len(sentences), max_source_length)
     return encoded
+
+
+def warn_truncated(cut: Sequence[int], total: int, max_source_length: int) -> None:
+    """One warning for the inputs (their line numbers, `cut`) of `total` that were cut to
+    max_source_length - 1 pieces; nothing when none was."""
+    if not cut:
+        return
+    shown = ", ".join(map(str, cut[:TRUNCATED_SHOWN])) + (", ..." if len(cut) >
+                                                          TRUNCATED_SHOWN else "")
+    # "inputs", not "sentences": a summarizer's inputs are articles, most of them cut.
+    logger.warning("%d of %d inputs are longer than the model's max_source_length=%d "
+                   "tokens (with EOS) and are truncated to their first %d (line %s)",
+                   len(cut), total, max_source_length, max_source_length - 1, shown)
 
 
 def batches_by_length(encoded: Sequence[Sequence[int] | None],

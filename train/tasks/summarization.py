@@ -285,6 +285,7 @@ class SummarizationTask(Seq2SeqTask):
             lines.insert(1, f"selection: {rule}, {s.get('source', 'mask')}ed: "
                          f"{s['kept_share']:.0%} of the source pieces kept "
                          f"({s['unselected_articles']} of {s['articles']} articles with "
-                         f"nothing selected, read whole)")
+                         f"nothing selected, read whole; {s.get('cut_articles', 0)} cut to "
+                         f"the copy model's max_source_length)")
         return {**scores, **leads, **stats}, lines
 
