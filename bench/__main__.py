@@ -33,11 +33,11 @@ from bench.common import (
     cache_directory,
     results_dir,
 )
-from bench.decode import RUNTIMES
+from bench.decode import DECODE_VARIANTS
 from bench.export_models import CACHE_DIR, CACHE_ENV, CACHE_HELP
 from keras_transformer.command_line import add_debug_flag, entry_point
 
-DECODE_STEPS = tuple(f"decode-{r}" for r in RUNTIMES)
+DECODE_STEPS = tuple(f"decode-{r}" for r in DECODE_VARIANTS)
 STEPS = ("roofline", "train_step", "train_real", "export_models", *DECODE_STEPS, "peers", "duel",
          "report")
 PEER_CONFIGS = ("small", "base")

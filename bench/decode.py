@@ -60,7 +60,8 @@ from bench.nocache import load_runtime as load_nocache_runtime  # noqa: E402
 from keras_transformer.command_line import add_debug_flag, entry_point, int_in  # noqa: E402
 from keras_transformer.decoding import SearchSettings, search  # noqa: E402
 
-RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "onnx-search", "tflite")
+# The timed ways to decode: export.formats.RUNTIMES with Keras under XLA and search.onnx beside.
+DECODE_VARIANTS = ("keras", "keras-xla", "savedmodel", "onnx", "onnx-search", "tflite")
 NO_CACHE_RUNTIMES = ("keras", "keras-xla", "savedmodel", "onnx", "tflite")
 KERAS_RUNTIMES = ("keras", "keras-xla")
 MERGE_KEYS = ("config", "batch", "beam", "new_tokens", "cache")
@@ -238,7 +239,7 @@ def fmt_row(r: dict) -> list:
 @entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runtime", nargs="+", default=["keras"], choices=RUNTIMES,
+    parser.add_argument("--runtime", nargs="+", default=["keras"], choices=DECODE_VARIANTS,
                         help="one runtime, or several timed in the same interleaved rounds "
                              "(a fair A/B: the host's drift falls on all of them), each "
                              "written to its own decode_<runtime>.json")

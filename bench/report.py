@@ -23,7 +23,7 @@ from bench.common import (
     read_json,
     results_dir,
 )
-from bench.decode import RUNTIMES
+from bench.decode import DECODE_VARIANTS
 from bench.duel import table_of as duel_table
 from bench.flops import train_step_flops
 from keras_transformer.command_line import add_debug_flag, entry_point, int_in
@@ -59,7 +59,7 @@ def load(results: Path, peers: Path) -> dict:
     ours = {"roofline": read_json(results / "roofline.json"),
             "train": read_json(results / "train_step.json"),
             "duel": read_json(results / "duel.json")}
-    for runtime in RUNTIMES:
+    for runtime in DECODE_VARIANTS:
         ours[runtime] = read_json(results / f"decode_{runtime}.json")
     peer = {}
     for path in sorted(Path(peers).glob("*.json")) if Path(peers).is_dir() else []:
@@ -118,7 +118,7 @@ def machine_lines(data: dict) -> list[str]:
 def ours_decode(data: dict) -> dict:
     """(runtime, config, batch, beam, new_tokens, cache) -> row."""
     out = {}
-    for runtime in RUNTIMES:
+    for runtime in DECODE_VARIANTS:
         for r in ok_rows(data["ours"][runtime]):
             out[(runtime, r["config"], r["batch"], r["beam"], r["new_tokens"], r["cache"])] = r
     return out
@@ -150,7 +150,7 @@ def decoding_section(data: dict, short: int) -> list[str]:
                   key=lambda k: (list(CONFIGS).index(k[0]) if k[0] in CONFIGS else 99, *k[1:]))
     rows = []
     for config, batch, beam in keys:
-        cells = {rt: ours.get((rt, config, batch, beam, short, True)) for rt in RUNTIMES}
+        cells = {rt: ours.get((rt, config, batch, beam, short, True)) for rt in DECODE_VARIANTS}
         rates = {rt: c["tokens_per_s"] for rt, c in cells.items() if c}
         best_ours = max(rates, key=rates.get) if rates else None
         # The peers measured exactly 32 new tokens; other lengths have no peer to compare.
@@ -159,7 +159,7 @@ def decoding_section(data: dict, short: int) -> list[str]:
         fp32 = [p for p in candidates if p[2]]
         best_fp32 = max(fp32, key=lambda p: p[1]) if fp32 else None
         ours_rate = rates.get(best_ours) if best_ours else None
-        rows.append([config, batch, beam, *(rate(rates.get(rt)) for rt in RUNTIMES),
+        rows.append([config, batch, beam, *(rate(rates.get(rt)) for rt in DECODE_VARIANTS),
                      f"{best_ours} {rate(ours_rate)}" if best_ours else NA,
                      f"{best_peer[0]} {rate(best_peer[1])}" if best_peer else NA,
                      ratio(ours_rate, best_peer[1] if best_peer else None),
@@ -168,7 +168,7 @@ def decoding_section(data: dict, short: int) -> list[str]:
     return [f"## Decoding: tokens/s at {short} new tokens (source 32, cached step)", "",
             "tokens/s = batch x new tokens / latency of one full call (encoder + steps + "
             "search). 'best peer' may be CTranslate2 int8; 'best fp32 peer' excludes it.", "",
-            *table(["config", "batch", "beam", *RUNTIMES, "best ours", "best peer",
+            *table(["config", "batch", "beam", *DECODE_VARIANTS, "best ours", "best peer",
                     "ours/peer", "best fp32 peer", "ours/fp32 peer"], rows), ""]
 
 
@@ -254,7 +254,7 @@ def training_section(data: dict, peak: float | None, any_shape: bool = False) ->
 
 def rss_section(data: dict) -> list[str]:
     rows = []
-    for runtime in RUNTIMES:
+    for runtime in DECODE_VARIANTS:
         per_config: dict = {}
         for r in ok_rows(data["ours"][runtime]):
             if r.get("process_peak_rss_mb"):
