@@ -216,7 +216,8 @@ def create_app(explorer: Explorer | ClassifierExplorer | ExtractorExplorer,
     async def explain(request: Request):
         route = explorer.route
         if request.url.path != route:
-            return JSONResponse({"error": f"this server runs a {explorer.kind}'s export: POST "
+            return JSONResponse({"error": f"this server runs a {explorer.kind}'s export "
+                                          f"({explorer.task}): POST "
                                           f'{{"text": "..."}} to {route}'}, status_code=404)
         try:
             body = await capped_body(request)

@@ -234,6 +234,7 @@ def test_bad_requests_get_a_clear_answer_and_the_server_keeps_serving(server, ex
     assert httpx.get(f"{server}/translate").status_code == 405
     other = post(server, b'{"text": "one red cat"}', route="/classify")
     assert other.status_code == 404 and "/translate" in other.json()["error"]
+    assert f"translator's export ({explorer.task})" in other.json()["error"]
     health = httpx.get(f"{server}/health").json()
     assert health["status"] == "ok" and health["heads"] == explorer.num_heads
     assert health["kind"] == "translator"
