@@ -15,8 +15,9 @@ Inputs: source_ids int32 (B,S) (EOS-terminated, PAD-padded), max_length int32 ()
 tokens, EOS included), row_max_length int32 (B,) (each source's own limit, at most
 max_length: a beam search ends a source there as its search alone would), beam_size int32 ()
 (1: greedy), alpha float64 (), no_repeat_ngram_size int32 () and min_length int32 () (0:
-off). Greedy and beam search alike end each source at its own limit. Outputs: tokens int32 (B,T) (T = steps taken; PAD
-after EOS) and scores float32 (B,), as `decoding.SearchResult` holds them.
+off). Greedy and beam search alike end each source at its own limit. Outputs: tokens
+int32 (B,T) (T = steps taken; PAD after EOS) and scores float32 (B,), as
+`decoding.SearchResult` holds them.
 
 How it is laid out:
 
