@@ -47,6 +47,7 @@ _PUBLIC = {
     "FeedForward": "keras_transformer.layers.feed_forward",
     "MaskedLabelSmoothedCrossEntropy": "keras_transformer.losses",
     "MaskedSentenceCrossEntropy": "keras_transformer.losses",
+    "ClassWeightedCrossEntropy": "keras_transformer.losses",
     "MaskedAccuracy": "keras_transformer.metrics",
     "TransformerSchedule": "keras_transformer.schedules",
     "SentencePieceTokenizer": "keras_transformer.text.tokenizer",

@@ -1,5 +1,6 @@
-"""Label-smoothed cross-entropy over the non-padding target tokens (section 5.4), and binary
-cross-entropy over an article's real sentences (the extractive summarizer)."""
+"""Label-smoothed cross-entropy over the non-padding target tokens (section 5.4), binary
+cross-entropy over an article's real sentences (the extractive summarizer), and a classifier's
+cross-entropy weighted by class."""
 
 import keras
 from keras import ops
@@ -93,3 +94,39 @@ class MaskedSentenceCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         loss, mask = sentence_bce(y_true, y_pred)
         return ops.sum(loss) / ops.maximum(ops.sum(mask), 1.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ClassWeightedCrossEntropy(keras.losses.Loss):
+    """(labels (B,) int, logits (B,C)) -> per-sentence cross-entropy times its class's weight,
+    which the loss's reduction averages over the batch: what `model.fit(class_weight=...)`
+    computes, held in the loss so that it works on every input path and strategy.
+
+    Args:
+        class_weights: list of C positive floats, the weight of each class id.
+        name: str. The loss's name; defaults to `"class_weighted_cross_entropy"`.
+        **kwargs: other `keras.losses.Loss` arguments.
+
+    Example:
+
+    ```python
+    model.compile(optimizer="adam", loss=ClassWeightedCrossEntropy([0.6, 7.6, 0.6]))
+    ```
+    """
+
+    def __init__(self, class_weights, name="class_weighted_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.class_weights = [float(w) for w in class_weights]
+        if not self.class_weights or min(self.class_weights) <= 0:
+            raise ValueError(f"class_weights must be positive numbers, got {class_weights}")
+
+    def call(self, y_true, y_pred):
+        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
+        labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
+        nll = -ops.take_along_axis(log_probs, labels[:, None], axis=-1)[:, 0]
+        return nll * ops.take(ops.convert_to_tensor(self.class_weights), labels)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(class_weights=self.class_weights)
+        return config

@@ -151,6 +151,10 @@ class TrainingConfig:
     # model file in it or one of its checkpoints/epoch_NNNN.npz; "": from a fresh model.
     init_from: str = ""
     initial_step: int = 0  # the learning-rate schedule's first step (a fine-tune continues)
+    # task classification: each sentence's loss times its class's weight, as model.fit's
+    # class_weight. "": none; "balanced": n / (classes x the class's count in the training
+    # split), as scikit-learn's; or a mapping {label name or id: weight}, others 1.
+    class_weight: str | dict[str, float] = ""
 
 
 @dataclass
@@ -353,6 +357,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
                           f"the epoch checkpoints it averages")
     _check_given_tokenizer(config)
     _check_stream(config)
+    _check_class_weight(config)
     if config.data.word_joints not in WORD_JOINTS:
         raise ConfigError(f"data.word_joints must be one of {WORD_JOINTS}, got "
                           f"{config.data.word_joints!r}")
@@ -481,6 +486,28 @@ def _check_stream(config: RunConfig) -> None:
     for met, message in needs:
         if not met:
             raise ConfigError(f"data.stream {message}")
+
+
+def _check_class_weight(config: RunConfig) -> None:
+    """training.class_weight's form (its labels are matched to the classes when the data is
+    read: train.tasks.classification.class_weights)."""
+    weight = config.training.class_weight
+    if weight in ("", "balanced"):
+        if weight and config.task != "classification":
+            raise ConfigError(f"training.class_weight is for task classification, not "
+                              f"{config.task}")
+        return
+    if not isinstance(weight, dict) or not weight:
+        raise ConfigError(f"training.class_weight must be balanced or a mapping "
+                          f"{{label: weight}}, got {weight!r}")
+    if config.task != "classification":
+        raise ConfigError(f"training.class_weight is for task classification, not "
+                          f"{config.task}")
+    for label, value in weight.items():
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value <= 0):
+            raise ConfigError(f"training.class_weight: the weight of {label!r} must be a "
+                              f"positive number, got {value!r}")
 
 
 def _check_ranges(config: RunConfig) -> None:

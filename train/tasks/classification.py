@@ -11,6 +11,7 @@ import keras
 import numpy as np
 
 from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.losses import ClassWeightedCrossEntropy
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
 
@@ -42,6 +43,30 @@ def class_names(labels: list[str], num_classes: int, splits: dict) -> list[str]:
     return labels or [str(i) for i in range(count)]
 
 
+def class_weights(setting, names: list[str], labels) -> list[float] | None:
+    """training.class_weight as one weight per class id: None for "", scikit-learn's
+    "balanced" (n / (classes x count), so the weights' mean over the training sentences is 1
+    and the loss keeps its scale) from the training labels, or a mapping's weights by label
+    name or id (others 1)."""
+    if not setting:
+        return None
+    if setting == "balanced":
+        counts = np.bincount(np.asarray(labels), minlength=len(names))
+        empty = [name for name, count in zip(names, counts, strict=True) if not count]
+        if empty:
+            raise ConfigError(f"training.class_weight: balanced weighs classes by their "
+                              f"training sentences, and {', '.join(empty)} has none; give "
+                              f"a mapping {{label: weight}} instead")
+        return [float(len(labels) / (len(names) * count)) for count in counts]
+    weights = [1.0] * len(names)
+    for label, value in setting.items():
+        try:
+            weights[parse_label(str(label), names, "training.class_weight")] = float(value)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    return weights
+
+
 class ClassificationTask(Task):
     """Labeled sentences (train.data.load_classification); dev and test accuracy, per-class
     F1 and macro-F1. After every epoch the dev macro-F1 (eval.dev_score_sentences 0 turns it
@@ -65,6 +90,11 @@ class ClassificationTask(Task):
             f"{len(data)} {split}" for split, data in self.splits.items()))
         self.names = class_names(d.labels, config.model.num_classes, self.splits)
         self.num_classes = len(self.names)
+        self.class_weights = class_weights(config.training.class_weight, self.names,
+                                           self.train.labels)
+        if self.class_weights:
+            log.info("classification: class weights %s", ", ".join(
+                f"{name} {w:.3g}" for name, w in zip(self.names, self.class_weights, strict=True)))
         atomic_write_text(out / LABELS_FILE, json.dumps(self.names, ensure_ascii=False) + "\n")
         self.tok = train_tokenizer(config, self.train.texts, out / "spm")
         self.batch_size = max(1, d.tokens_per_batch // d.max_source_length)
@@ -103,8 +133,9 @@ class ClassificationTask(Task):
         return model
 
     def loss_and_metrics(self, model, replicas: int):
-        return (keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                [keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        loss = (ClassWeightedCrossEntropy(self.class_weights) if self.class_weights else
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return loss, [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
     def describe(self, model) -> str:
         return f", {self.num_classes} classes, batch {self.batch_size}"
@@ -136,6 +167,8 @@ class ClassificationTask(Task):
                         label="macro-F1")
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
+        if self.class_weights:
+            metrics["class_weights"] = dict(zip(self.names, self.class_weights, strict=True))
         count = self.config.eval.max_sentences or None
         for split in ("dev", "test"):
             if split not in self.splits:
