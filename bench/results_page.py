@@ -251,10 +251,20 @@ def memory(root: Path) -> list[str]:
             ""]
 
 
+# bench.serve's results: the demo's size, spa_eng_small's, and two workers.
+SERVE_RESULTS = ("serve.json", "serve_small/serve.json", "serve_workers2/serve.json")
+
+
 def serve(root: Path) -> list[str]:
-    path = RESULTS / "serve.json"
-    if not (root / path).is_file():
+    sections = [serve_one(root, RESULTS / name) for name in SERVE_RESULTS
+                if (root / RESULTS / name).is_file()]
+    if not sections:
         return []
+    return ["## The API server under load (`python -m bench.serve`)", "",
+            *(line for section in sections for line in section)]
+
+
+def serve_one(root: Path, path: Path) -> list[str]:
     data = read(root, path)
     cells = {(r["mode"], r["beam_size"], r["clients"]): r for r in data["results"]}
     rows = []
@@ -270,8 +280,7 @@ def serve(root: Path) -> list[str]:
                      f"{on.get('server_cpu_ms', '–')} / {off.get('server_cpu_ms', '–')}",
                      f"{on['failed']} / {off['failed']}",
                      f"{max(on['peak_rss_mb'], off['peak_rss_mb']):,.0f}"])
-    return ["## The API server under load (`python -m bench.serve`)", "",
-            f"`{data['export']}`" + (f" ({data['note']})" if data.get("note") else "")
+    return [f"`{data['export']}`" + (f" ({data['note']})" if data.get("note") else "")
             + f", one sentence per request, {data['seconds']:g} s per cell, "
             f"`--max-batch-size {data['max_batch_size']}` against 1, "
             f"{data.get('workers', 1)} worker(s); load average "
