@@ -15,6 +15,8 @@ each sentence's source ids and length limit, the export's model shape, the beams
 size and the seconds. The model is a random Marian model of that shape (made once, by
 ../shared/peers/bench_ct2.py's prepare under a name of the shape); every sentence gets
 exactly its limit of new tokens, as the server's random-weight outputs run to their limit.
+Each beam is timed in batches of the server's size and again one sentence a call, which says
+what batching gains CTranslate2 itself on this CPU.
 
 The model is the peers' random Marian model of each config, converted once by
 ../shared/peers/bench_ct2.py (--prepare, into $PEER_BENCH_MODELS). Source = 32 random ids,
@@ -252,7 +254,6 @@ def ceiling(work_path: Path, peers_dir: Path, compute_type: str, threads: int) -
     # encoder reads as many positions.
     sources = [[token_str(i, vocab) for i in ids[:-1]] + ["</s>"] for ids in work["sources"]]
     limits = work["limits"]
-    calls = length_batches(limits, work["max_batch_size"])
 
     def call(rows, beam):
         limit = limits[rows[0]]
@@ -263,28 +264,33 @@ def ceiling(work_path: Path, peers_dir: Path, compute_type: str, threads: int) -
         if lengths != {limit}:
             raise RuntimeError(f"expected {limit} tokens per row, got {lengths}")
 
-    order = random.Random(common.SEED).sample(calls, len(calls))
     results = []
-    for beam in work["beams"]:
-        call(calls[-1], beam)  # warm-up: the longest limit
-        done = tokens = 0
-        start, cpu0 = time.perf_counter(), time.process_time()
-        while True:
-            rows = order[done % len(order)]
-            call(rows, beam)
-            done += 1
-            tokens += len(rows) * limits[rows[0]]
-            elapsed = time.perf_counter() - start
-            if elapsed >= work["seconds"]:
-                break
-        sentences = sum(len(order[i % len(order)]) for i in range(done))
-        results.append({"beam_size": beam, "calls": done, "seconds": round(elapsed, 3),
-                        "sentences": sentences,
-                        "sentences_per_s": round(sentences / elapsed, 2),
-                        "new_tokens": tokens, "passes": round(done / len(order), 2),
-                        "cpu_ratio": round((time.process_time() - cpu0) / elapsed, 3)})
-        print(f"ct2 {compute_type} mkl={os.environ.get('CT2_USE_MKL')} beam {beam}: "
-              f"{results[-1]['sentences_per_s']:.1f} sentences/s", file=sys.stderr, flush=True)
+    # Batches of the server's size, and of one sentence: what batching gains CTranslate2
+    # itself on this CPU.
+    for batch in dict.fromkeys((work["max_batch_size"], 1)):
+        calls = length_batches(limits, batch)
+        order = random.Random(common.SEED).sample(calls, len(calls))
+        for beam in work["beams"]:
+            call(calls[-1], beam)  # warm-up: the longest limit
+            done = tokens = 0
+            start, cpu0 = time.perf_counter(), time.process_time()
+            while True:
+                rows = order[done % len(order)]
+                call(rows, beam)
+                done += 1
+                tokens += len(rows) * limits[rows[0]]
+                elapsed = time.perf_counter() - start
+                if elapsed >= work["seconds"]:
+                    break
+            sentences = sum(len(order[i % len(order)]) for i in range(done))
+            results.append({"beam_size": beam, "max_batch_size": batch, "calls": done,
+                            "seconds": round(elapsed, 3), "sentences": sentences,
+                            "sentences_per_s": round(sentences / elapsed, 2),
+                            "new_tokens": tokens, "passes": round(done / len(order), 2),
+                            "cpu_ratio": round((time.process_time() - cpu0) / elapsed, 3)})
+            print(f"ct2 {compute_type} mkl={os.environ.get('CT2_USE_MKL')} beam {beam} "
+                  f"batches of {batch}: {results[-1]['sentences_per_s']:.1f} sentences/s",
+                  file=sys.stderr, flush=True)
     return {"versions": {"ctranslate2": ctranslate2.__version__},
             "compute_type_used": translator.compute_type, "threads": threads,
             "ct2_use_mkl": os.environ.get("CT2_USE_MKL"), "results": results}

@@ -320,9 +320,18 @@ def best_ceiling(runs: dict, work: dict) -> list[dict]:
     the most sentences/s, each setting's figure kept."""
     rows = []
     for beam in work["beams"]:
-        by_mkl = {mkl: next(r for r in run["results"] if r["beam_size"] == beam)
-                  for mkl, run in runs.items()}
+        def cell(run, batch, beam=beam):
+            return next(r for r in run["results"] if r["beam_size"] == beam
+                        and r.get("max_batch_size", work["max_batch_size"]) == batch)
+
+        by_mkl = {mkl: cell(run, work["max_batch_size"]) for mkl, run in runs.items()}
         mkl = max(by_mkl, key=lambda m: by_mkl[m]["sentences_per_s"])
+        single = {m: cell(run, 1)["sentences_per_s"] for m, run in runs.items()
+                  if any(r.get("max_batch_size") == 1 for r in run["results"])}
+        if single:  # the same setting's one-sentence calls, and the gain of batching
+            by_mkl[mkl] = {**by_mkl[mkl], "unbatched_sentences_per_s": single[mkl],
+                           "batching_gain": round(by_mkl[mkl]["sentences_per_s"]
+                                                  / max(single[mkl], 1e-9), 2)}
         rows.append({**by_mkl[mkl], "ct2_use_mkl": mkl,
                      "sentences_per_s_by_mkl": {m: r["sentences_per_s"]
                                                 for m, r in by_mkl.items()},

@@ -35,6 +35,22 @@ def test_the_faster_backend_is_kept_per_beam_with_both_figures():
         (4, 60.0, "1"), (1, 90.0, "0")]
     assert rows[0]["sentences_per_s_by_mkl"] == {"0": 50.0, "1": 60.0}
     assert rows[0]["max_batch_size"] == 32 and rows[0]["sentences_per_pass"] == 10
+    assert "batching_gain" not in rows[0]  # a run without one-sentence calls
+
+
+def test_the_ceilings_own_batching_gain_is_the_same_settings_one_sentence_calls():
+    work = {"beams": [4], "max_batch_size": 32, "shape": {}, "sources": [[5]] * 4}
+
+    def run(batched, single):
+        return {"versions": {"ctranslate2": "4.8.5"}, "compute_type_used": "float32",
+                "threads": 2, "results": [
+                    {"beam_size": 4, "max_batch_size": 32, "sentences_per_s": batched},
+                    {"beam_size": 4, "max_batch_size": 1, "sentences_per_s": single}]}
+
+    # MKL on is faster batched, so its own one-sentence figure (not the faster 30) is used.
+    (row,) = serve.best_ceiling({"0": run(50.0, 30.0), "1": run(60.0, 24.0)}, work)
+    assert (row["ct2_use_mkl"], row["sentences_per_s"]) == ("1", 60.0)
+    assert (row["unbatched_sentences_per_s"], row["batching_gain"]) == (24.0, 2.5)
 
 
 def test_batching_cells_as_a_fraction_of_the_ceiling():
@@ -102,3 +118,6 @@ def test_the_results_page_names_the_ceiling_only_when_measured():
     (blank, line) = serve_ceiling(data)
     assert blank == "" and "batches of 32" in line
     assert "beam 4 20.0 sentences/s (CT2_USE_MKL=0), batching at 32 clients 0.35x of it" in line
+    data["ceiling"][0].update(unbatched_sentences_per_s=8.0, batching_gain=2.5)
+    (_, line) = serve_ceiling(data)
+    assert ("(CT2_USE_MKL=0; one sentence a call 8.0, so batching gains it 2.50x)" in line)
