@@ -304,10 +304,19 @@ def serve_ceiling(data: dict) -> list[str]:
             f"{some['max_batch_size']}, {some['compute_type']}, a random Marian model of the "
             f"export's shape, each sentence to the server's length limit): "
             + "; ".join(f"beam {r['beam_size']} {r['ceiling_sentences_per_s']:,.1f} "
-                        f"sentences/s (CT2_USE_MKL={ceiling[r['beam_size']]['ct2_use_mkl']}"
+                        f"sentences/s in calls of {call_size(ceiling[r['beam_size']])} "
+                        f"(CT2_USE_MKL={ceiling[r['beam_size']]['ct2_use_mkl']}"
                         + ceiling_gain(ceiling[r['beam_size']]) + "), "
                         f"batching at {r['clients']} clients {r['of_ceiling']:.2f}x of it"
                         for r in rows) + "."]
+
+
+def call_size(row: dict) -> str:
+    """The ceiling's mean sentences a call: its calls group sentences of one length limit, so
+    a small sentence file batches little however large --max-batch-size is."""
+    if not row.get("calls"):
+        return "?"
+    return f"{row['sentences'] / row['calls']:.1f} on average"
 
 
 def ceiling_gain(row: dict) -> str:

@@ -410,7 +410,16 @@ def main(argv) -> int:
                   f"       {row['sentences_per_s']:8.1f} sentences/s  (translate_batch, "
                   f"{row['compute_type']}, CT2_USE_MKL={row['ct2_use_mkl']}; "
                   + ", ".join(f"{m}: {v:.1f}" for m, v in
-                              row["sentences_per_s_by_mkl"].items()) + ")", flush=True)
+                              row["sentences_per_s_by_mkl"].items())
+                  + (f"; one sentence a call {row['unbatched_sentences_per_s']:.1f}"
+                     if "unbatched_sentences_per_s" in row else "") + ")", flush=True)
+            per_call = row["sentences"] / max(row["calls"], 1)
+            if per_call < args.max_batch_size / 2:
+                # Its calls group sentences of one length limit: few sentences, small calls.
+                print(f"note: the ceiling's calls held {per_call:.1f} sentences on average "
+                      f"({len(sentences)} sentences in {args.sentences}), under half of "
+                      f"--max-batch-size {args.max_batch_size}: give more sentences for a "
+                      f"batched ceiling", flush=True)
     results = []
     for mode, options in modes.items():
         log = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "api.log"

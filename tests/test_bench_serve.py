@@ -111,13 +111,14 @@ def test_the_results_page_names_the_ceiling_only_when_measured():
 
     assert serve_ceiling({"results": []}) == []
     data = {"ceiling": [{"beam_size": 4, "max_batch_size": 32, "compute_type": "float32",
-                         "ct2_use_mkl": "0"}],
+                         "ct2_use_mkl": "0", "calls": 4, "sentences": 90}],
             "against_ceiling": [{"beam_size": 4, "ceiling_sentences_per_s": 20.0,
                                  "clients": 32, "batching_sentences_per_s": 7.0,
                                  "of_ceiling": 0.35}]}
     (blank, line) = serve_ceiling(data)
     assert blank == "" and "batches of 32" in line
-    assert "beam 4 20.0 sentences/s (CT2_USE_MKL=0), batching at 32 clients 0.35x of it" in line
+    assert ("beam 4 20.0 sentences/s in calls of 22.5 on average (CT2_USE_MKL=0), batching at "
+            "32 clients 0.35x of it") in line
     data["ceiling"][0].update(unbatched_sentences_per_s=8.0, batching_gain=2.5)
     (_, line) = serve_ceiling(data)
-    assert ("(CT2_USE_MKL=0; one sentence a call 8.0, so batching gains it 2.50x)" in line)
+    assert "(CT2_USE_MKL=0; one sentence a call 8.0, so batching gains it 2.50x)" in line
