@@ -50,6 +50,13 @@ def run_dir(data_dir, tmp_path_factory):
     from train.config import load_config
     from train.run import run
 
+    out = tmp_path_factory.mktemp("classifier") / "run"
+    run(load_config(None, run_sets(data_dir)), out)
+    return out
+
+
+def run_sets(data_dir) -> list[str]:
+    """The --set assignments of the tiny classifier run on `data_dir` (later ones win)."""
     sets = [f"data.data_dir={data_dir}", "task=classification", "data.corpus=parallel",
             f"data.labels=[{', '.join(NAMES)}]", "data.max_source_length=24",
             "data.tokens_per_batch=768", "tokenizer.vocab_size=60", "model.num_classes=3",
@@ -60,6 +67,4 @@ def run_dir(data_dir, tmp_path_factory):
     for split in ("train", "dev", "test"):
         sets += [f"data.{split}_source={split}/sents.txt",
                  f"data.{split}_target={split}/sentiments.txt"]
-    out = tmp_path_factory.mktemp("classifier") / "run"
-    run(load_config(None, sets), out)
-    return out
+    return sets

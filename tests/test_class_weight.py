@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.losses import ClassWeightedCrossEntropy
-from tests.classifier_run import NAMES, data_dir  # noqa: F401  (a fixture)
+from tests.classifier_run import NAMES, data_dir, run_sets  # noqa: F401  (a fixture)
 from train.config import ConfigError, load_config
 from train.tasks.classification import class_weights
 
@@ -105,16 +105,8 @@ def test_config_refuses_in_one_line(sets, words):
 def test_a_run_trains_with_the_weights_and_records_them(data_dir, tmp_path):  # noqa: F811
     from train.run import run
 
-    sets = [f"data.data_dir={data_dir}", "task=classification", "data.corpus=parallel",
-            f"data.labels=[{', '.join(NAMES)}]", "data.max_source_length=24",
-            "data.tokens_per_batch=768", "tokenizer.vocab_size=60", "model.num_classes=3",
-            "model.overrides.d_model=16", "model.overrides.num_heads=2",
-            "model.overrides.d_ff=32", "model.overrides.num_encoder_layers=1",
-            "training.epochs=1", "training.steps_per_epoch=3", "training.verbose=0",
-            "training.tensorboard=false", "training.class_weight=balanced"]
-    for split in ("train", "dev", "test"):
-        sets += [f"data.{split}_source={split}/sents.txt",
-                 f"data.{split}_target={split}/sentiments.txt"]
+    sets = [*run_sets(data_dir), "training.epochs=1", "training.steps_per_epoch=3",
+            "training.class_weight=balanced"]
     out = tmp_path / "run"
     run(load_config(None, sets), out)
     labels = (data_dir / "train" / "sentiments.txt").read_text("utf-8").split()
