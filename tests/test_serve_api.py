@@ -80,6 +80,14 @@ def metrics(url: str) -> dict[str, float]:
             (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
 
 
+def wait_for_queue(url: str, length: int, seconds: float = 30.0) -> None:
+    """Until the server's queue holds `length` inputs."""
+    deadline = time.monotonic() + seconds
+    while metrics(url)["kt_queue_length"] != length:
+        assert time.monotonic() < deadline, f"the queue never held {length} inputs"
+        time.sleep(0.02)
+
+
 def _log_is_clean(log) -> None:
     text = log.read_text(errors="replace")
     for word in LOG_PROBLEMS:
@@ -242,7 +250,7 @@ def test_a_full_queue_a_timeout_and_a_client_that_hangs_up(world, tmp_path):
         first = threading.Thread(target=lambda: results.append(post(url, {"inputs": texts})))
         results = []
         first.start()
-        time.sleep(0.3)
+        wait_for_queue(url, len(texts))  # a busy machine may take a while to accept it
         full = post(url, {"inputs": ["three cats"]})
         assert full.status_code == 503 and "queue is full" in full.json()["error"], full.text
         first.join()
