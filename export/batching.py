@@ -73,7 +73,10 @@ class Batcher:
     """A bounded queue of inputs and one worker thread per engine.
 
     A worker takes the oldest waiting input, waits until `wait_s` after it arrived (or until
-    `max_batch_size` inputs of its key are waiting), then runs up to `max_batch_size` inputs
+    `max_batch_size` inputs of its key are waiting) unless the last batch held a single input
+    (one client at a time gains nothing by waiting, and would pay the wait on every answer;
+    a batch of several says requests overlap, and the waits start again), then runs up to
+    `max_batch_size` inputs
     of that key, oldest first, sorted by length so that a batch pads little. Inputs of other
     keys (other search settings, a streamed request) wait for their own batch. `submit`
     refuses inputs beyond `max_queue` waiting ones (Overloaded); a cancelled ticket's inputs
@@ -91,6 +94,7 @@ class Batcher:
         self._lock = threading.Condition()
         self._closing = False
         self._busy = 0
+        self._last_batch = max_batch_size  # until a batch has run: expect overlapping requests
         self._threads = [threading.Thread(target=self._work, args=(engine,), daemon=True,
                                           name=f"batcher-{i}")
                          for i, engine in enumerate(engines)]
@@ -148,7 +152,7 @@ class Batcher:
             if not self._rows:
                 return None
             first = self._rows[0]
-            deadline = first.arrival + self.wait_s
+            deadline = first.arrival + (self.wait_s if self._last_batch > 1 else 0.0)
             while True:
                 same = sum(1 for row in self._rows
                            if row.key == first.key)
@@ -167,6 +171,7 @@ class Batcher:
                 else:
                     kept.append(row)
             self._rows = kept
+            self._last_batch = len(batch)
             return batch
 
     def _work(self, engine: Engine) -> None:

@@ -55,6 +55,33 @@ def test_requests_in_one_wait_run_together_by_key_sorted_by_length_capped_in_siz
                               ("greedy", ["f"])]
 
 
+def test_one_request_at_a_time_is_not_kept_waiting_and_overlap_waits_again():
+    engine = Recorder()
+    wait = 2.0  # far above any thread's wake-up on a loaded machine
+    batcher = Batcher([engine], max_batch_size=8, wait_s=wait, max_queue=100)
+    try:
+        # The first batch waits (overlap is expected until a batch has run).
+        start = time.monotonic()
+        _, done, _ = request(batcher, "k", ["a"])
+        assert done.wait(10) and time.monotonic() - start >= wait * 0.95
+        # One input at a time after a batch of one: answered without the wait.
+        for item in ("b", "c"):
+            start = time.monotonic()
+            _, done, _ = request(batcher, "k", [item])
+            assert done.wait(10) and time.monotonic() - start < wait / 2
+        # Two at once run without the wait too; the batch after them waits again.
+        pending = [request(batcher, "k", ["d", "e"])]
+        assert pending[0][1].wait(10)
+        start = time.monotonic()
+        pending = [request(batcher, "k", ["f"]), request(batcher, "k", ["g"])]
+        assert all(done.wait(10) for _, done, _ in pending)
+        assert time.monotonic() - start >= wait * 0.95
+    finally:
+        batcher.close(timeout=10)
+    assert engine.batches == [("k", ["a"]), ("k", ["b"]), ("k", ["c"]), ("k", ["d", "e"]),
+                              ("k", ["f", "g"])]
+
+
 def test_a_full_queue_refuses_the_whole_request_and_a_cancelled_one_is_dropped():
     engine = Recorder()
     batcher = Batcher([engine], max_batch_size=8, wait_s=0.5, max_queue=3)
