@@ -29,9 +29,9 @@ import sys
 from pathlib import Path
 
 from keras_transformer.command_line import (
-    EachMessageOnce,
     add_debug_flag,
     command,
+    each_message_once,
     entry_point,
     int_in,
 )
@@ -91,8 +91,11 @@ def main(argv) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(EachMessageOnce())
+    with each_message_once():
+        return _checked(args)
+
+
+def _checked(args) -> int:
     sources = references = None
     if args.ref and not args.src:
         raise ValueError("--ref needs --src")

@@ -9,6 +9,7 @@ it too. Exit codes: 0 success, 1 a runtime failure (the input was fine but the w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -212,6 +213,22 @@ def first_few(items, shown: int = 5) -> str:
     items = [str(item) for item in items]
     more = f" and {len(items) - shown} more" if len(items) > shown else ""
     return ", ".join(items[:shown]) + more
+
+
+@contextlib.contextmanager
+def each_message_once():
+    """EachMessageOnce on the root logger's handlers for the block, taken off after it: the
+    handlers are not the command's own (a test runner's, in a test), and a filter left on
+    them would drop a later identical message of someone else's."""
+    # One filter a handler: a shared one would pass a message to the first handler only.
+    added = [(handler, EachMessageOnce()) for handler in logging.getLogger().handlers]
+    for handler, once in added:
+        handler.addFilter(once)
+    try:
+        yield
+    finally:
+        for handler, once in added:
+            handler.removeFilter(once)
 
 
 class EachMessageOnce(logging.Filter):

@@ -13,6 +13,7 @@ from keras_transformer.command_line import (
     EachMessageOnce,
     add_debug_flag,
     command,
+    each_message_once,
     entry_point,
     first_few,
     float_in,
@@ -143,6 +144,32 @@ def test_each_message_once_passes_a_repeated_truncation_warning_once_and_a_new_o
         logger.removeHandler(handler)
     assert len(records) == 2
     assert records[0].startswith("1 of 2 inputs") and records[1].startswith("2 of 2 ")
+
+
+def test_each_message_once_is_taken_off_the_handlers_it_did_not_own():
+    """export.parity's filter holds for its own run only: a test runner's handlers, which
+    outlive it, pass the same message again after it (a filter left on them had dropped a
+    later test's expected warning)."""
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    root, handler, other = logging.getLogger(), Keep(level=logging.WARNING), Keep()
+    root.addHandler(handler)
+    root.addHandler(other)  # each handler is passed each message once
+    logger = logging.getLogger("keras_transformer.text.sources")
+    try:
+        with each_message_once():
+            for _ in range(3):
+                logger.warning("the same")
+        logger.warning("the same")
+    finally:
+        root.removeHandler(handler)
+        root.removeHandler(other)
+    assert records == ["the same"] * 4
+    assert not handler.filters and not other.filters
 
 
 def test_first_few_names_the_first_ones_and_counts_the_rest():
