@@ -73,14 +73,13 @@ class Batcher:
     """A bounded queue of inputs and one worker thread per engine.
 
     A worker takes the oldest waiting input, waits until `wait_s` after it arrived (or until
-    `max_batch_size` inputs of its key are waiting) unless the last batch held a single input
-    (one client at a time gains nothing by waiting, and would pay the wait on every answer;
-    a batch of several says requests overlap, and the waits start again), then runs up to
-    `max_batch_size` inputs
-    of that key, oldest first, sorted by length so that a batch pads little. Inputs of other
-    keys (other search settings, a streamed request) wait for their own batch. `submit`
-    refuses inputs beyond `max_queue` waiting ones (Overloaded); a cancelled ticket's inputs
-    that no worker took yet are dropped.
+    `max_batch_size` inputs of its key are waiting) unless the last batch held a single
+    input (one client at a time gains nothing by waiting, and would pay the wait on every
+    answer; a batch of several says requests overlap, and the waits start again), then runs
+    up to `max_batch_size` inputs of that key, oldest first, sorted by length so that a
+    batch pads little. Inputs of other keys (other search settings, a streamed request) wait
+    for their own batch. `submit` refuses inputs beyond `max_queue` waiting ones
+    (Overloaded); a cancelled ticket's inputs that no worker took yet are dropped.
     """
 
     def __init__(self, engines: Sequence[Engine], *, max_batch_size: int = 32,

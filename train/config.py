@@ -492,17 +492,16 @@ def _check_class_weight(config: RunConfig) -> None:
     """training.class_weight's form (its labels are matched to the classes when the data is
     read: train.tasks.classification.class_weights)."""
     weight = config.training.class_weight
-    if weight in ("", "balanced"):
-        if weight and config.task != "classification":
-            raise ConfigError(f"training.class_weight is for task classification, not "
-                              f"{config.task}")
+    if weight == "":
+        return
+    if config.task != "classification":
+        raise ConfigError(f"training.class_weight is for task classification, not "
+                          f"{config.task}")
+    if weight == "balanced":
         return
     if not isinstance(weight, dict) or not weight:
         raise ConfigError(f"training.class_weight must be balanced or a mapping "
                           f"{{label: weight}}, got {weight!r}")
-    if config.task != "classification":
-        raise ConfigError(f"training.class_weight is for task classification, not "
-                          f"{config.task}")
     for label, value in weight.items():
         if (isinstance(value, bool) or not isinstance(value, (int, float))
                 or not math.isfinite(value) or value <= 0):
