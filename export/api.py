@@ -16,15 +16,14 @@ Server-Sent Events instead: each token as it is decided (greedy search; a beam's
 with its final hypothesis), then each input's output. GET /health, GET /metrics (Prometheus'
 text format) and GET /openapi.json describe the server.
 
-Requests that arrive within --batch-wait-ms of each other and share their settings are run
-as one batch of at most --max-batch-size inputs (1: no batching; after a batch of one input
-the next does not wait), on --workers threads, each
-with its own model on --threads runtime threads (default: the cores shared among the
-workers); beyond --max-queue waiting inputs a request is answered 503, and one not
-answered within --timeout seconds 504. The body and connection limits of export.serve hold
-(a larger body: --max-inputs inputs). Bad requests get a 4xx answer {"error": "<what to
-fix>"} on one line. SIGTERM or Ctrl-C stops accepting connections, answers what was accepted
-and exits 0.
+Requests that arrive within --batch-wait-ms of each other and share their settings are run as
+one batch of at most --max-batch-size inputs (1: no batching; after a batch of one input the
+next does not wait), on --workers threads, each with its own model on --threads runtime threads
+(default: the cores shared among the workers); beyond --max-queue waiting inputs a request is
+answered 503, and one not answered within --timeout seconds 504. The body and connection limits
+of export.serve hold (a larger body: --max-inputs inputs). Bad requests get a 4xx answer
+{"error": "<what to fix>"} on one line. SIGTERM or Ctrl-C stops accepting connections, answers
+what was accepted and exits 0.
 
 Exit codes: 0 stopped; 2 bad usage (a missing or damaged export, a port that cannot be bound,
 a web package not installed, an option out of range); 1 a failure.

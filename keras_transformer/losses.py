@@ -121,9 +121,9 @@ class ClassWeightedCrossEntropy(keras.losses.Loss):
             raise ValueError(f"class_weights must be positive numbers, got {class_weights}")
 
     def call(self, y_true, y_pred):
-        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
         labels = ops.cast(ops.reshape(y_true, (-1,)), "int32")
-        nll = -ops.take_along_axis(log_probs, labels[:, None], axis=-1)[:, 0]
+        # No smoothing, and no label is padding (-1 never is one): the plain NLL per sentence.
+        nll, _ = label_smoothed_nll(labels, y_pred, 0.0, pad_id=-1)
         return nll * ops.take(ops.convert_to_tensor(self.class_weights), labels)
 
     def get_config(self):
