@@ -113,13 +113,22 @@ def test_broken_shards_are_refused_in_one_line_naming_the_file(tmp_path):
     (["training.steps_per_epoch=0"], "set training.steps_per_epoch"),
     (["tokenizer.sample_sentences=0"], "set tokenizer.sample_sentences"),
     (["data.tsv=x.tsv"], "not data.tsv"),
-    (["task=language_model"], "is for task translation"),
+    (["data.corpus=parallel"], "reads TSV shards: for task translation set data.corpus: tsv"),
+    (["task=masked_lm", "data.corpus=text"], "reads data.texts .* set data.texts"),
+    (["task=summarization", "data.extract_sources=true"], "reads whole articles"),
+    (["task=masked_lm", "data.corpus=text", "data.texts=[a.txt]", "data.next_sentence=true"],
+     "data.next_sentence pairs sentences"),
+    (["task=classification", "training.init_from=runs/pre", "tokenizer.sample_sentences=0"],
+     None),
 ])
 def test_stream_needs_are_config_errors(overrides, message):
     base = ["data.stream=true", "data.corpus=tsv", "data.train_source=s/*.tsv",
             "data.dev_source=dev.tsv", "training.steps_per_epoch=5",
             "tokenizer.sample_sentences=100"]
     load_config(None, base)
+    if message is None:  # a fine-tune takes its tokenizer from the pre-trained run
+        load_config(None, [*base, *overrides])
+        return
     with pytest.raises(ConfigError, match=message):
         load_config(None, [*base, *overrides])
 

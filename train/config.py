@@ -466,22 +466,36 @@ def _check_given_tokenizer(config: RunConfig) -> None:
                           "tokenizer.joint: true")
 
 
+TEXT_TASKS = ("masked_lm", "denoising")  # tasks reading data.texts, not data.train_source
+
+
 def _check_stream(config: RunConfig) -> None:
     """data.stream's needs, each refused in one line before anything is read."""
     d = config.data
     if not d.stream:
         return
+    texts = config.task in TEXT_TASKS
     needs = [
-        (config.task == "translation", f"is for task translation, not {config.task}"),
-        (d.corpus == "tsv" and not d.tsv, "reads data.corpus tsv with data.train_source, "
-                                          "data.dev_source (and data.test_source), not data.tsv"),
-        (bool(d.train_source and d.dev_source), "needs data.train_source (a TSV file or a "
-                                                 "glob of shards) and data.dev_source"),
+        (not (texts and not d.texts), f"for task {config.task} reads data.texts (files or "
+                                      f"globs of training text) as shards: set data.texts"),
+        (texts or d.corpus == "tsv", f"reads TSV shards: for task {config.task} set "
+                                     f"data.corpus: tsv"),
+        (texts or not d.tsv, "reads data.train_source, data.dev_source (and data.test_source), "
+                             "not data.tsv"),
+        (texts or bool(d.train_source and d.dev_source), "needs data.train_source (a TSV file "
+                                                         "or a glob of shards) and "
+                                                         "data.dev_source"),
+        (not d.extract_sources, "reads whole articles: data.extract_sources needs the "
+                                "selector's picks of every training article in memory"),
+        (not (d.next_sentence and config.task == "masked_lm"),
+         "makes a row of each sentence: data.next_sentence pairs sentences across the "
+         "corpus in memory"),
         (config.training.steps_per_epoch > 0, "counts training in steps: set "
                                               "training.steps_per_epoch"),
-        (bool(config.tokenizer.sample_sentences or config.tokenizer.model),
+        (bool(config.tokenizer.sample_sentences or config.tokenizer.model
+              or config.training.init_from),
          "trains the tokenizer on a sample: set tokenizer.sample_sentences (or give "
-         "tokenizer.model)"),
+         "tokenizer.model, or training.init_from)"),
     ]
     for met, message in needs:
         if not met:

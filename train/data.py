@@ -68,6 +68,12 @@ def data_files(config: DataConfig) -> list[Path]:
         names = [config.tsv] if config.tsv else [config.train_source, config.dev_source]
         if not config.tsv and config.test_source:
             names.append(config.test_source)
+    elif config.corpus == "text" and config.stream:
+        from .record_stream import matching_files
+
+        return ([path for name in config.texts
+                 for path in matching_files(name, config, "data.texts")]
+                + [resolve(config, name) for name in config.dev_texts])
     elif config.corpus == "text":
         names = [*config.texts, *config.dev_texts]
     elif config.corpus == "demo":

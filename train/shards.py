@@ -22,7 +22,6 @@ each.
 
 from __future__ import annotations
 
-import glob
 import itertools
 import math
 import operator
@@ -43,25 +42,15 @@ from keras_transformer.text.shards import (
     worker_part,
 )
 
-from .config import DataConfig, data_dir
+from .config import DataConfig
+from .record_stream import matching_files
 from .tokenizer_sources import sample_positions
 
 
 def shard_files(config: DataConfig) -> list[Path]:
     """The shards data.train_source names (a file, or a glob), relative to the data folder,
     sorted; a glob that matches nothing, or a missing file, is an error naming it."""
-    pattern = Path(config.train_source)
-    if not pattern.is_absolute():
-        pattern = data_dir(config) / pattern
-    if glob.has_magic(str(pattern)):
-        files = sorted(Path(p) for p in glob.glob(str(pattern)) if Path(p).is_file())
-        if not files:
-            raise FileNotFoundError(f"data.train_source: no file matches {pattern} (set "
-                                    f"data.data_dir or KT_DATA_DIR to the folder of the shards)")
-        return files
-    if not pattern.is_file():
-        raise FileNotFoundError(f"data.train_source: shard not found: {pattern}")
-    return [pattern]
+    return matching_files(config.train_source, config, "data.train_source")
 
 
 @dataclass

@@ -288,7 +288,17 @@ def make_classification_dataset(
     token_ids are ids + [EOS] (the same format as a translation source), truncated
     to ``max_length`` with EOS kept last, then padded with PAD to exactly ``max_length``;
     PAD and EOS are ``pad_id`` and ``eos_id`` where given, else the tokenizer's own.
+    ``texts`` may instead be a tf.data.Dataset of (text, label) (a streamed corpus, shuffled
+    by its reader), with ``labels`` None.
     """
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1 (room for EOS), got {max_length}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(texts, tf.data.Dataset):  # a streamed corpus: shuffled by its reader
+        return _classification_batches(texts, tokenizer, max_length=max_length,
+                                       batch_size=batch_size, drop_remainder=drop_remainder,
+                                       pad_id=pad_id, eos_id=eos_id)
     labels_arr = np.asarray(labels)
     if len(texts) != len(labels_arr):
         raise ValueError(f"texts and labels differ in length: {len(texts)} vs {len(labels_arr)}")
@@ -299,16 +309,19 @@ def make_classification_dataset(
             f"labels must be a 1-D sequence of integer class ids, got dtype "
             f"{labels_arr.dtype} and shape {labels_arr.shape}"
         )
-    if max_length < 1:
-        raise ValueError(f"max_length must be >= 1 (room for EOS), got {max_length}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
     ds = tf.data.Dataset.from_tensor_slices(
         (tf.constant(list(texts), tf.string), tf.constant(labels_arr.astype(np.int32)))
     )
     if shuffle:
         ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+    return _classification_batches(ds, tokenizer, max_length=max_length, batch_size=batch_size,
+                                   drop_remainder=drop_remainder, pad_id=pad_id, eos_id=eos_id)
+
+
+def _classification_batches(ds, tokenizer, *, max_length, batch_size, drop_remainder, pad_id,
+                            eos_id):
+    """make_classification_dataset's batches of a dataset of (text, label)."""
     pad_id, _, eos_id = special_ids_of((tokenizer,), pad_id, None, eos_id)
     eos = tf.constant([eos_id], tf.int32)
 
@@ -337,7 +350,9 @@ def make_language_model_dataset(
     repeat: bool = False,
     drop_remainder: bool = False,
 ) -> tf.data.Dataset:
-    """Batches ``(inputs, targets)`` of ``language_model_rows``, both (B, length) int32.
+    """Batches ``(inputs, targets)`` of ``language_model_rows``, both (B, length) int32;
+    ``rows`` may instead be a tf.data.Dataset of them (a streamed corpus, shuffled by its
+    reader, endless).
 
     inputs = ``row[:-1]``, targets = ``row[1:]`` (the next token of each position), with
     every BOS target set to PAD: BOS opens a text and is given, never predicted, so the
@@ -345,16 +360,20 @@ def make_language_model_dataset(
     (seeded, a new order each pass) when ``shuffle``; ``repeat`` repeats them before
     batching, so no short batch. B is ``batch_size`` except for a last partial batch.
     """
-    rows = np.asarray(rows)
-    if rows.ndim != 2 or rows.shape[1] < 2 or len(rows) == 0:
-        raise ValueError(f"rows must be (N, length + 1) with N, length >= 1, got {rows.shape}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    ds = tf.data.Dataset.from_tensor_slices(tf.constant(rows, tf.int32))
-    if shuffle:
-        ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
+    if isinstance(rows, tf.data.Dataset):  # a streamed corpus: shuffled by its reader
+        ds = rows
+    else:
+        rows = np.asarray(rows)
+        if rows.ndim != 2 or rows.shape[1] < 2 or len(rows) == 0:
+            raise ValueError(f"rows must be (N, length + 1) with N, length >= 1, got "
+                             f"{rows.shape}")
+        ds = tf.data.Dataset.from_tensor_slices(tf.constant(rows, tf.int32))
+        if shuffle:
+            ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
 
     def split(batch):
@@ -370,7 +389,20 @@ def _bucketed_rows(columns: Sequence[Sequence[Sequence[int]]], *, max_length: in
     """Rows of ids (each of `columns` one list of rows, row i of every column as long as the
     first's) shuffled (seeded, a new order each pass), bucketed by length under
     ``tokens_per_batch`` like the translation batches, padded by ``padding_values`` (one per
-    column): batches (B, L) int32, a tuple of them for several columns."""
+    column): batches (B, L) int32, a tuple of them for several columns.
+
+    ``columns`` may instead be a tf.data.Dataset of such rows (a streamed corpus, shuffled by
+    its reader, each row at most ``max_length`` long): it is bucketed as it is."""
+    boundaries = bucket_boundaries_for(max_length, num_buckets)
+    if isinstance(columns, tf.data.Dataset):
+        return columns.bucket_by_sequence_length(
+            element_length_func=lambda *r: tf.shape(r[0])[0],
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=bucket_batch_sizes_for(boundaries, tokens_per_batch),
+            padding_values=tuple(padding_values) if len(padding_values) > 1
+            else padding_values[0],
+            pad_to_bucket_boundary=True,
+        )
     rows = columns[0]
     lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
     if len(rows) == 0 or lengths.min() < 1:
@@ -391,7 +423,6 @@ def _bucketed_rows(columns: Sequence[Sequence[Sequence[int]]], *, max_length: in
         ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
-    boundaries = bucket_boundaries_for(max_length, num_buckets)
     return ds.bucket_by_sequence_length(
         element_length_func=lambda *r: tf.shape(r[0])[0],
         bucket_boundaries=boundaries,
@@ -421,7 +452,8 @@ def make_masked_lm_dataset(
     With ``next_sentence`` (one label a row, ``text.sentence_pairs``'s) the second element
     is ``(targets or labels, next-sentence labels (B,))``.
 
-    ``rows``: each text's ids, EOS included, at most ``max_length`` long. Rows are shuffled
+    ``rows``: each text's ids, EOS included, at most ``max_length`` long, or a tf.data.Dataset
+    of them (a streamed corpus: shuffled by its reader, endless). Rows are shuffled
     (seeded, a new order each pass), bucketed by length under ``tokens_per_batch`` like the
     translation batches, then masked by ``keras_transformer.text.masking.mask_batch`` with
     the keyword arguments ``masking`` (rate, mask_id, vocab_size, special_ids, seed, and
@@ -437,7 +469,11 @@ def make_masked_lm_dataset(
         raise ValueError("make_masked_lm_dataset with positions needs masking's "
                          "max_predictions (the number of slots a row's positions fill)")
 
-    columns, padding = [rows], [pad_id]
+    streamed = isinstance(rows, tf.data.Dataset)
+    if streamed and next_sentence is not None:
+        raise ValueError("make_masked_lm_dataset: next_sentence labels go with rows in memory, "
+                         "not with a stream of rows")
+    columns, padding = (rows if streamed else [rows]), [pad_id]
     if next_sentence is not None:
         if len(next_sentence) != len(rows):
             raise ValueError(f"next_sentence holds {len(next_sentence)} labels for "
@@ -487,7 +523,9 @@ def make_denoising_dataset(
     in make_translation_dataset's format.
 
     ``rows``: each text's ids, EOS included, at most ``max_length`` long; ``sentence_ids``:
-    each piece's sentence index in its row. Rows are shuffled and bucketed as
+    each piece's sentence index in its row. ``rows`` may instead be a tf.data.Dataset of
+    (row, sentence ids) (a streamed corpus, shuffled by its reader, endless), with
+    ``sentence_ids`` None. Rows are shuffled and bucketed as
     make_masked_lm_dataset's. target_out is the row; target_in BOS + the row without its EOS;
     source the row corrupted by ``keras_transformer.text.noising.noise_batch`` with the
     keyword arguments ``noising`` (rate, span_lambda, mask_id, seed), its sentences permuted
@@ -495,7 +533,8 @@ def make_denoising_dataset(
     """
     from keras_transformer.text.noising import noise_batch
 
-    ds = _bucketed_rows([rows, sentence_ids], max_length=max_length,
+    columns = rows if isinstance(rows, tf.data.Dataset) else [rows, sentence_ids]
+    ds = _bucketed_rows(columns, max_length=max_length,
                         tokens_per_batch=tokens_per_batch, padding_values=[pad_id, 0],
                         num_buckets=num_buckets, shuffle=shuffle, seed=seed, repeat=repeat,
                         what="make_denoising_dataset")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,23 +64,33 @@ def shard_pairs(path: Path) -> Iterator[tuple[str, str] | None]:
     """Each line of a shard as its (source, target), stripped, or None for a blank line or
     an empty side (dropped and counted, as the in-memory reader does); ValueError naming
     the file (and line) for anything that makes the shard unreadable."""
+    return shard_records(path, line_pair, "source<TAB>target")
+
+
+def shard_records(path: Path, parse: Callable[[bytes], Any], holds: str) -> Iterator[Any]:
+    """`parse(line)` of each line of a shard (its bytes): a record, or None for a line it
+    drops. A line `parse` refuses (a ColumnCountError, or a ValueError of another kind), invalid
+    UTF-8, a corrupt gzip file or an unreadable one: a ValueError naming the file and line,
+    `holds` saying what a line should hold."""
     path = Path(path)
     number = 0
     try:
         with open_shard(path) as file:
             for number, raw in enumerate(file, start=1):  # noqa: B007 (the errors name it)
-                yield line_pair(raw)
+                yield parse(raw)
     except ColumnCountError as err:
         raise ValueError(f"shard {path} line {number} has {err.columns} tab-separated columns; "
-                         f"a shard holds source<TAB>target") from None
+                         f"a shard holds {holds}") from None
     except UnicodeDecodeError as err:
-        raise ValueError(f"shard {path} line {number + 1} is not UTF-8 (byte "
-                         f"{err.start + 1})") from None
+        raise ValueError(f"shard {path} line {number} is not "
+                         f"UTF-8 (byte {err.start + 1})") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise ValueError(f"shard {path} is a corrupt gzip file after line {number} "
                          f"({' '.join(str(err).split()) or type(err).__name__})") from None
     except OSError as err:
         raise ValueError(f"shard {path} is unreadable ({err.strerror or err})") from None
+    except ValueError as err:
+        raise ValueError(f"shard {path} line {number}: {err}; a shard holds {holds}") from None
 
 
 CHUNK_BYTES = 1 << 22  # a shard's bytes read at a time by count_lines and chosen_pairs
@@ -199,10 +210,11 @@ def shard_order(num_files: int, shuffle: bool, seed: int, pass_index: int) -> np
 
 
 def interleaved_pairs(files: Sequence[Path], *, shuffle: bool, seed: int, repeat: bool,
-                      cycle_length: int, workers: int = 1, index: int = 0
-                      ) -> Iterator[tuple[str, str] | None]:
-    """The lines of worker `index`'s part of `files` (shard_pairs' items, None for a dropped
-    line), `cycle_length` shards open at a time and a line of each in turn, as tf.data's
+                      cycle_length: int, workers: int = 1, index: int = 0,
+                      reader: Callable[[Path], Iterator[Any]] = shard_pairs) -> Iterator[Any]:
+    """The lines of worker `index`'s part of `files` (the items of `reader(path)`:
+    shard_pairs' by default, None for a dropped line; a task's records for the other streamed
+    tasks), `cycle_length` shards open at a time and a line of each in turn, as tf.data's
     `interleave(cycle_length, block_length=1)` reads: a shard that ends frees its place, which
     the next shard takes when the turn comes back to it. With `repeat` the next pass's shards
     (in a new order when shuffling) follow the last of this pass's without a break."""
@@ -222,9 +234,9 @@ def interleaved_pairs(files: Sequence[Path], *, shuffle: bool, seed: int, repeat
     slots: list[Iterator | None] = [None] * max(1, min(cycle_length, len(files)))
     open_count, exhausted, slot, line = 0, False, 0, 0
     while not exhausted or open_count:
-        reader = slots[slot]
-        if reader is not None:
-            item = next(reader, StopIteration)
+        opened = slots[slot]
+        if opened is not None:
+            item = next(opened, StopIteration)
             if item is not StopIteration:
                 if not by_line or line % workers == index:
                     yield item
@@ -238,6 +250,6 @@ def interleaved_pairs(files: Sequence[Path], *, shuffle: bool, seed: int, repeat
             if path is None:
                 exhausted = True
             else:
-                slots[slot], open_count = shard_pairs(path), open_count + 1
+                slots[slot], open_count = reader(path), open_count + 1
         else:
             slot = (slot + 1) % len(slots)

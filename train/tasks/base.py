@@ -3,6 +3,7 @@ config every task derives from the run config and its tokenizers."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,8 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.text.tokenizer import shared_special_ids
 
 from ..config import ConfigError, RunConfig
+
+log = logging.getLogger("train")
 
 
 @dataclass
@@ -113,6 +116,44 @@ class Task:
     def combine_parts(self, total) -> None:
         """After `prepare` on a worker that read only its part: make its counts the whole
         input's, `total(values)` giving each of a list of integers summed over the workers."""
+        if self.stream is not None:
+            self.stream.records, self.stream.dropped = total([self.stream.records,
+                                                              self.stream.dropped])
+            self.stream.check()
+            if self.part[0] > 1:
+                log.info("streamed training records of all workers: %d (%d empty lines "
+                         "dropped)", self.stream.records, self.stream.dropped)
+
+    # -- a streamed corpus (data.stream: train.record_stream), for every task but translation
+
+    # The training records' scan (train.record_stream.RecordScan) of a streamed run, set by
+    # `scan_stream`; None: the training split is read into memory.
+    stream = None
+
+    def scan_stream(self, files: list[Path], reader) -> list:
+        """Scan the training shards `files` (train.record_stream.scan_records, this worker's
+        part), keep the scan as `self.stream`, and return the tokenizer's sample of records."""
+        from ..record_stream import scan_records
+
+        config = self.config
+        self.stream = scan_records(files, reader, config.tokenizer.sample_sentences,
+                                   config.data.seed, self.part)
+        self.reads_part = True  # each worker reads its part of the shards
+        log.info("streamed training records: %d in %d shards%s (%d empty lines dropped); the "
+                 "tokenizer is trained on a sample of %d", self.stream.records, len(files),
+                 f", worker {self.part[1]} of {self.part[0]}'s part" if self.part[0] > 1
+                 else "", self.stream.dropped, len(self.stream.sample))
+        return self.stream.sample
+
+    def streamed_rows(self, convert, part: tuple[int, int]):
+        """A factory of generators of this worker's training rows (record_stream.record_rows:
+        chunks of records turned into rows by `convert`), endless and replayed from the
+        start by each generator."""
+        from ..record_stream import record_rows
+
+        d, seed = self.config.data, self.config.training.seed
+        return lambda: record_rows(self.stream, convert, shuffle_buffer=d.shuffle_buffer,
+                                   seed=seed, part=part)
 
     def datasets(self):
         """(make_train, make_dev): factories of the training stream and the dev set.

@@ -32,6 +32,7 @@ from ..batches import replayable
 from ..config import ConfigError
 from ..data import load_summaries, resolve, word_joints
 from ..losses import token_loss
+from ..record_stream import matching_files, rows_dataset, text_documents
 from ..tasks.base import DevScore, Task, transformer_config
 from ..tokenizers import train_tokenizer
 from .language_model import summed_nll
@@ -119,6 +120,23 @@ def read_text_splits(config, task: str) -> dict[str, list[str]]:
     return split_texts(read_document_splits(config, task), config)
 
 
+def streamed_text(task):
+    """A text task's streamed training records (data.stream): the files of data.texts (each a
+    file or a glob; a dev or test split refused) scanned by `task.scan_stream` as
+    record_stream.text_documents; returns the sample's documents."""
+    d = task.config.data
+    files = [path for name in d.texts for path in matching_files(name, d, "data.texts")]
+    for path in files:
+        check_training_text(path)
+    sample = task.scan_stream(files, text_documents(d.word_joints, d.lowercase))
+    return [document for record in sample for document in record]
+
+
+def record_texts(records) -> list[str]:
+    """The texts of a chunk of text_documents' records, in order."""
+    return [text for record in records for document in record for text in document]
+
+
 def split_texts(documents: dict[str, list[list[str]]], config) -> dict[str, list[str]]:
     """Each split's documents as one list of texts, dev cut to eval.dev_score_sentences."""
     texts = {split: [t for document in docs for t in document]
@@ -128,12 +146,15 @@ def split_texts(documents: dict[str, list[list[str]]], config) -> dict[str, list
     return texts
 
 
-def read_document_splits(config, task: str) -> dict[str, list[list[str]]]:
-    """The training and dev documents (read_documents) of data.texts and data.dev_texts, a
-    dev/test split among the training files refused."""
+def read_document_splits(config, task: str, splits=("train", "dev")
+                         ) -> dict[str, list[list[str]]]:
+    """The training and dev documents (read_documents) of data.texts and data.dev_texts (of
+    `splits` only), a dev/test split among the training files refused."""
     d = config.data
-    documents = {"train": [], "dev": []}
+    documents = {split: [] for split in splits}
     for split, names in (("train", d.texts), ("dev", d.dev_texts)):
+        if split not in splits:
+            continue
         for name in names:
             path = resolve(d, name)
             if split == "train":
@@ -185,7 +206,11 @@ class MaskedLMTask(Task):
         if not d.texts or not d.dev_texts:
             raise ConfigError("task masked_lm needs data.texts (training text files) and "
                               "data.dev_texts (dev text files)")
-        documents = read_document_splits(config, "masked_lm")
+        if d.stream:  # training text read as training consumes it; the sample trains the tokenizer
+            documents = {"train": streamed_text(self),
+                         **read_document_splits(config, "masked_lm", ("dev",))}
+        else:
+            documents = read_document_splits(config, "masked_lm")
         texts = split_texts(documents, config)
         symbols = (MASK_PIECE, SEP_PIECE) if d.next_sentence else (MASK_PIECE,)
         self.tok = train_tokenizer(config, texts["train"], out / "spm", symbols=symbols)
@@ -210,7 +235,8 @@ class MaskedLMTask(Task):
                 self.rows["dev"], self.follows["dev"] = (self.rows["dev"][:cut],
                                                          self.follows["dev"][:cut])
         else:
-            self.rows = {split: self.text_rows(t) for split, t in texts.items()}
+            self.rows = {split: self.text_rows(t) for split, t in texts.items()
+                         if not (split == "train" and d.stream)}
         for split, rows in self.rows.items():
             if not rows:
                 raise ValueError(f"the {split} text holds no piece to mask (every line is "
@@ -218,6 +244,9 @@ class MaskedLMTask(Task):
         self.counts = {"sentences": {k: len(v) for k, v in self.rows.items()},
                        "pieces": {k: int(sum(map(len, v))) for k, v in self.rows.items()}}
         log.info("rows: %s", ", ".join(f"{n} {k}" for k, n in self.counts["sentences"].items()))
+        if self.stream is not None and not self.text_rows(record_texts(self.stream.sample)):
+            raise ValueError("the training text holds no piece to mask (every line is empty or "
+                             "special); give text files with sentences")
         return transformer_config(config, self.tok, self.tok,
                                   max_source_length=d.max_source_length,
                                   max_target_length=d.max_source_length)
@@ -238,7 +267,7 @@ class MaskedLMTask(Task):
         return [ids[:limit] + [eos] for ids in encode_in_chunks(self.tok, texts) if ids]
 
     def dataset(self, split: str, *, seed: int, shuffle: bool, repeat: bool = False,
-                positions: bool = True, count: int | None = None):
+                positions: bool = True, count: int | None = None, part=(1, 0)):
         """Masked batches of a split's rows (its first `count`; None: all): ((inputs,
         positions), labels) for model.fit, or with positions=False (inputs, targets) at every
         position, masked alike; with data.next_sentence the labels (targets) paired with the
@@ -251,20 +280,31 @@ class MaskedLMTask(Task):
                        seed=seed, max_predictions=self.max_predictions(d))
         starts = word_start_table(tok.pieces) if d.whole_word_masking else None
         follows = self.follows[split]
+        rows = self.rows[split][:count] if self.stream is None or split != "train" else \
+            self.streamed_rows_dataset(part)
         return make_masked_lm_dataset(
-            self.rows[split][:count], max_length=d.max_source_length,
-            tokens_per_batch=d.tokens_per_batch, pad_id=tok.pad_id, masking=masking,
+            rows, max_length=d.max_source_length,
+            tokens_per_batch=max(1, d.tokens_per_batch // part[0]), pad_id=tok.pad_id,
+            masking=masking,
             num_buckets=d.num_buckets, word_starts=starts, shuffle=shuffle,
             seed=self.config.training.seed, repeat=repeat, positions=positions,
             next_sentence=None if follows is None else follows[:count])
+
+    def streamed_rows_dataset(self, part):
+        """Input pipeline part[1] of part[0]'s training rows read from the shards
+        (data.stream), a tf.data stream."""
+        import tensorflow as tf
+
+        convert = lambda records: self.text_rows(record_texts(records))  # noqa: E731
+        return rows_dataset(self.streamed_rows(convert, part), tf.TensorSpec([None], tf.int32))
 
     def datasets(self):
         repeat = self.config.training.steps_per_epoch > 0
         seed = self.config.training.seed
 
-        def make_train():
+        def make_train(part=(1, 0)):  # a streamed run's pipeline reads its part alone
             return replayable(lambda: self.dataset("train", seed=seed, shuffle=True,
-                                                   repeat=repeat), repeat)
+                                                   repeat=repeat, part=part), repeat)
 
         return make_train, lambda: self.dataset("dev", seed=DEV_MASK_SEED, shuffle=False)
 
@@ -330,7 +370,7 @@ class MaskedLMTask(Task):
                         name="neg_masked_perplexity", label="-masked perplexity")
 
     def data_metrics(self):
-        return dict(self.counts)
+        return {**self.counts, **(self.stream.metrics() if self.stream is not None else {})}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         # The dev rows of the per-epoch score, their first eval.max_sentences when set.
