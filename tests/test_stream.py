@@ -118,8 +118,8 @@ def test_broken_shards_are_refused_in_one_line_naming_the_file(tmp_path):
     (["task=summarization", "data.extract_sources=true"], "reads whole articles"),
     (["task=masked_lm", "data.corpus=text", "data.texts=[a.txt]", "data.next_sentence=true"],
      "data.next_sentence pairs sentences"),
-    (["task=classification", "training.init_from=runs/pre", "tokenizer.sample_sentences=0"],
-     None),
+    (["task=classification", "training.init_from=runs/pre", "tokenizer.sample_sentences=0",
+      "model.num_classes=2"], None),
 ])
 def test_stream_needs_are_config_errors(overrides, message):
     base = ["data.stream=true", "data.corpus=tsv", "data.train_source=s/*.tsv",

@@ -485,6 +485,9 @@ def _check_stream(config: RunConfig) -> None:
         (texts or bool(d.train_source and d.dev_source), "needs data.train_source (a TSV file "
                                                          "or a glob of shards) and "
                                                          "data.dev_source"),
+        (config.task != "classification" or bool(d.labels or config.model.num_classes),
+         "reads the labels as training meets them: name the classes (data.labels) or count "
+         "them (model.num_classes)"),
         (not d.extract_sources, "reads whole articles: data.extract_sources needs the "
                                 "selector's picks of every training article in memory"),
         (not (d.next_sentence and config.task == "masked_lm"),

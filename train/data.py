@@ -235,17 +235,20 @@ def load_labeled_lines(text_path: Path, label_path: Path, names=()) -> LabeledSp
     return split
 
 
-def load_classification(config: DataConfig) -> dict[str, LabeledSplit]:
+def load_classification(config: DataConfig, train: bool = True) -> dict[str, LabeledSplit]:
     """{"train", "dev"[, "test"]} labeled splits: `tsv` reads `text<TAB>label` files
     (data.train_source, dev_source, test_source); `parallel` reads sentence files with
     line-aligned label files (data.<split>_source and data.<split>_target). Labels are ids
-    or, with data.labels, the class names; data.lowercase lower-cases the texts."""
+    or, with data.labels, the class names; data.lowercase lower-cases the texts. Without
+    `train` (a streamed training split) only dev and test."""
     if config.corpus not in ("tsv", "parallel"):
         raise ConfigError(f"task classification reads data.corpus tsv or parallel, got "
                           f"{config.corpus!r}")
     names = {"train": (config.train_source, config.train_target),
              "dev": (config.dev_source, config.dev_target),
              "test": (config.test_source, config.test_target)}
+    if not train:
+        del names["train"]
     splits = {}
     for split, (text, label) in names.items():
         if not text:
@@ -327,15 +330,18 @@ def load_summaries(path: str | Path) -> Summaries:
     return Summaries(articles, summaries, len(skipped))
 
 
-def load_summarization(config: DataConfig, task: str = "summarization"
+def load_summarization(config: DataConfig, task: str = "summarization", train: bool = True
                        ) -> dict[str, Summaries]:
     """{"train", "dev"[, "test"]}: the files data.train_source, dev_source[, test_source]
     (load_summaries: VNDS's article/summary TSV files), with VNDS's word joints kept or split
-    by data.word_joints; `task` names the task in errors."""
+    by data.word_joints; `task` names the task in errors. Without `train` (a streamed
+    training split) only dev and test."""
     if config.corpus != "tsv":
         raise ConfigError(f"task {task} reads data.corpus tsv, got {config.corpus!r}")
     names = {"train": config.train_source, "dev": config.dev_source,
              "test": config.test_source}
+    if not train:
+        del names["train"]
     splits = {}
     for split, name in names.items():
         if not name:
@@ -350,11 +356,11 @@ def load_summarization(config: DataConfig, task: str = "summarization"
     return splits
 
 
-def load_articles(config: DataConfig) -> dict[str, list[str]]:
+def load_articles(config: DataConfig, train: bool = True) -> dict[str, list[str]]:
     """{"train", "dev"[, "test"]}: the article column of load_summarization's files, the
-    monolingual text of task language_model."""
+    monolingual text of task language_model (without `train`: dev and test)."""
     return {split: loaded.articles
-            for split, loaded in load_summarization(config, "language_model").items()}
+            for split, loaded in load_summarization(config, "language_model", train).items()}
 
 
 def word_joints(text: str, mode: str) -> str:

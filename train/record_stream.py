@@ -7,8 +7,10 @@ A record is what one line of a shard holds for the task: a labelled sentence (`t
 an article with its summary (a TSV file whose header names `article` and `summary`, VNDS's), or
 the documents of a line of pre-training text (`text_documents`). A task turns a chunk of
 records into its training rows with the same code that turns its in-memory splits into rows
-(`convert`), so a streamed run and one in memory make the same rows from the same text; the
-rows are then shuffled in a buffer of data.shuffle_buffer rows and batched by the task's own
+(`convert`), so a streamed run and one in memory make the same rows from the same text (but
+for one order: in a stream a VNDS summary follows its own article, in memory all summaries
+follow all articles, which packs a denoising run's rows otherwise; and a chunk's last
+language-model window is padded where in memory it runs on); the rows are then shuffled in a buffer of data.shuffle_buffer rows and batched by the task's own
 tf.data batching. Memory: the buffer and one chunk, never the corpus.
 
 Before training, one pass (`scan_records`) reads the records: a broken shard (unreadable, a
@@ -38,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from keras_transformer.lazy_import import LazyModule
-from keras_transformer.text.numpy_pipeline import buffer_shuffled
 from keras_transformer.text.sentences import split_sentences
 from keras_transformer.text.shards import (
     ColumnCountError,
@@ -56,6 +57,8 @@ tf = LazyModule("tensorflow")
 RECORD_CHUNK = 256
 
 Reader = Callable[[Path], Iterator[Any]]
+# What a reader gives for a shard's header line: neither a record nor a dropped line.
+HEADER = "header"
 
 
 def matching_files(name: str, config: DataConfig, key: str) -> list[Path]:
@@ -82,10 +85,11 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8").rstrip("\r\n").removeprefix("\ufeff")
 
 
-def labeled_reader(names: Sequence[str]) -> Reader:
+def labeled_reader(names: Sequence[str], classes: int) -> Reader:
     """`text<TAB>label` shards (GLUE style, as train.data.load_labeled_tsv reads one file): a
-    record is (text, class id), the label read by parse_label; a first line whose label is
-    not one is a header and skipped; a blank line or an empty text is dropped (None)."""
+    record is (text, class id), the label read by parse_label and refused at `classes` or
+    more; a first line whose label is not one is a header and skipped; a blank line or an
+    empty text is dropped (None)."""
     names = list(names)
 
     def read(path: Path) -> Iterator[tuple[str, int] | None]:
@@ -101,8 +105,11 @@ def labeled_reader(names: Sequence[str]) -> Reader:
             if not sep:
                 raise ColumnCountError(1)
             if header and label.strip() not in names and not label.strip().isdigit():
-                return None
+                return HEADER
             label_id = parse_label(label, names, "the label")
+            if label_id >= classes:
+                raise ValueError(f"the label {label_id} is not a class of the model (0 to "
+                                 f"{classes - 1})")
             return (text.strip(), label_id) if text.strip() else None
 
         return shard_records(path, parse, "text<TAB>label")
@@ -126,7 +133,7 @@ def summary_reader(joints: str) -> Reader:
                 if "article" not in columns or "summary" not in columns:
                     raise ValueError(f"the header {line[:80]!r} must name the columns article "
                                      f"and summary (tab-separated)")
-                return None
+                return HEADER
             if not line.strip():
                 return None
             fields = line.split("\t")
@@ -171,7 +178,7 @@ def text_documents(joints: str, lowercase: bool) -> Reader:
                 if "article" not in columns and "sentence" not in columns:
                     raise ValueError(f"the header {line[:80]!r} names neither an article column "
                                      f"(VNDS) nor a sentence column (SST-2)")
-                return None
+                return HEADER
             fields = line.split("\t")
             if not line.strip():
                 return None
@@ -231,8 +238,8 @@ def scan_records(files: list[Path], reader: Reader, sample: int, seed: int,
     for record in interleaved_pairs(files, shuffle=False, seed=seed, repeat=False,
                                     cycle_length=cycle_length, workers=workers, index=index,
                                     reader=reader):
-        if record is None:
-            scan.dropped += 1
+        if record is None or record is HEADER:
+            scan.dropped += record is None
             continue
         if workers == 1 and sample:
             if len(reservoir) < sample:
@@ -247,7 +254,7 @@ def scan_records(files: list[Path], reader: Reader, sample: int, seed: int,
     elif sample:
         each = math.ceil(sample / len(files))
         scan.sample = [record for path in files for record in itertools.islice(
-            (r for r in reader(path) if r is not None), each)][:sample]
+            (r for r in reader(path) if r is not None and r is not HEADER), each)][:sample]
     if workers == 1:
         scan.check()
     return scan
@@ -259,11 +266,13 @@ def record_rows(scan: RecordScan, convert: Callable[[list], Sequence], *, shuffl
     """The training rows of this worker's part, endless: records in tf.data's interleave
     order (the shard order shuffled anew each pass, seeded), `chunk` at a time turned into
     rows by `convert`, the rows shuffled in a buffer of `shuffle_buffer` (seeded)."""
+    from keras_transformer.text.numpy_pipeline import buffer_shuffled  # imports Keras
+
     workers, index = part
     records = (r for r in interleaved_pairs(scan.files, shuffle=True, seed=seed, repeat=True,
                                             cycle_length=cycle_length, workers=workers,
                                             index=index, reader=scan.reader)
-               if r is not None)
+               if r is not None and r is not HEADER)
 
     def rows():
         while True:

@@ -13,7 +13,7 @@ pair once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import keras
 import numpy as np
@@ -236,6 +236,10 @@ class StreamBatches(keras.utils.PyDataset):
     the same pairs per pass in other orders. With ``repeat`` (training) the stream is endless
     and read by `iterate`; `skip(n)` drops its first ``n`` batches (a resumed run's: the
     seeded stream replays exactly), `map(f)` applies ``f(inputs, labels)`` to every batch.
+
+    ``pairs`` (a factory of (source, target) string iterators, in their order: another
+    task's streamed records, train.record_stream, which shuffles them) replaces the shards'
+    lines; ``fixed_target_length`` buckets by the source alone, as make_translation_dataset.
     """
 
     def __init__(self, files, source_tokenizer, target_tokenizer, *, max_source_length: int,
@@ -244,20 +248,23 @@ class StreamBatches(keras.utils.PyDataset):
                  seed: int = 0, repeat: bool = True, cycle_length: int = 4,
                  drop_long: bool = True, drop_remainder: bool = False,
                  pad_id: int | None = None, bos_id: int | None = None,
-                 eos_id: int | None = None, workers: int = 1, worker: int = 0):
+                 eos_id: int | None = None, workers: int = 1, worker: int = 0,
+                 pairs: Callable[[], Iterator[tuple[str, str]]] | None = None,
+                 fixed_target_length: bool = False):
         super().__init__()
-        if not files:
+        if not files and pairs is None:
             raise ValueError("StreamBatches needs at least one shard")
         if shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
         self.boundaries, sizes = budget_buckets(
             max_source_length=max_source_length, max_target_length=max_target_length,
             tokens_per_batch=tokens_per_batch, bucket_boundaries=bucket_boundaries,
-            fixed_target_length=False)
+            fixed_target_length=fixed_target_length)
         self.batch_sizes = sizes[:-1]
         self.pad_id, self.bos_id, self.eos_id = special_ids_of(
             (source_tokenizer, target_tokenizer), pad_id, bos_id, eos_id)
         self.tokenizers = source_tokenizer, target_tokenizer
+        self.pairs, self.fixed_target_length = pairs, fixed_target_length
         self.files, self.shuffle_buffer, self.cycle_length = list(files), shuffle_buffer, \
             cycle_length
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
@@ -269,11 +276,14 @@ class StreamBatches(keras.utils.PyDataset):
 
     def _rows(self):
         """(source + EOS, BOS + target, target + EOS) of each pair, in reading order."""
-        pairs = (p for p in interleaved_pairs(
-            self.files, shuffle=self.shuffle, seed=self.seed, repeat=self.repeat,
-            cycle_length=self.cycle_length, workers=self.workers, index=self.worker)
-            if p is not None)
-        if self.shuffle:
+        if self.pairs is not None:  # pairs from a reader of its own, shuffled by it
+            pairs = self.pairs()
+        else:
+            pairs = (p for p in interleaved_pairs(
+                self.files, shuffle=self.shuffle, seed=self.seed, repeat=self.repeat,
+                cycle_length=self.cycle_length, workers=self.workers, index=self.worker)
+                if p is not None)
+        if self.shuffle and self.pairs is None:
             pairs = buffer_shuffled(pairs, self.shuffle_buffer,
                                     np.random.default_rng([self.seed, 1]))
         source_tok, target_tok = self.tokenizers
@@ -293,9 +303,10 @@ class StreamBatches(keras.utils.PyDataset):
 
     def _batch(self, rows, bucket: int):
         length = self.boundaries[bucket] - 1
+        target_length = self.max_target_length if self.fixed_target_length else length
         inputs = (_pad([r[0] for r in rows], length, self.pad_id),
-                  _pad([r[1] for r in rows], length, self.pad_id))
-        labels = _pad([r[2] for r in rows], length, self.pad_id)
+                  _pad([r[1] for r in rows], target_length, self.pad_id))
+        labels = _pad([r[2] for r in rows], target_length, self.pad_id)
         return (inputs, labels) if self._map is None else self._map(inputs, labels)
 
     def iterate(self):
@@ -304,8 +315,8 @@ class StreamBatches(keras.utils.PyDataset):
         made = 0
         for row in self._rows():
             # Bucket i holds lengths in [boundaries[i-1], boundaries[i]), as tf.data's.
-            bucket = int(np.searchsorted(self.boundaries, max(len(row[0]), len(row[2])),
-                                         side="right"))
+            length = len(row[0]) if self.fixed_target_length else max(len(row[0]), len(row[2]))
+            bucket = int(np.searchsorted(self.boundaries, length, side="right"))
             window = windows.setdefault(bucket, [])
             window.append(row)
             if len(window) == self.batch_sizes[bucket]:

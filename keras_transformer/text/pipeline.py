@@ -251,22 +251,48 @@ def make_tsv_stream_dataset(
                          f"{len(files)} files and {len(compressions)} compressions")
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
-    boundaries, batch_sizes = budget_buckets(
-        max_source_length=max_source_length, max_target_length=max_target_length,
-        tokens_per_batch=tokens_per_batch, bucket_boundaries=bucket_boundaries,
-        fixed_target_length=False)
-    pad_id, bos_id, eos_id = special_ids_of((source_tokenizer, target_tokenizer), pad_id, bos_id,
-                                          eos_id)
     ds = tsv_pairs(_shard_lines(files, compressions, shuffle, seed, repeat, cycle_length,
                                 workers, worker))
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(_TOKENIZE_CHUNK).map(
+    return make_pair_stream_dataset(
+        ds, source_tokenizer, target_tokenizer, max_source_length=max_source_length,
+        max_target_length=max_target_length, tokens_per_batch=tokens_per_batch,
+        bucket_boundaries=bucket_boundaries, drop_long=drop_long,
+        drop_remainder=drop_remainder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+
+
+def make_pair_stream_dataset(
+    pairs: tf.data.Dataset,
+    source_tokenizer,
+    target_tokenizer,
+    *,
+    max_source_length: int,
+    max_target_length: int,
+    tokens_per_batch: int,
+    bucket_boundaries: Sequence[int] | None = None,
+    drop_long: bool = True,
+    drop_remainder: bool = False,
+    fixed_target_length: bool = False,
+    pad_id: int | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> tf.data.Dataset:
+    """make_translation_dataset's batches of a stream of (source, target) strings, in the
+    order given (a streamed corpus is shuffled by its reader): tokenized in the graph a chunk
+    at a time, then bucketed under the token budget by the same rules."""
+    boundaries, batch_sizes = budget_buckets(
+        max_source_length=max_source_length, max_target_length=max_target_length,
+        tokens_per_batch=tokens_per_batch, bucket_boundaries=bucket_boundaries,
+        fixed_target_length=fixed_target_length)
+    pad_id, bos_id, eos_id = special_ids_of((source_tokenizer, target_tokenizer), pad_id, bos_id,
+                                          eos_id)
+    ds = pairs.batch(_TOKENIZE_CHUNK).map(
         lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
         num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
     return _bucketed(ds, boundaries, batch_sizes, max_source_length=max_source_length,
                      max_target_length=max_target_length, drop_long=drop_long,
-                     drop_remainder=drop_remainder, fixed_target_length=False,
+                     drop_remainder=drop_remainder, fixed_target_length=fixed_target_length,
                      pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
 

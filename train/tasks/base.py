@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from keras_transformer.config import TransformerConfig
 from keras_transformer.text.tokenizer import shared_special_ids
 
@@ -182,8 +184,9 @@ class Task:
         return None
 
     def data_metrics(self) -> dict:
-        """metrics.json entries about the data (e.g. how many pairs were left out)."""
-        return {}
+        """metrics.json entries about the data (e.g. how many pairs were left out); a
+        streamed run's record counts (record_stream.RecordScan.metrics)."""
+        return self.stream.metrics() if self.stream is not None else {}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         """Score the trained model, print the results, add them to `metrics`."""
@@ -246,24 +249,45 @@ class ArrayTask(Task):
         """A batch (ids, labels) cut to what its rows hold."""
         raise NotImplementedError
 
-    def batches(self, name: str, shuffle: bool = False, seed: int = 0):
+    def record_arrays(self, records) -> tuple[np.ndarray, np.ndarray]:
+        """The (ids, labels) arrays of a chunk of a streamed run's training records, as
+        `prepare` makes a split's."""
+        raise NotImplementedError
+
+    def batches(self, name: str, shuffle: bool = False, seed: int = 0, part=(1, 0)):
+        """A split's batches; a streamed run's training rows are input pipeline part[1] of
+        part[0]'s, read from the shards (each row padded to its batch's longest, labels
+        with -1, which the losses leave out)."""
         import tensorflow as tf
 
-        ids, labels = self.arrays[name]
-        data = tf.data.Dataset.from_tensor_slices((ids, labels))
-        if shuffle:
-            data = data.shuffle(len(ids), seed=seed)
+        from ..record_stream import rows_dataset
+
         pad_id = self.model_config.pad_id
-        return data.batch(self.batch_size).map(lambda x, y: self.trim(x, y, pad_id)).prefetch(2)
+        if name == "train" and self.stream is not None:
+            def convert(records):
+                return list(zip(*self.record_arrays(records), strict=True))
+
+            ids, labels = self.arrays["dev"]  # the rows' ranks and dtypes
+            spec = tuple(tf.TensorSpec([None] * (a.ndim - 1), tf.as_dtype(a.dtype))
+                         for a in (ids, labels))
+            data = rows_dataset(self.streamed_rows(convert, part), spec).padded_batch(
+                max(1, self.batch_size // part[0]), padding_values=(pad_id, -1.0))
+        else:
+            ids, labels = self.arrays[name]
+            data = tf.data.Dataset.from_tensor_slices((ids, labels))
+            if shuffle:
+                data = data.shuffle(len(ids), seed=seed)
+            data = data.batch(self.batch_size)
+        return data.map(lambda x, y: self.trim(x, y, pad_id)).prefetch(2)
 
     def datasets(self):
         from ..batches import replayable
 
         t = self.config.training
 
-        def make_train():
+        def make_train(part=(1, 0)):  # a streamed run's pipeline reads its part alone
             def build():
-                data = self.batches("train", shuffle=True, seed=t.seed)
+                data = self.batches("train", shuffle=True, seed=t.seed, part=part)
                 return data.repeat() if t.steps_per_epoch else data
 
             return replayable(build, t.steps_per_epoch > 0)

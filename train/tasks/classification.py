@@ -18,7 +18,9 @@ from keras_transformer.text.pipeline import make_classification_dataset
 from ..batches import replayable
 from ..config import ConfigError
 from ..data import LabeledSplit, load_classification, parse_label
+from ..record_stream import labeled_reader, rows_dataset
 from ..scoring import classification_scores
+from ..shards import shard_files
 from ..tasks.base import DevScore, FileScores, Task, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer
 
@@ -84,7 +86,11 @@ class ClassificationTask(Task):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.splits = load_classification(d)
+        self.splits = load_classification(d, train=not d.stream)
+        if d.stream:  # the sample of the training shards names the classes and weighs them
+            classes = len(d.labels) or config.model.num_classes
+            sample = self.scan_stream(shard_files(d), labeled_reader(d.labels, classes))
+            self.splits = {"train": self.labeled(sample), **self.splits}
         self.train, self.dev = self.splits["train"], self.splits["dev"]
         log.info("classification: %s sentences", ", ".join(
             f"{len(data)} {split}" for split, data in self.splits.items()))
@@ -102,12 +108,31 @@ class ClassificationTask(Task):
                                   max_source_length=d.max_source_length,
                                   max_target_length=d.max_source_length)
 
+    def labeled(self, records) -> LabeledSplit:
+        """(text, label) records as a split, lower-cased with data.lowercase."""
+        lower = self.config.data.lowercase
+        return LabeledSplit([text.lower() if lower else text for text, _ in records],
+                            [label for _, label in records])
+
     def datasets(self):
+        import tensorflow as tf
+
         d, t = self.config.data, self.config.training
         train, dev, tok, batch_size = self.train, self.dev, self.tok, self.batch_size
 
-        def make_train():
+        def make_train(part=(1, 0)):  # a streamed run's pipeline reads its part alone
             def build():
+                if self.stream is not None:  # read from the shards, endless
+                    def convert(records):
+                        split = self.labeled(records)
+                        return list(zip(split.texts, split.labels, strict=True))
+
+                    rows = rows_dataset(self.streamed_rows(convert, part),
+                                        (tf.TensorSpec([], tf.string),
+                                         tf.TensorSpec([], tf.int32)))
+                    return make_classification_dataset(
+                        rows, None, tok, max_length=d.max_source_length,
+                        batch_size=max(1, batch_size // part[0]))
                 data = make_classification_dataset(train.texts, train.labels, tok,
                                                    max_length=d.max_source_length,
                                                    batch_size=batch_size, seed=t.seed)

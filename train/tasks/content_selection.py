@@ -17,7 +17,9 @@ from keras_transformer.models.tagger import TransformerTagger
 from keras_transformer.text.copied_spans import content_labels, words
 from keras_transformer.text.word_scorer import WordScorer
 
-from ..data import load_summarization, split_sentences, word_joints
+from ..data import Summaries, load_summarization, split_sentences, word_joints
+from ..record_stream import summary_reader
+from ..shards import shard_files
 from ..tasks.base import (
     ArrayTask,
     DevScore,
@@ -94,7 +96,11 @@ class ContentSelectionTask(ArrayTask):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.splits = splits = load_summarization(d, "content_selection")
+        self.splits = splits = load_summarization(d, "content_selection", train=not d.stream)
+        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
+            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
+            self.splits = splits = {"train": Summaries([a for a, _ in sample],
+                                                       [s for _, s in sample]), **splits}
         log.info("content selection: %s articles (word joints: %s)",
                  ", ".join(f"{len(v)} {k}" for k, v in splits.items()), d.word_joints)
         sentences = [s for article in splits["train"].articles for s in split_sentences(article)]
@@ -103,20 +109,14 @@ class ContentSelectionTask(ArrayTask):
         self.model_config = transformer_config(config, self.tok, self.tok,
                                                max_source_length=d.max_source_length,
                                                max_target_length=d.max_source_length)
-        scorer = self.make_scorer(None)
+        self.scorer = scorer = self.make_scorer(None)
         self.rows, self.labels, self.arrays = {}, {}, {}
         self.counts = {"empty_skipped": {k: v.skipped_empty for k, v in splits.items()},
                        "articles_cut": {}, "no_copied_word": {}, "copied_word_share": {}}
         for name, split in splits.items():
             scorer.cut_articles = 0
-            rows = scorer.encode_articles(split.articles)
-            labels = [content_labels(a, s, row.words) for a, s, row in
-                      zip(split.articles, split.summaries, rows, strict=True)]
-            ids = scorer.batch_ids(rows)
-            target = np.full(ids.shape, -1.0, np.float32)
-            for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
-                target[i, : len(row.ids)] = row.piece_values(label)
-            self.rows[name], self.labels[name], self.arrays[name] = rows, labels, (ids, target)
+            rows, labels, self.arrays[name] = self.labelled(split.articles, split.summaries)
+            self.rows[name], self.labels[name] = rows, labels
             read = np.concatenate(labels)
             self.counts["articles_cut"][name] = scorer.cut_articles
             self.counts["no_copied_word"][name] = sum(not label.any() for label in labels)
@@ -127,6 +127,21 @@ class ContentSelectionTask(ArrayTask):
                      100 * read.mean(), self.counts["no_copied_word"][name])
         self.batch_size = max(1, d.tokens_per_batch // d.max_source_length)
         return self.model_config
+
+    def labelled(self, articles, summaries):
+        """(the articles' TaggerRows, each word's label (content_labels), the arrays (ids
+        (B, longest), targets: each piece its word's label, -1 past the row))."""
+        rows = self.scorer.encode_articles(articles)
+        labels = [content_labels(a, s, row.words) for a, s, row in
+                  zip(articles, summaries, rows, strict=True)]
+        ids = self.scorer.batch_ids(rows)
+        target = np.full(ids.shape, -1.0, np.float32)
+        for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+            target[i, : len(row.ids)] = row.piece_values(label)
+        return rows, labels, (ids, target)
+
+    def record_arrays(self, records):
+        return self.labelled([a for a, _ in records], [s for _, s in records])[2]
 
     def make_scorer(self, model) -> WordScorer:
         """The WordScorer of `model` (None: for encoding only) by the run's settings."""
@@ -178,7 +193,7 @@ class ContentSelectionTask(ArrayTask):
                         name="auc", label="selection AUC")
 
     def data_metrics(self):
-        return dict(self.counts)
+        return {**self.counts, **super().data_metrics()}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         last = final_split("test" in self.splits)

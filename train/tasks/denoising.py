@@ -18,11 +18,18 @@ from keras_transformer.translator import translate
 
 from ..batches import replayable
 from ..config import ConfigError
+from ..record_stream import rows_dataset
 from ..tasks.base import DevScore, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import train_tokenizer
 from .language_model import summed_nll
-from .masked_lm import read_text_splits
+from .masked_lm import (
+    read_document_splits,
+    read_text_splits,
+    record_texts,
+    split_texts,
+    streamed_text,
+)
 
 log = logging.getLogger("train")
 
@@ -82,23 +89,28 @@ class DenoisingTask(Seq2SeqTask):
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
         check_noise(d.noise_rate, d.span_lambda)
-        texts = read_text_splits(config, "denoising")
+        if d.stream:  # training text read as training consumes it; the sample trains the tokenizer
+            texts = split_texts({"train": streamed_text(self),
+                                 **read_document_splits(config, "denoising", ("dev",))}, config)
+        else:
+            texts = read_text_splits(config, "denoising")
         tok = train_tokenizer(config, texts["train"], out / "spm", symbols=(MASK_PIECE,))
         self.source_tok = self.target_tok = self.tok = tok
         self.mask_id = tok.piece_id(MASK_PIECE)
         if self.mask_id is None:
             raise ConfigError(f"the tokenizer has no {MASK_PIECE} piece; a denoising run trains "
                               f"its own tokenizer, or starts from a masked_lm or denoising run's")
-        limit = d.max_source_length - 1
         self.rows = {}
-        for split, split_texts in texts.items():
-            rows, indices = pack_sentences(list(encode_in_chunks(tok, split_texts)), limit)
-            if not rows:
+        for split, lines in texts.items():
+            rows = self.text_rows(lines)
+            if not rows[0]:
                 raise ValueError(f"the {split} text holds no piece to restore (every line is "
                                  f"empty or special); give text files with sentences")
-            self.rows[split] = ([row + [tok.eos_id] for row in rows],
-                                [index + [index[-1]] for index in indices])
-        self.counts = {"sentences": {k: len(v) for k, v in texts.items()},
+            if not (split == "train" and d.stream):  # a stream's rows are made as it is read
+                self.rows[split] = rows
+        limit = d.max_source_length - 1
+        self.counts = {"sentences": {k: len(v) for k, v in texts.items()
+                                     if k in self.rows},
                        "rows": {k: len(v[0]) for k, v in self.rows.items()},
                        "pieces": {k: int(sum(map(len, v[0]))) for k, v in self.rows.items()}}
         log.info("rows of up to %d pieces: %s", limit,
@@ -106,16 +118,36 @@ class DenoisingTask(Seq2SeqTask):
         return transformer_config(config, tok, tok, max_source_length=d.max_source_length,
                                   max_target_length=d.max_source_length)
 
+    def text_rows(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]]]:
+        """Consecutive texts packed into rows of at most data.max_source_length - 1 pieces +
+        EOS (pack_sentences), and each piece's sentence index in its row."""
+        tok = self.tok
+        rows, indices = pack_sentences(list(encode_in_chunks(tok, texts)),
+                                       self.config.data.max_source_length - 1)
+        return ([row + [tok.eos_id] for row in rows],
+                [index + [index[-1]] for index in indices])
+
     def dataset(self, split: str, *, seed: int, shuffle: bool, repeat: bool = False,
-                count: int | None = None):
-        """Corrupted batches of a split's rows, its first `count` (None: all)."""
+                count: int | None = None, part=(1, 0)):
+        """Corrupted batches of a split's rows, its first `count` (None: all); a streamed
+        run's training rows are input pipeline part[1] of part[0]'s, read from the shards."""
+        import tensorflow as tf
+
         d, tok = self.config.data, self.tok
-        rows, indices = self.rows[split]
+        if self.stream is not None and split == "train":
+            def convert(records):
+                return list(zip(*self.text_rows(record_texts(records)), strict=True))
+
+            spec = tf.TensorSpec([None], tf.int32)
+            rows, indices = rows_dataset(self.streamed_rows(convert, part), (spec, spec)), None
+        else:
+            rows, indices = (column[:count] for column in self.rows[split])
         noising = dict(rate=d.noise_rate, span_lambda=d.span_lambda, mask_id=self.mask_id,
                        seed=seed)
         return make_denoising_dataset(
-            rows[:count], indices[:count], max_length=d.max_source_length,
-            tokens_per_batch=d.tokens_per_batch, pad_id=tok.pad_id, bos_id=tok.bos_id,
+            rows, indices, max_length=d.max_source_length,
+            tokens_per_batch=max(1, d.tokens_per_batch // part[0]), pad_id=tok.pad_id,
+            bos_id=tok.bos_id,
             eos_id=tok.eos_id, noising=noising, permute_sentences=d.permute_sentences,
             num_buckets=d.num_buckets, shuffle=shuffle, seed=self.config.training.seed,
             repeat=repeat)
@@ -124,9 +156,9 @@ class DenoisingTask(Seq2SeqTask):
         repeat = self.config.training.steps_per_epoch > 0
         seed = self.config.training.seed
 
-        def make_train():
+        def make_train(part=(1, 0)):  # a streamed run's pipeline reads its part alone
             return replayable(lambda: self.dataset("train", seed=seed, shuffle=True,
-                                                   repeat=repeat), repeat)
+                                                   repeat=repeat, part=part), repeat)
 
         return make_train, lambda: self.dataset("dev", seed=DEV_NOISE_SEED, shuffle=False)
 
@@ -153,7 +185,7 @@ class DenoisingTask(Seq2SeqTask):
                         name="neg_perplexity", label="-perplexity")
 
     def data_metrics(self):
-        return dict(self.counts)
+        return {**self.counts, **super().data_metrics()}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         # The dev rows of the per-epoch score, their first eval.max_sentences when set.

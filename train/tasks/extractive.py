@@ -30,9 +30,11 @@ from keras_transformer.text.extractive import (
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 
 from ..config import ConfigError
-from ..data import load_summarization, split_sentences, word_joints
+from ..data import Summaries, load_summarization, split_sentences, word_joints
 from ..losses import replica_mean
+from ..record_stream import summary_reader
 from ..scoring import lead_baselines, oracle
+from ..shards import shard_files
 from ..tasks.base import (
     ArrayTask,
     DevScore,
@@ -84,12 +86,18 @@ def oracle_labels(out: Path, splits: dict, max_sentences: int,
                 return {name: labels[name] for name in digests}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
-    labels = {name: [oracle(split_sentences(a)[:max_sentences], s)
-                     for a, s in zip(split.articles, split.summaries, strict=True)]
+    labels = {name: article_oracles(split.articles, split.summaries, max_sentences)
               for name, split in splits.items()}
     atomic_write_text(path, json.dumps({"max_sentences": max_sentences, "digests": digests,
                                         "labels": labels}) + "\n")
     return labels
+
+
+def article_oracles(articles, summaries, max_sentences: int) -> list[list[int]]:
+    """The greedy oracle's sentences (train.scoring.oracle) of each article among its first
+    max_sentences."""
+    return [oracle(split_sentences(a)[:max_sentences], s)
+            for a, s in zip(articles, summaries, strict=True)]
 
 
 def trimmed(ids, labels, pad_id: int):
@@ -140,7 +148,12 @@ class ExtractiveSummarizationTask(ArrayTask):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.splits = splits = load_summarization(d, "extractive_summarization")
+        self.splits = splits = load_summarization(d, "extractive_summarization",
+                                                  train=not d.stream)
+        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
+            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
+            self.splits = splits = {"train": Summaries([a for a, _ in sample],
+                                                       [s for _, s in sample]), **splits}
         log.info("extractive summarization: %s articles (word joints: %s)",
                  ", ".join(f"{len(v)} {k}" for k, v in splits.items()), d.word_joints)
         sentences = [s for article in splits["train"].articles for s in split_sentences(article)]
@@ -149,20 +162,18 @@ class ExtractiveSummarizationTask(ArrayTask):
                                                max_source_length=d.max_source_length,
                                                max_target_length=d.max_source_length)
         self.scorer = self.make_scorer(None)
-        labels = oracle_labels(out, splits, d.article_sentences)
+        # A stream's training oracle is found chunk by chunk as it is read (record_arrays).
+        labels = oracle_labels(out, {k: v for k, v in splits.items()
+                                     if not (k == "train" and d.stream)}, d.article_sentences)
+        if d.stream:
+            labels["train"] = article_oracles(splits["train"].articles,
+                                              splits["train"].summaries, d.article_sentences)
         self.arrays = {}
         self.counts = {"empty_skipped": {k: v.skipped_empty for k, v in splits.items()},
                        "articles_cut": {}, "sentences_cut": {}, "no_oracle_sentence": {}}
         for name, split in splits.items():
             self.scorer.cut_articles = self.scorer.cut_sentences = 0
-            _, encoded = self.scorer.encode_articles(split.articles)
-            ids = article_ids(encoded, self.model_config.pad_id, d.article_sentences,
-                              d.max_source_length)
-            target = np.full(ids.shape[:2], -1.0, np.float32)
-            for row, (article, chosen) in enumerate(zip(encoded, labels[name], strict=True)):
-                target[row, : len(article)] = 0.0
-                target[row, chosen] = 1.0
-            self.arrays[name] = (ids, target)
+            self.arrays[name] = self.labelled_arrays(split.articles, labels[name])
             self.counts["articles_cut"][name] = self.scorer.cut_articles
             self.counts["sentences_cut"][name] = self.scorer.cut_sentences
             self.counts["no_oracle_sentence"][name] = sum(not c for c in labels[name])
@@ -174,6 +185,24 @@ class ExtractiveSummarizationTask(ArrayTask):
         self.batch_size = max(1, d.tokens_per_batch // (d.article_sentences
                                                         * d.max_source_length))
         return self.model_config
+
+    def labelled_arrays(self, articles, labels) -> tuple[np.ndarray, np.ndarray]:
+        """(ids (B, K, S), targets (B, K): 1 for an oracle sentence, 0 for another, -1 past
+        the article) of articles with their oracle sentences."""
+        d = self.config.data
+        _, encoded = self.scorer.encode_articles(articles)
+        ids = article_ids(encoded, self.model_config.pad_id, d.article_sentences,
+                          d.max_source_length)
+        target = np.full(ids.shape[:2], -1.0, np.float32)
+        for row, (article, chosen) in enumerate(zip(encoded, labels, strict=True)):
+            target[row, : len(article)] = 0.0
+            target[row, chosen] = 1.0
+        return ids, target
+
+    def record_arrays(self, records):
+        articles, summaries = [a for a, _ in records], [s for _, s in records]
+        return self.labelled_arrays(articles, article_oracles(
+            articles, summaries, self.config.data.article_sentences))
 
     def make_scorer(self, model) -> SentenceScorer:
         """The SentenceScorer of `model` (None: for encoding only) by the run's settings."""
@@ -240,7 +269,7 @@ class ExtractiveSummarizationTask(ArrayTask):
                         name="rouge", label="ROUGE (mean of 1, 2, L)")
 
     def data_metrics(self):
-        return dict(self.counts)
+        return {**self.counts, **super().data_metrics()}
 
     def final_articles(self) -> dict[str, tuple[list[str], list[str]]]:
         """{split: (articles, summaries)} that the final scores read: dev and test, each its

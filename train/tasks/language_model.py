@@ -19,7 +19,9 @@ from keras_transformer.text.pipeline import language_model_rows, make_language_m
 from ..batches import replayable
 from ..data import load_articles, split_sentences, word_joints
 from ..losses import token_loss
+from ..record_stream import rows_dataset, summary_reader
 from ..scoring import perplexities, syllables_and_characters
+from ..shards import shard_files
 from ..tasks.base import DevScore, FileScores, Task, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer
 
@@ -97,7 +99,10 @@ class LanguageModelTask(Task):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.texts = texts = load_articles(d)
+        self.texts = texts = load_articles(d, train=not d.stream)
+        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
+            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
+            texts["train"] = [article for article, _ in sample]
         e = config.eval
         if e.dev_score_sentences:
             texts["dev_score"] = texts["dev"][: e.dev_score_sentences]
@@ -114,7 +119,8 @@ class LanguageModelTask(Task):
         self.model_config = transformer_config(config, self.tok, self.tok,
                                                max_source_length=d.max_target_length,
                                                max_target_length=d.max_target_length)
-        self.rows = {name: self.text_rows(split) for name, split in texts.items()}
+        self.rows = {name: self.text_rows(split) for name, split in texts.items()
+                     if not (name == "train" and d.stream)}
         self.batch_size = max(1, d.tokens_per_batch // d.max_target_length)
         self.counts = {"windows": {k: len(v) for k, v in self.rows.items()}}
         log.info("windows of %d tokens: %s", d.max_target_length,
@@ -127,17 +133,27 @@ class LanguageModelTask(Task):
         return language_model_rows(texts, self.tok, self.config.data.max_target_length,
                                    pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id)
 
-    def dataset(self, rows, *, shuffle: bool = False, repeat: bool = False):
-        """(inputs, targets) batches of windows (text_rows)."""
+    def dataset(self, rows, *, shuffle: bool = False, repeat: bool = False,
+                batch_size: int | None = None):
+        """(inputs, targets) batches of windows (text_rows), `batch_size` of them (None: the
+        run's)."""
         c = self.model_config
         return make_language_model_dataset(
-            rows, batch_size=self.batch_size, pad_id=c.pad_id, bos_id=c.bos_id,
+            rows, batch_size=batch_size or self.batch_size, pad_id=c.pad_id, bos_id=c.bos_id,
             shuffle=shuffle, seed=self.config.training.seed, repeat=repeat)
 
     def datasets(self):
         repeat = self.config.training.steps_per_epoch > 0
 
-        def make_train():
+        def make_train(part=(1, 0)):  # a streamed run's pipeline reads its part alone
+            if self.stream is not None:  # windows of each chunk of articles read
+                def convert(records):
+                    return list(self.text_rows([article for article, _ in records]))
+
+                spec = tf.TensorSpec([self.config.data.max_target_length + 1], tf.int32)
+                return replayable(lambda: self.dataset(
+                    rows_dataset(self.streamed_rows(convert, part), spec),
+                    batch_size=max(1, self.batch_size // part[0])), True)
             rows = self.rows["train"]
             return replayable(lambda: self.dataset(rows, shuffle=True, repeat=repeat), repeat)
 
@@ -187,7 +203,7 @@ class LanguageModelTask(Task):
                         name="neg_perplexity", label="-perplexity per token")
 
     def data_metrics(self):
-        return dict(self.counts)
+        return {**self.counts, **super().data_metrics()}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         for name in ("dev", "test"):

@@ -370,7 +370,7 @@ class MaskedLMTask(Task):
                         name="neg_masked_perplexity", label="-masked perplexity")
 
     def data_metrics(self):
-        return {**self.counts, **(self.stream.metrics() if self.stream is not None else {})}
+        return {**self.counts, **super().data_metrics()}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         # The dev rows of the per-epoch score, their first eval.max_sentences when set.

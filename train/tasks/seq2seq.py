@@ -128,6 +128,54 @@ class Seq2SeqTask(Task):
 
         return make_train, make_dev
 
+    def record_pair_datasets(self, dev: tuple[Sequence[str], Sequence[str]], **pipeline):
+        """(make_train, make_dev) with the training pairs of a streamed task's records
+        (self.stream, train.record_stream: (source, target) strings, shuffled by their
+        reader), an endless stream; dev from memory. tf.data under TensorFlow
+        (`make_pair_stream_dataset`), NumPy under JAX and PyTorch (`StreamBatches` over the
+        same pairs). make_train(part=(n, i)) reads input pipeline i's part of n alone, under
+        a token budget of tokens_per_batch / n."""
+        def convert(records):
+            return records
+
+        def budget(part):
+            return dict(pipeline, tokens_per_batch=max(1, pipeline["tokens_per_batch"]
+                                                       // part[0]))
+
+        if keras.backend.backend() != "tensorflow":
+            from keras_transformer.text.numpy_pipeline import StreamBatches, TranslationBatches
+
+            def make_numpy_train(part=(1, 0)):
+                return StreamBatches([], self.source_tok, self.target_tok,
+                                     shuffle_buffer=self.config.data.shuffle_buffer,
+                                     pairs=self.streamed_rows(convert, part), **budget(part))
+
+            def make_numpy_dev():
+                return TranslationBatches(*dev, self.source_tok, self.target_tok,
+                                          shuffle=False, **pipeline)
+
+            return make_numpy_train, make_numpy_dev
+        import tensorflow as tf
+
+        from keras_transformer.text.pipeline import (
+            make_pair_stream_dataset,
+            make_translation_dataset,
+        )
+
+        from ..record_stream import rows_dataset
+
+        def make_train(part=(1, 0)):
+            spec = tf.TensorSpec([], tf.string)
+            return replayable(lambda: make_pair_stream_dataset(
+                rows_dataset(self.streamed_rows(convert, part), (spec, spec)),
+                self.source_tok, self.target_tok, **budget(part)), True)
+
+        def make_dev():
+            return make_translation_dataset(*dev, self.source_tok, self.target_tok,
+                                            shuffle=False, **pipeline)
+
+        return make_train, make_dev
+
     def build_model(self, model_config):
         model = Transformer(model_config)
         model.build()

@@ -20,8 +20,10 @@ from keras_transformer.text.summary_stats import format_statistics, summary_stat
 from keras_transformer.translator import keras_translator, translate
 
 from ..config import ConfigError, model_preview
-from ..data import load_summarization, split_sentences, word_joints
+from ..data import Summaries, load_summarization, split_sentences, word_joints
+from ..record_stream import summary_reader
 from ..scoring import lead_baselines
+from ..shards import shard_files
 from ..tasks.base import DevScore, final_split, score_prefix, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
@@ -148,7 +150,11 @@ class SummarizationTask(Seq2SeqTask):
         config, d = self.config, self.config.data
         if config.eval.selector:  # a missing selector fails now, not after training
             self.load_selector()
-        self.splits = splits = load_summarization(d)
+        self.splits = splits = load_summarization(d, train=not d.stream)
+        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
+            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
+            self.splits = splits = {"train": Summaries([a for a, _ in sample],
+                                                       [s for _, s in sample]), **splits}
         self.sources = {name: split.articles for name, split in splits.items()}
         if d.extract_sources:
             self.sources.update(self.extracted_sources(out))
@@ -179,13 +185,16 @@ class SummarizationTask(Seq2SeqTask):
 
     def datasets(self):
         d, splits = self.config.data, self.splits
-        return self.pair_datasets(
-            (self.sources["train"], splits["train"].summaries),
-            (self.sources["dev"], splits["dev"].summaries),
+        dev = (self.sources["dev"], splits["dev"].summaries)
+        pipeline = dict(
             max_source_length=d.max_source_length, max_target_length=d.max_target_length,
             tokens_per_batch=d.tokens_per_batch,
             bucket_boundaries=bucket_boundaries_for(d.max_source_length, d.num_buckets),
             drop_long=False, fixed_target_length=True)
+        if self.stream is not None:
+            return self.record_pair_datasets(dev, **pipeline)
+        return self.pair_datasets((self.sources["train"], splits["train"].summaries), dev,
+                                  **pipeline)
 
     def describe(self, model) -> str:
         c = model.config
@@ -227,7 +236,7 @@ class SummarizationTask(Seq2SeqTask):
                         name="rouge", label="ROUGE (mean of 1, 2, L)")
 
     def data_metrics(self):
-        return dict(self.counts)
+        return {**self.counts, **super().data_metrics()}
 
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         e, splits = self.config.eval, self.splits
