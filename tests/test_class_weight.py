@@ -10,6 +10,7 @@ import pytest
 
 from keras_transformer.losses import ClassWeightedCrossEntropy
 from tests.classifier_run import NAMES, data_dir, run_sets  # noqa: F401  (a fixture)
+from tests.cli_probe import ROOT, run_cli
 from train.config import ConfigError, load_config
 from train.tasks.classification import class_weights
 
@@ -61,3 +62,24 @@ def test_a_run_trains_with_the_weights_and_records_them(data_dir, tmp_path):  # 
     model = keras.saving.load_model(out / "model.keras")
     assert isinstance(model.loss, ClassWeightedCrossEntropy)
     assert model.loss.class_weights == pytest.approx([expected[n] for n in NAMES])
+
+
+def test_a_run_refused_over_its_data_leaves_no_run_behind(data_dir, tmp_path):  # noqa: F811
+    # The label is matched when the data is read, after the run directory was claimed: the
+    # corrected command must then start afresh, not meet a "run of another config".
+    out = tmp_path / "run"
+
+    def train(weight: str):
+        sets = [*run_sets(data_dir), "training.epochs=1", f"training.class_weight={weight}"]
+        return run_cli("train", "--config", str(ROOT / "train/configs/uit_vsfc_sentiment.yaml"),
+                       "--out", str(out), *[x for s in sets for x in ("--set", s)])
+
+    bad = train("{neutrall: 2}")
+    assert bad.code == 2 and "unknown label 'neutrall'" in bad.stderr, bad.stderr[-800:]
+    assert not out.exists()
+    out.mkdir()  # a folder of the user's, empty: kept, as it was
+    assert train("{neutrall: 2}").code == 2 and out.is_dir() and not any(out.iterdir())
+    good = train("{neutral: 2}")
+    assert good.code == 0, good.stderr[-800:]
+    assert json.loads((out / "metrics.json").read_text())["class_weights"] == {
+        "negative": 1.0, "neutral": 2.0, "positive": 1.0}

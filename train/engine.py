@@ -50,7 +50,7 @@ from .distribute import (
     worker_task,
 )
 from .precision_probe import fastest_setting
-from .run_directory import fingerprint, prepare_run_directory
+from .run_directory import abandon_run, fingerprint, prepare_run_directory
 from .tasks.base import Task
 from .tokenizer_sources import given_model
 from .warm_start import start_from, weights_file
@@ -276,8 +276,11 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     for _, jit in candidates:
         check_jit_devices(strategy, jit)
     chief = is_chief(strategy)
+    fresh = None  # a new run's directory, as it was before: what a failed start gives back
     if chief:
-        prepare_run_directory(out, config, overwrite=overwrite)
+        existed = out.exists()
+        if prepare_run_directory(out, config, overwrite=overwrite) == "new":
+            fresh = existed
     else:
         # Every worker runs the same command; only the chief writes the run directory.
         index = strategy.process if isinstance(strategy, JaxMultiProcess) else worker_task()[1]
@@ -287,7 +290,7 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     keras.utils.set_random_seed(t.seed)
     log.info("strategy %s with %d replica(s)", strategy_name(strategy),
              strategy.num_replicas_in_sync)
-    return strategy, chief, out, candidates
+    return strategy, chief, out, candidates, fresh
 
 
 def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) -> dict:
@@ -351,10 +354,15 @@ def average_last(model, directory: Path, last: int) -> list[str]:
 
 def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> dict:
     """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
-    strategy, chief, out, candidates = setup(config, out, overwrite)
+    strategy, chief, out, candidates, fresh = setup(config, out, overwrite)
     task.part = input_part(strategy)
-    model_cfg = task.prepare(out)
-    task.combine_parts(lambda values: sum_over_workers(strategy, values))
+    try:
+        model_cfg = task.prepare(out)
+        task.combine_parts(lambda values: sum_over_workers(strategy, values))
+    except BaseException:
+        if fresh is not None:  # bad data, found before anything trained: no run to keep
+            abandon_run(out, remove=not fresh)
+        raise
     check_workers_agree(strategy, json.dumps(task.data_metrics(), sort_keys=True),
                         "the training data they found (shards, pairs)")
     atomic_write_text(out / "model_config.json", json.dumps(model_cfg.to_dict(), indent=2))

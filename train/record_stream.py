@@ -262,14 +262,15 @@ def scan_records(files: list[Path], reader: Reader, sample: int, seed: int,
 
 def record_rows(scan: RecordScan, convert: Callable[[list], Sequence], *, shuffle_buffer: int,
                 seed: int, part: tuple[int, int] = (1, 0), cycle_length: int = 4,
-                chunk: int = RECORD_CHUNK) -> Iterator:
-    """The training rows of this worker's part, endless: records in tf.data's interleave
-    order (the shard order shuffled anew each pass, seeded), `chunk` at a time turned into
-    rows by `convert`, the rows shuffled in a buffer of `shuffle_buffer` (seeded)."""
+                chunk: int = RECORD_CHUNK, repeat: bool = True) -> Iterator:
+    """The training rows of this worker's part, endless (one pass, the buffer drained at its
+    end, without `repeat`): records in tf.data's interleave order (the shard order shuffled
+    anew each pass, seeded), `chunk` at a time turned into rows by `convert`, the rows
+    shuffled in a buffer of `shuffle_buffer` (seeded)."""
     from keras_transformer.text.numpy_pipeline import buffer_shuffled  # imports Keras
 
     workers, index = part
-    records = (r for r in interleaved_pairs(scan.files, shuffle=True, seed=seed, repeat=True,
+    records = (r for r in interleaved_pairs(scan.files, shuffle=True, seed=seed, repeat=repeat,
                                             cycle_length=cycle_length, workers=workers,
                                             index=index, reader=scan.reader)
                if r is not None and r is not HEADER)

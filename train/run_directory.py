@@ -144,6 +144,15 @@ def prepare_run_directory(out: Path, config: RunConfig, *, overwrite: bool = Fal
     return state
 
 
+def abandon_run(out: Path, remove: bool) -> None:
+    """A new run that stopped before training (its data refused): its files deleted, and
+    `out` itself when this run made it and nothing else lies there, so that the corrected
+    command starts afresh instead of finding a run of another config."""
+    clear_run(out)
+    if remove and not any(out.iterdir()):
+        out.rmdir()
+
+
 def clear_run(out: Path) -> None:
     """Delete what a run and train.evaluate made in `out` (RUN_ENTRIES); leave the rest."""
     for path in out.iterdir():
