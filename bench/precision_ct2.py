@@ -15,8 +15,14 @@ each sentence's source ids and length limit, the export's model shape, the beams
 size and the seconds. The model is a random Marian model of that shape (made once, by
 ../shared/peers/bench_ct2.py's prepare under a name of the shape); every sentence gets
 exactly its limit of new tokens, as the server's random-weight outputs run to their limit.
-Each beam is timed in batches of the server's size and again one sentence a call, which says
-what batching gains CTranslate2 itself on this CPU.
+--replicas R (default 1) runs R model replicas, inter_threads=R with intra_threads = the
+cores // R (1 at least), as the server's --workers R runs R models of cores/R threads: the
+batches (of the server's size, one length limit each) are submitted with asynchronous=True,
+2R in flight, so that each replica takes the next batch as soon as it is free, as a server
+worker does; the sentences counted are those of the batches finished. Each beam is timed in
+batches of the server's size and, with one replica only, again one sentence a call, which
+says what batching gains CTranslate2 itself on this CPU (a run with R > 1 has no
+one-sentence cells: bench.serve reads the gain against one replica's).
 
 The model is the peers' random Marian model of each config, converted once by
 ../shared/peers/bench_ct2.py (--prepare, into $PEER_BENCH_MODELS). Source = 32 random ids,
@@ -28,6 +34,7 @@ the standard library and ctranslate2 are imported (not this project, which the v
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -75,6 +82,9 @@ def main(argv=None) -> None:
                         help="time the cells asked on stdin (one config; see above)")
     parser.add_argument("--ceiling", type=Path, metavar="WORK_JSON",
                         help="bench.serve's ceiling on this work, into --out (see above)")
+    parser.add_argument("--replicas", type=int, default=1, metavar="R",
+                        help="with --ceiling: R model replicas (inter_threads), each of the "
+                             "cores // R intra-op threads (default 1)")
     parser.add_argument("--prepare-shape", type=Path, metavar="WORK_JSON",
                         help="only make the Marian model of this work's shape (a process of "
                              "its own, so that torch is not loaded while timing)")
@@ -83,6 +93,8 @@ def main(argv=None) -> None:
             args.serve == (args.out is not None) or (args.serve and len(args.configs) != 1)):
         parser.error("give either --out (with --ceiling or not), --serve with one config, or "
                      "--prepare-shape")
+    if args.replicas < 1 or (args.replicas != 1 and args.ceiling is None):
+        parser.error("--replicas is a positive count, and only --ceiling takes one")
     sys.path.insert(0, str(args.peers_dir.resolve()))
     import common  # the peers' shared helpers (stdlib only)
 
@@ -102,7 +114,8 @@ def main(argv=None) -> None:
         serve(args.configs[0], args.compute_type, threads, args.batches)
         return
     if args.ceiling is not None:
-        out = ceiling(args.ceiling, args.peers_dir, args.compute_type, threads)
+        out = ceiling(args.ceiling, args.peers_dir, args.compute_type, usable_cores(),
+                      args.replicas)
         args.out.write_text(json.dumps(out, indent=2))
         return
     rows, info = [], {}
@@ -219,6 +232,14 @@ def serve(cfg: str, compute_type: str, threads: int, batches) -> None:
         print(json.dumps({"error": error} if error else seconds), flush=True)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one), as
+    export.runtime.usable_cores counts the server's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def length_batches(limits: list[int], batch: int) -> list[list[int]]:
     """The sentences' indices as translate_batch calls: sentences of one length limit
     together (a call sets one output length for all its rows), at most `batch` a call, the
@@ -230,11 +251,14 @@ def length_batches(limits: list[int], batch: int) -> list[list[int]]:
             for j in range(0, len(rows), batch)]
 
 
-def ceiling(work_path: Path, peers_dir: Path, compute_type: str, threads: int) -> dict:
+def ceiling(work_path: Path, peers_dir: Path, compute_type: str, threads: int,
+            replicas: int = 1) -> dict:
     """Sentences per second of translate_batch on bench.serve's work (module docstring), per
-    beam: one warm-up call, then calls until work["seconds"] have passed (one at least), in
-    an order drawn once with common.SEED and repeated, so that a run shorter than a pass
-    over every sentence still meets every length limit in proportion."""
+    beam, with `replicas` model replicas of max(1, threads // replicas) intra-op threads
+    each: one warm-up batch a replica, then batches until work["seconds"] have passed (one
+    at least), in an order drawn once with common.SEED and repeated, so that a run shorter
+    than a pass over every sentence still meets every length limit in proportion. The
+    one-sentence cells are timed with one replica only."""
     import common
     import ctranslate2
     from bench_ct2 import token_str
@@ -247,52 +271,72 @@ def ceiling(work_path: Path, peers_dir: Path, compute_type: str, threads: int) -
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "--peers-dir",
                         str(peers_dir), "--compute-type", compute_type, "--prepare-shape",
                         str(work_path)], check=True)
+    intra_threads = max(1, threads // replicas)
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type=compute_type,
-                                        inter_threads=1, intra_threads=threads)
+                                        inter_threads=replicas, intra_threads=intra_threads)
     vocab = work["shape"]["vocab"]
     # The server's rows end in its EOS id; here the model's EOS token ends them, so that the
     # encoder reads as many positions.
     sources = [[token_str(i, vocab) for i in ids[:-1]] + ["</s>"] for ids in work["sources"]]
     limits = work["limits"]
 
-    def call(rows, beam):
+    def submit(rows, beam):
+        """One batch, queued for the first free replica (one job: max_batch_size 0)."""
         limit = limits[rows[0]]
-        out = translator.translate_batch([sources[i] for i in rows], beam_size=beam,
-                                         max_batch_size=0, min_decoding_length=limit,
-                                         max_decoding_length=limit)
-        lengths = {len(r.hypotheses[0]) for r in out}
+        return limit, translator.translate_batch(
+            [sources[i] for i in rows], beam_size=beam, max_batch_size=0, asynchronous=True,
+            min_decoding_length=limit, max_decoding_length=limit)
+
+    def wait(submitted):
+        limit, pending = submitted
+        lengths = {len(r.result().hypotheses[0]) for r in pending}
         if lengths != {limit}:
             raise RuntimeError(f"expected {limit} tokens per row, got {lengths}")
 
     results = []
-    # Batches of the server's size, and of one sentence: what batching gains CTranslate2
-    # itself on this CPU.
-    for batch in dict.fromkeys((work["max_batch_size"], 1)):
+    # Batches of the server's size, and (one replica) of one sentence: what batching gains
+    # CTranslate2 itself on this CPU.
+    for batch in dict.fromkeys((work["max_batch_size"], 1) if replicas == 1
+                               else (work["max_batch_size"],)):
         calls = length_batches(limits, batch)
         order = random.Random(common.SEED).sample(calls, len(calls))
         for beam in work["beams"]:
-            call(calls[-1], beam)  # warm-up: the longest limit
-            done = tokens = 0
+            # Warm-up: the longest limit, once on each replica.
+            for submitted in [submit(calls[-1], beam) for _ in range(replicas)]:
+                wait(submitted)
+            done = submitted_count = tokens = sentences = 0
+            in_flight: collections.deque = collections.deque()
             start, cpu0 = time.perf_counter(), time.process_time()
             while True:
-                rows = order[done % len(order)]
-                call(rows, beam)
-                done += 1
+                # 2R batches queued or decoding: a replica never waits for this loop.
+                while len(in_flight) < 2 * replicas:
+                    rows = order[submitted_count % len(order)]
+                    in_flight.append((rows, submit(rows, beam)))
+                    submitted_count += 1
+                rows, submitted = in_flight.popleft()
+                wait(submitted)
+                done, sentences = done + 1, sentences + len(rows)
                 tokens += len(rows) * limits[rows[0]]
-                elapsed = time.perf_counter() - start
-                if elapsed >= work["seconds"]:
+                if time.perf_counter() - start >= work["seconds"]:
                     break
-            sentences = sum(len(order[i % len(order)]) for i in range(done))
+            while in_flight:  # the batches already queued are finished and counted
+                rows, submitted = in_flight.popleft()
+                wait(submitted)
+                done, sentences = done + 1, sentences + len(rows)
+                tokens += len(rows) * limits[rows[0]]
+            elapsed = time.perf_counter() - start
             results.append({"beam_size": beam, "max_batch_size": batch, "calls": done,
                             "seconds": round(elapsed, 3), "sentences": sentences,
                             "sentences_per_s": round(sentences / elapsed, 2),
                             "new_tokens": tokens, "passes": round(done / len(order), 2),
                             "cpu_ratio": round((time.process_time() - cpu0) / elapsed, 3)})
-            print(f"ct2 {compute_type} mkl={os.environ.get('CT2_USE_MKL')} beam {beam} "
-                  f"batches of {batch}: {results[-1]['sentences_per_s']:.1f} sentences/s",
-                  file=sys.stderr, flush=True)
+            print(f"ct2 {compute_type} mkl={os.environ.get('CT2_USE_MKL')} replicas "
+                  f"{replicas}x{intra_threads} beam {beam} batches of {batch}: "
+                  f"{results[-1]['sentences_per_s']:.1f} sentences/s", file=sys.stderr,
+                  flush=True)
     return {"versions": {"ctranslate2": ctranslate2.__version__},
             "compute_type_used": translator.compute_type, "threads": threads,
+            "replicas": replicas, "intra_threads": intra_threads,
             "ct2_use_mkl": os.environ.get("CT2_USE_MKL"), "results": results}
 
 

@@ -306,6 +306,7 @@ def serve_ceiling(data: dict) -> list[str]:
             + "; ".join(f"beam {r['beam_size']} {r['ceiling_sentences_per_s']:,.1f} "
                         f"sentences/s in calls of {call_size(ceiling[r['beam_size']])} "
                         f"(CT2_USE_MKL={ceiling[r['beam_size']]['ct2_use_mkl']}"
+                        + ceiling_layout(ceiling[r['beam_size']])
                         + ceiling_gain(ceiling[r['beam_size']]) + "), "
                         f"batching at {r['clients']} clients {r['of_ceiling']:.2f}x of it"
                         for r in rows) + "."]
@@ -319,12 +320,23 @@ def call_size(row: dict) -> str:
     return f"{row['sentences'] / row['calls']:.1f} on average"
 
 
+def ceiling_layout(row: dict) -> str:
+    """The kept setting's replicas and threads each, where the run records them (runs
+    before replicas were measured had one replica of all the cores)."""
+    if row.get("replicas") is None:
+        return ""
+    replicas, threads = row["replicas"], row.get("intra_threads", "?")
+    return (f", {replicas} replica{'s' * (replicas != 1)} of {threads} "
+            f"thread{'s' * (threads != 1)}")
+
+
 def ceiling_gain(row: dict) -> str:
     """What batching gains CTranslate2 itself, where the run timed one sentence a call."""
     if row.get("unbatched_sentences_per_s") is None:
         return ""
-    return (f"; one sentence a call {row['unbatched_sentences_per_s']:,.1f}, so batching "
-            f"gains it {row['batching_gain']:.2f}x")
+    return (f"; one sentence a call {row['unbatched_sentences_per_s']:,.1f}"
+            + (" with one replica" if row.get("replicas", 1) != 1 else "")
+            + f", so batching gains it {row['batching_gain']:.2f}x")
 
 
 def demo_shapes(root: Path) -> list[str]:

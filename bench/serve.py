@@ -18,12 +18,18 @@ CPU model.
 
 The ceiling (--ceiling, on when the peers' torch venv is there): CTranslate2's
 translate_batch on the same sentences in one process, before the server's cells, in
-batches of --max-batch-size (bench/precision_ct2.py --ceiling in the peers' venv, float32,
-with CT2_USE_MKL 0 and 1, the faster kept). Its model is a random Marian model of the
-export's shape (layers, d_model, heads, FFN, vocabulary), and each sentence gets as many new
-tokens as the server gives it (the export's length rule; a random-weight model's outputs
-run to it), so both decode the same work. Each batching cell records its sentences/s as a
-fraction of the ceiling at its beam (`of_ceiling`); the goal is read at 32 clients.
+batches of --max-batch-size (bench/precision_ct2.py --ceiling in the peers' venv, float32).
+It is the best CTranslate2 does on this CPU, whichever layout: it is measured with
+CT2_USE_MKL 0 and 1, each with one replica of all the usable cores and with one replica a
+core (inter_threads, as the server's --workers runs one model a worker; also --workers
+replicas when that lies between), and per beam the fastest setting is kept, every
+setting's sentences/s recorded (`sentences_per_s_by_setting`). Its model is a random
+Marian model of the export's shape (layers, d_model, heads, FFN, vocabulary), and each
+sentence gets as many new tokens as the server gives it (the export's length rule; a
+random-weight model's outputs run to it), so both decode the same work. Each batching cell
+records its sentences/s as a fraction of the ceiling at its beam (`of_ceiling`); the goal
+is read at 32 clients. The ceiling's own `batching_gain` is the kept setting's
+sentences/s over one sentence a call with the same CT2_USE_MKL and one replica.
 """
 
 from __future__ import annotations
@@ -295,49 +301,70 @@ def export_shape(manifest) -> dict:
             "dec_layers": config["num_decoder_layers"], "dropout": config["dropout"]}
 
 
+def ceiling_replicas(cores: int, workers: int = 1) -> list[int]:
+    """The replica counts the ceiling is measured with: 1, the server's --workers (when
+    within the cores) and one a core."""
+    return sorted({1, cores, *([workers] if workers <= cores else [])})
+
+
+def setting_name(mkl: str, replicas: int) -> str:
+    return f"mkl={mkl},replicas={replicas}"
+
+
 def measure_ceiling(args, work: dict) -> list[dict]:
     """CTranslate2's sentences/s on `work`, per beam, in the peers' venv, once per CT2_USE_MKL
-    setting (its default on a CPU may be the slower): the faster of the two, both kept."""
+    setting (its default on a CPU may be the slower) and replica count (ceiling_replicas):
+    the fastest setting per beam, every one kept."""
     from bench.precision import CT2_MKL_SETTINGS, ct2_command
+    from export.runtime import usable_cores
 
     runs = {}
     with tempfile.TemporaryDirectory(prefix="bench-serve-ct2-") as tmp:
         work_path, out = Path(tmp) / "work.json", Path(tmp) / "ceiling.json"
         work_path.write_text(json.dumps(work))
         for mkl in CT2_MKL_SETTINGS:
-            cmd, env = ct2_command(args, "float32", mkl, "--ceiling", str(work_path), "--out",
-                                   str(out))
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
-            if proc.returncode != 0 or not out.exists():
-                raise RuntimeError(f"CT2_USE_MKL={mkl}: {proc.stderr[-1500:]}")
-            runs[mkl] = json.loads(out.read_text())
-            out.unlink()
+            for replicas in ceiling_replicas(usable_cores(), args.workers):
+                cmd, env = ct2_command(args, "float32", mkl, "--ceiling", str(work_path),
+                                       "--replicas", str(replicas), "--out", str(out))
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+                if proc.returncode != 0 or not out.exists():
+                    raise RuntimeError(f"CT2_USE_MKL={mkl}, --replicas {replicas}: "
+                                       f"{proc.stderr[-1500:]}")
+                runs[mkl, replicas] = json.loads(out.read_text())
+                out.unlink()
     return best_ceiling(runs, work)
 
 
 def best_ceiling(runs: dict, work: dict) -> list[dict]:
-    """{CT2_USE_MKL: precision_ct2 --ceiling's output} -> one row per beam, the setting with
-    the most sentences/s, each setting's figure kept."""
+    """{(CT2_USE_MKL, replicas): precision_ct2 --ceiling's output} -> one row per beam, the
+    setting with the most sentences/s, each setting's figure kept (sentences_per_s_by_setting,
+    keyed setting_name). Its batching_gain is against the one-sentence calls of the same
+    CT2_USE_MKL setting with one replica (the runs of more replicas time none)."""
     rows = []
     for beam in work["beams"]:
         def cell(run, batch, beam=beam):
-            return next(r for r in run["results"] if r["beam_size"] == beam
-                        and r.get("max_batch_size", work["max_batch_size"]) == batch)
+            return next((r for r in run["results"] if r["beam_size"] == beam
+                         and r.get("max_batch_size", work["max_batch_size"]) == batch), None)
 
-        by_mkl = {mkl: cell(run, work["max_batch_size"]) for mkl, run in runs.items()}
-        mkl = max(by_mkl, key=lambda m: by_mkl[m]["sentences_per_s"])
-        single = {m: cell(run, 1)["sentences_per_s"] for m, run in runs.items()
-                  if any(r.get("max_batch_size") == 1 for r in run["results"])}
-        if single:  # the same setting's one-sentence calls, and the gain of batching
-            by_mkl[mkl] = {**by_mkl[mkl], "unbatched_sentences_per_s": single[mkl],
-                           "batching_gain": round(by_mkl[mkl]["sentences_per_s"]
-                                                  / max(single[mkl], 1e-9), 2)}
-        rows.append({**by_mkl[mkl], "ct2_use_mkl": mkl,
-                     "sentences_per_s_by_mkl": {m: r["sentences_per_s"]
-                                                for m, r in by_mkl.items()},
-                     "runtime": "ctranslate2", "compute_type": runs[mkl]["compute_type_used"],
-                     "ct2_version": runs[mkl]["versions"]["ctranslate2"],
-                     "threads": runs[mkl]["threads"], "max_batch_size": work["max_batch_size"],
+        by_setting = {key: cell(run, work["max_batch_size"]) for key, run in runs.items()}
+        by_setting = {key: c for key, c in by_setting.items() if c is not None}
+        best = max(by_setting, key=lambda k: by_setting[k]["sentences_per_s"])
+        mkl, replicas = best
+        row, run = dict(by_setting[best]), runs[best]
+        one = runs.get((mkl, 1))
+        single = cell(one, 1) if one is not None else None
+        if single is not None:  # the same MKL setting's one-sentence calls, one replica
+            row.update(unbatched_sentences_per_s=single["sentences_per_s"],
+                       batching_gain=round(row["sentences_per_s"]
+                                           / max(single["sentences_per_s"], 1e-9), 2))
+        rows.append({**row, "ct2_use_mkl": mkl, "replicas": replicas,
+                     "intra_threads": run.get("intra_threads",
+                                              max(1, run["threads"] // replicas)),
+                     "sentences_per_s_by_setting": {setting_name(*key): c["sentences_per_s"]
+                                                    for key, c in by_setting.items()},
+                     "runtime": "ctranslate2", "compute_type": run["compute_type_used"],
+                     "ct2_version": run["versions"]["ctranslate2"],
+                     "threads": run["threads"], "max_batch_size": work["max_batch_size"],
                      "shape": work["shape"], "sentences_per_pass": len(work["sources"])})
     return rows
 
@@ -408,11 +435,14 @@ def main(argv) -> int:
         for row in ceiling:
             print(f"{'CT2 ceiling':12} beam {row['beam_size']}  batch {row['max_batch_size']:3d}"
                   f"       {row['sentences_per_s']:8.1f} sentences/s  (translate_batch, "
-                  f"{row['compute_type']}, CT2_USE_MKL={row['ct2_use_mkl']}; "
+                  f"{row['compute_type']}, CT2_USE_MKL={row['ct2_use_mkl']}, "
+                  f"{row['replicas']} replica(s) x {row['intra_threads']} thread(s); "
                   + ", ".join(f"{m}: {v:.1f}" for m, v in
-                              row["sentences_per_s_by_mkl"].items())
-                  + (f"; one sentence a call {row['unbatched_sentences_per_s']:.1f}"
-                     if "unbatched_sentences_per_s" in row else "") + ")", flush=True)
+                              row["sentences_per_s_by_setting"].items())
+                  + (f"; one sentence a call {row['unbatched_sentences_per_s']:.1f}, "
+                     f"mkl={row['ct2_use_mkl']},replicas=1, batching gain "
+                     f"{row['batching_gain']:.2f}x" if "unbatched_sentences_per_s" in row
+                     else "") + ")", flush=True)
             per_call = row["sentences"] / max(row["calls"], 1)
             if per_call < args.max_batch_size / 2:
                 # Its calls group sentences of one length limit: few sentences, small calls.

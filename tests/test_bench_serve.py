@@ -1,6 +1,7 @@
 """bench.serve's CTranslate2 ceiling: the work it hands CTranslate2 (the server's length rule
-on the export's own sentences and shape), how the calls are grouped, the faster backend kept,
-and the ratios against the batching cells, on hand-made values (no timing is asserted)."""
+on the export's own sentences and shape), how the calls are grouped, the fastest setting
+(CT2_USE_MKL and replicas) kept, and the ratios against the batching cells, on hand-made
+values (no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,14 @@ def test_the_faster_backend_is_kept_per_beam_with_both_figures():
                 "threads": 2, "results": [{"beam_size": b, "sentences_per_s": v}
                                           for b, v in per_s.items()]}
 
-    rows = serve.best_ceiling({"0": run({4: 50.0, 1: 90.0}), "1": run({4: 60.0, 1: 80.0})},
-                              work)
+    rows = serve.best_ceiling({("0", 1): run({4: 50.0, 1: 90.0}),
+                               ("1", 1): run({4: 60.0, 1: 80.0})}, work)
     assert [(r["beam_size"], r["sentences_per_s"], r["ct2_use_mkl"]) for r in rows] == [
         (4, 60.0, "1"), (1, 90.0, "0")]
-    assert rows[0]["sentences_per_s_by_mkl"] == {"0": 50.0, "1": 60.0}
+    assert rows[0]["sentences_per_s_by_setting"] == {"mkl=0,replicas=1": 50.0,
+                                                     "mkl=1,replicas=1": 60.0}
+    # A run before --replicas: one replica of all the cores.
+    assert (rows[0]["replicas"], rows[0]["intra_threads"]) == (1, 2)
     assert rows[0]["max_batch_size"] == 32 and rows[0]["sentences_per_pass"] == 10
     assert "batching_gain" not in rows[0]  # a run without one-sentence calls
 
@@ -48,9 +52,96 @@ def test_the_ceilings_own_batching_gain_is_the_same_settings_one_sentence_calls(
                     {"beam_size": 4, "max_batch_size": 1, "sentences_per_s": single}]}
 
     # MKL on is faster batched, so its own one-sentence figure (not the faster 30) is used.
-    (row,) = serve.best_ceiling({"0": run(50.0, 30.0), "1": run(60.0, 24.0)}, work)
+    (row,) = serve.best_ceiling({("0", 1): run(50.0, 30.0), ("1", 1): run(60.0, 24.0)},
+                                work)
     assert (row["ct2_use_mkl"], row["sentences_per_s"]) == ("1", 60.0)
     assert (row["unbatched_sentences_per_s"], row["batching_gain"]) == (24.0, 2.5)
+
+
+def ceiling_run(mkl, replicas, batched, single=None, threads=2):
+    """precision_ct2 --ceiling's output at one setting: {beam: sentences/s} in batches of
+    32, and (one replica) {beam: sentences/s} one sentence a call."""
+    results = [{"beam_size": b, "max_batch_size": 32, "sentences_per_s": v, "calls": 10,
+                "sentences": 250} for b, v in batched.items()]
+    results += [{"beam_size": b, "max_batch_size": 1, "sentences_per_s": v}
+                for b, v in (single or {}).items()]
+    return {"versions": {"ctranslate2": "4.8.5"}, "compute_type_used": "float32",
+            "threads": threads, "replicas": replicas,
+            "intra_threads": max(1, threads // replicas), "ct2_use_mkl": mkl,
+            "results": results}
+
+
+def test_the_fastest_setting_of_mkl_and_replicas_is_kept_per_beam_every_one_recorded():
+    work = {"beams": [4, 1], "max_batch_size": 32, "shape": {}, "sources": [[5]] * 8}
+    runs = {("0", 1): ceiling_run("0", 1, {4: 50.0, 1: 90.0}, {4: 25.0, 1: 30.0}),
+            ("0", 2): ceiling_run("0", 2, {4: 70.0, 1: 85.0}),
+            ("1", 1): ceiling_run("1", 1, {4: 40.0, 1: 95.0}, {4: 20.0, 1: 38.0}),
+            ("1", 2): ceiling_run("1", 2, {4: 45.0, 1: 60.0})}
+    beam4, beam1 = serve.best_ceiling(runs, work)
+    # Beam 4: two replicas of one thread with MKL off; beam 1: one replica of two with MKL on.
+    assert (beam4["beam_size"], beam4["sentences_per_s"], beam4["ct2_use_mkl"],
+            beam4["replicas"], beam4["intra_threads"]) == (4, 70.0, "0", 2, 1)
+    assert (beam1["beam_size"], beam1["sentences_per_s"], beam1["ct2_use_mkl"],
+            beam1["replicas"], beam1["intra_threads"]) == (1, 95.0, "1", 1, 2)
+    assert beam4["sentences_per_s_by_setting"] == {
+        "mkl=0,replicas=1": 50.0, "mkl=0,replicas=2": 70.0,
+        "mkl=1,replicas=1": 40.0, "mkl=1,replicas=2": 45.0}
+    assert beam1["sentences_per_s_by_setting"] == {
+        "mkl=0,replicas=1": 90.0, "mkl=0,replicas=2": 85.0,
+        "mkl=1,replicas=1": 95.0, "mkl=1,replicas=2": 60.0}
+    # The gain is over the same MKL setting's one sentence a call with one replica: 70 / 25
+    # (not the other setting's 20), and 95 / 38.
+    assert (beam4["unbatched_sentences_per_s"], beam4["batching_gain"]) == (25.0, 2.8)
+    assert (beam1["unbatched_sentences_per_s"], beam1["batching_gain"]) == (38.0, 2.5)
+    assert beam4["threads"] == 2 and beam4["calls"] == 10 and beam4["sentences"] == 250
+    # Without that setting's one-replica run there is no gain to give.
+    (row,) = serve.best_ceiling({("0", 2): runs["0", 2]}, {**work, "beams": [4]})
+    assert "batching_gain" not in row and row["replicas"] == 2
+
+
+def test_the_ceiling_is_measured_with_one_replica_and_one_a_core():
+    assert serve.ceiling_replicas(2) == [1, 2]
+    assert serve.ceiling_replicas(1) == [1]
+    assert serve.ceiling_replicas(1, workers=2) == [1]
+    assert serve.ceiling_replicas(16, workers=4) == [1, 4, 16]
+    assert serve.setting_name("0", 2) == "mkl=0,replicas=2"
+
+
+def test_measure_ceiling_runs_every_setting_and_passes_replicas(tmp_path, monkeypatch):
+    """measure_ceiling's commands, with a stand-in for the peers' python that writes a
+    run whose figures follow the setting."""
+    import argparse
+    import json
+
+    import export.runtime
+
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "exec " + __import__("sys").executable + " - \"$@\" <<'EOF'\n"
+        "import json, os, sys\n"
+        "a = sys.argv[1:]\n"
+        "r = int(a[a.index('--replicas') + 1])\n"
+        "mkl = os.environ['CT2_USE_MKL']\n"
+        "v = 10.0 * r + int(mkl)\n"
+        "res = [{'beam_size': 4, 'max_batch_size': 32, 'sentences_per_s': v}]\n"
+        "res += [{'beam_size': 4, 'max_batch_size': 1, 'sentences_per_s': 4.0}] * (r == 1)\n"
+        "out = {'versions': {'ctranslate2': 'x'}, 'compute_type_used': 'float32',\n"
+        "       'threads': 2, 'replicas': r, 'intra_threads': 2 // r,\n"
+        "       'ct2_use_mkl': mkl, 'results': res}\n"
+        "open(a[a.index('--out') + 1], 'w').write(json.dumps(out))\n"
+        "EOF\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(export.runtime, "usable_cores", lambda: 2)
+    args = argparse.Namespace(ct2_python=fake, cache_dir=tmp_path, workers=1)
+    work = {"beams": [4], "max_batch_size": 32, "shape": {}, "sources": [[5]] * 2}
+    (row,) = serve.measure_ceiling(args, work)
+    assert row["sentences_per_s_by_setting"] == {
+        "mkl=0,replicas=1": 10.0, "mkl=0,replicas=2": 20.0,
+        "mkl=1,replicas=1": 11.0, "mkl=1,replicas=2": 21.0}
+    assert (row["ct2_use_mkl"], row["replicas"], row["intra_threads"]) == ("1", 2, 1)
+    assert (row["unbatched_sentences_per_s"], row["batching_gain"]) == (4.0, 5.25)
+    assert json.dumps(row)  # what serve.json stores
 
 
 def test_batching_cells_as_a_fraction_of_the_ceiling():
@@ -122,3 +213,11 @@ def test_the_results_page_names_the_ceiling_only_when_measured():
     data["ceiling"][0].update(unbatched_sentences_per_s=8.0, batching_gain=2.5)
     (_, line) = serve_ceiling(data)
     assert "(CT2_USE_MKL=0; one sentence a call 8.0, so batching gains it 2.50x)" in line
+    # A run that measured replicas names the kept one's layout.
+    data["ceiling"][0].update(replicas=2, intra_threads=1)
+    (_, line) = serve_ceiling(data)
+    assert ("(CT2_USE_MKL=0, 2 replicas of 1 thread; one sentence a call 8.0 with one "
+            "replica, so batching gains it 2.50x)") in line
+    data["ceiling"][0].update(replicas=1, intra_threads=2)
+    (_, line) = serve_ceiling(data)
+    assert "(CT2_USE_MKL=0, 1 replica of 2 threads; one sentence a call 8.0, so" in line

@@ -47,9 +47,10 @@ class DataConfig:
     word_joints: str = "keep"  # keep | split
     tokens_per_batch: int = 4096
     num_buckets: int = 4
-    # task translation: read data.train_source (a TSV file or a glob of shards, gzip or not)
-    # as training consumes it, shuffled in a buffer of shuffle_buffer pairs (train.shards);
-    # false: read every split into memory.
+    # read the training split as training consumes it, shuffled in a buffer of shuffle_buffer
+    # rows: data.train_source (or, for masked_lm and denoising, each of data.texts) a file or
+    # a glob of shards, gzip or not (train.shards for translation, train.record_stream for
+    # the other tasks); false: read every split into memory.
     stream: bool = False
     shuffle_buffer: int = 10000
     # task classification: the class names in id order (class i is labels[i]); label files

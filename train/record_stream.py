@@ -117,37 +117,50 @@ def labeled_reader(names: Sequence[str], classes: int) -> Reader:
     return read
 
 
+def header_rows(path: Path, header_problem: Callable[[list[str]], str | None],
+                record: Callable[[dict[str, str]], Any]) -> Iterator[Any]:
+    """The records of a TSV shard whose first line names its columns: the header checked by
+    `header_problem` (a message, or None when the columns will do), then `record` of each
+    other line's stripped fields by column name; a blank line is dropped (None), a line of
+    another column count refused."""
+    columns: list[str] = []
+
+    def parse(raw: bytes):
+        line = _text(raw)
+        if not columns:
+            columns.extend(line.split("\t"))
+            problem = header_problem(columns)
+            if problem:
+                raise ValueError(f"the header {line[:80]!r} {problem}")
+            return HEADER
+        if not line.strip():
+            return None
+        fields = line.split("\t")
+        if len(fields) != len(columns):
+            raise ColumnCountError(len(fields))
+        return record({name: field.strip() for name, field in zip(columns, fields,
+                                                                   strict=True)})
+
+    return shard_records(path, parse, "a row of the header's columns")
+
+
 def summary_reader(joints: str) -> Reader:
     """VNDS-style TSV shards, each with its header naming `article` and `summary` among its
     columns (train.data.load_summaries reads one file): a record is (article, summary), VNDS's
     word joints kept or split by `joints`; a blank line, or a row whose article or summary is
     empty, is dropped (None)."""
 
-    def read(path: Path) -> Iterator[tuple[str, str] | None]:
-        columns: list[str] = []
+    def problem(columns):
+        if "article" not in columns or "summary" not in columns:
+            return "must name the columns article and summary (tab-separated)"
+        return None
 
-        def parse(raw: bytes):
-            line = _text(raw)
-            if not columns:
-                columns.extend(line.split("\t"))
-                if "article" not in columns or "summary" not in columns:
-                    raise ValueError(f"the header {line[:80]!r} must name the columns article "
-                                     f"and summary (tab-separated)")
-                return HEADER
-            if not line.strip():
-                return None
-            fields = line.split("\t")
-            if len(fields) != len(columns):
-                raise ColumnCountError(len(fields))
-            article = fields[columns.index("article")].strip()
-            summary = fields[columns.index("summary")].strip()
-            if not article or not summary:
-                return None
-            return word_joints(article, joints), word_joints(summary, joints)
+    def record(row):
+        if not row["article"] or not row["summary"]:
+            return None
+        return word_joints(row["article"], joints), word_joints(row["summary"], joints)
 
-        return shard_records(path, parse, "a row of the header's columns")
-
-    return read
+    return lambda path: header_rows(path, problem, record)
 
 
 def text_documents(joints: str, lowercase: bool) -> Reader:
@@ -162,39 +175,27 @@ def text_documents(joints: str, lowercase: bool) -> Reader:
         texts = [word_joints(t, joints) for t in texts if t]
         return [t.lower() for t in texts] if lowercase else texts
 
+    def problem(columns):
+        if "article" not in columns and "sentence" not in columns:
+            return "names neither an article column (VNDS) nor a sentence column (SST-2)"
+        return None
+
+    def record(row):
+        if "article" in row:
+            documents = [clean(split_sentences(row["article"])),
+                         clean([row.get("summary", "")])]
+        else:
+            documents = [clean([row["sentence"]])]
+        return [d for d in documents if d] or None
+
+    def plain(raw: bytes):
+        text = _text(raw).split("\t")[0].strip()
+        return [clean([text])] if text else None
+
     def read(shard: Path) -> Iterator[list[list[str]] | None]:
-        if not shard.name.endswith((".tsv", ".tsv.gz")):
-            def plain(raw: bytes):
-                text = _text(raw).split("\t")[0].strip()
-                return [clean([text])] if text else None
-
-            return shard_records(shard, plain, "one text")
-        columns: list[str] = []
-
-        def tsv(raw: bytes):
-            line = _text(raw)
-            if not columns:
-                columns.extend(line.split("\t"))
-                if "article" not in columns and "sentence" not in columns:
-                    raise ValueError(f"the header {line[:80]!r} names neither an article column "
-                                     f"(VNDS) nor a sentence column (SST-2)")
-                return HEADER
-            fields = line.split("\t")
-            if not line.strip():
-                return None
-            if len(fields) != len(columns):
-                raise ColumnCountError(len(fields))
-            if "article" in columns:
-                article = fields[columns.index("article")].strip()
-                summary = (fields[columns.index("summary")].strip() if "summary" in columns
-                           else "")
-                documents = [clean(split_sentences(article)), clean([summary])]
-            else:
-                documents = [clean([fields[columns.index("sentence")].strip()])]
-            documents = [d for d in documents if d]
-            return documents or None
-
-        return shard_records(shard, tsv, "a row of the header's columns")
+        if shard.name.endswith((".tsv", ".tsv.gz")):
+            return header_rows(shard, problem, record)
+        return shard_records(shard, plain, "one text")
 
     return read
 
