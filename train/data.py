@@ -4,6 +4,7 @@ articles alone (language models)."""
 
 from __future__ import annotations
 
+import glob
 import gzip
 import logging
 import random
@@ -50,6 +51,23 @@ def resolve(config: DataConfig, name: str) -> Path:
     return path
 
 
+def matching_files(name: str, config: DataConfig, key: str) -> list[Path]:
+    """The files `name` names (a file, or a glob), relative to the data folder, sorted; a glob
+    that matches nothing, or a missing file, is an error naming `key` and the path."""
+    pattern = Path(name)
+    if not pattern.is_absolute():
+        pattern = data_dir(config) / pattern
+    if glob.has_magic(str(pattern)):
+        files = sorted(Path(p) for p in glob.glob(str(pattern)) if Path(p).is_file())
+        if not files:
+            raise FileNotFoundError(f"{key}: no file matches {pattern} (set data.data_dir or "
+                                    f"KT_DATA_DIR to the folder of the shards)")
+        return files
+    if not pattern.is_file():
+        raise FileNotFoundError(f"{key}: shard not found: {pattern}")
+    return [pattern]
+
+
 def data_files(config: DataConfig) -> list[Path]:
     """The data files the config names, resolved (FileNotFoundError naming a missing one;
     `python -m train` calls it before it touches the run directory); none for the embedded
@@ -60,17 +78,14 @@ def data_files(config: DataConfig) -> list[Path]:
         if config.test_source:
             names += [config.test_source, config.test_target]
     elif config.corpus == "tsv" and config.stream:
-        from .shards import shard_files
-
         names = [config.dev_source] + ([config.test_source] if config.test_source else [])
-        return shard_files(config) + [resolve(config, name) for name in names]
+        return (matching_files(config.train_source, config, "data.train_source")
+                + [resolve(config, name) for name in names])
     elif config.corpus == "tsv":
         names = [config.tsv] if config.tsv else [config.train_source, config.dev_source]
         if not config.tsv and config.test_source:
             names.append(config.test_source)
     elif config.corpus == "text" and config.stream:
-        from .record_stream import matching_files
-
         return ([path for name in config.texts
                  for path in matching_files(name, config, "data.texts")]
                 + [resolve(config, name) for name in config.dev_texts])

@@ -28,7 +28,6 @@ the in-memory stream does.
 
 from __future__ import annotations
 
-import glob
 import itertools
 import math
 import random
@@ -47,7 +46,6 @@ from keras_transformer.text.shards import (
     shard_records,
 )
 
-from .config import DataConfig, data_dir
 from .data import parse_label, word_joints
 
 tf = LazyModule("tensorflow")
@@ -59,23 +57,6 @@ RECORD_CHUNK = 256
 Reader = Callable[[Path], Iterator[Any]]
 # What a reader gives for a shard's header line: neither a record nor a dropped line.
 HEADER = "header"
-
-
-def matching_files(name: str, config: DataConfig, key: str) -> list[Path]:
-    """The files `name` names (a file, or a glob), relative to the data folder, sorted; a glob
-    that matches nothing, or a missing file, is an error naming `key` and the path."""
-    pattern = Path(name)
-    if not pattern.is_absolute():
-        pattern = data_dir(config) / pattern
-    if glob.has_magic(str(pattern)):
-        files = sorted(Path(p) for p in glob.glob(str(pattern)) if Path(p).is_file())
-        if not files:
-            raise FileNotFoundError(f"{key}: no file matches {pattern} (set data.data_dir or "
-                                    f"KT_DATA_DIR to the folder of the shards)")
-        return files
-    if not pattern.is_file():
-        raise FileNotFoundError(f"{key}: shard not found: {pattern}")
-    return [pattern]
 
 
 # -- records of one line ----------------------------------------------------------------

@@ -43,7 +43,7 @@ from keras_transformer.text.shards import (
 )
 
 from .config import DataConfig
-from .record_stream import matching_files
+from .data import matching_files
 from .tokenizer_sources import sample_positions
 
 

@@ -30,9 +30,9 @@ from keras_transformer.text.sentences import split_sentences
 
 from ..batches import replayable
 from ..config import ConfigError
-from ..data import load_summaries, resolve, word_joints
+from ..data import load_summaries, matching_files, resolve, word_joints
 from ..losses import token_loss
-from ..record_stream import matching_files, rows_dataset, text_documents
+from ..record_stream import rows_dataset, text_documents
 from ..tasks.base import DevScore, Task, transformer_config
 from ..tokenizers import train_tokenizer
 from .language_model import summed_nll
