@@ -18,13 +18,17 @@ from keras_transformer.command_line import add_debug_flag, entry_point
 
 SOURCE = RESULTS / "pretraining"
 OUT = Path("docs/pictures_pretraining")
-# (metrics file, label): the continued pre-training starts where the first run stopped.
-PRETRAINING = (("vi_masked_lm_metrics.json", "vi_masked_lm"),
-               ("vi_masked_lm_more_metrics.json", "continued (another seed)"))
+# (metrics file, label, whether it continues the run before it: its minutes start where that
+# run stopped).
+PRETRAINING = (("vi_masked_lm_metrics.json", "vi_masked_lm, first runs", False),
+               ("vi_masked_lm_more_metrics.json", "continued (another seed)", True),
+               ("vi_masked_lm_recipe_metrics.json", "the recipe's 90 minutes alone", False))
 FINE_TUNES = (("uit_random_metrics.json", "random weights"),
               ("uit_pre_lr03_metrics.json", "pre-trained 1,401 steps, lr_scale 0.3"),
               ("uit_pre_lr01_metrics.json", "pre-trained 1,401 steps, lr_scale 0.1"),
-              ("uit_pre_more_metrics.json", "pre-trained 2,282 steps, lr_scale 0.1"))
+              ("uit_pre_more_metrics.json", "pre-trained 2,282 steps, lr_scale 0.1"),
+              ("uit_recipe_metrics.json", "pre-trained 7,533 steps (the recipe)"),
+              ("uit_recipe_seed1_metrics.json", "the same, fine-tune seed 1"))
 
 
 def read(name: str, source: Path = SOURCE) -> dict:
@@ -35,9 +39,9 @@ def pretraining_curves(source: Path = SOURCE) -> list[tuple[str, list[float], li
     """(label, minutes of model.fit at the end of each epoch, dev masked perplexity) per run,
     each continued run's minutes after those of the run before it."""
     curves, offset = [], 0.0
-    for name, label in PRETRAINING:
+    for name, label, continued in PRETRAINING:
         metrics = read(name, source)
-        minutes = [offset + m for m in metrics["epoch_minutes"]]
+        minutes = [(offset if continued else 0.0) + m for m in metrics["epoch_minutes"]]
         curves.append((label, minutes, list(metrics["epoch_dev"]["masked_perplexity"])))
         offset = minutes[-1]
     return curves

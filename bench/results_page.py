@@ -252,7 +252,8 @@ def memory(root: Path) -> list[str]:
 
 
 # bench.serve's results: the demo's size, spa_eng_small's, and two workers.
-SERVE_RESULTS = ("serve.json", "serve_small/serve.json", "serve_workers2/serve.json")
+SERVE_RESULTS = ("serve.json", "serve_small/serve.json", "serve_workers2/serve.json",
+                 "serve_small_workers2/serve.json")
 
 
 def serve(root: Path) -> list[str]:

@@ -403,6 +403,9 @@ def test_learning_curves_draw_the_committed_metrics(tmp_path):
     # The continued run's minutes follow the first run's last.
     assert pre[1][1][0] == pytest.approx(first["epoch_minutes"][-1]
                                          + more["epoch_minutes"][0])
+    # A run of its own starts at 0.
+    recipe = json.loads((learning_curves.SOURCE / "vi_masked_lm_recipe_metrics.json").read_text())
+    assert pre[2][1] == recipe["epoch_minutes"]
     tunes = dict((label, f1) for label, _, f1 in learning_curves.fine_tune_curves())
     random = json.loads((learning_curves.SOURCE / "uit_random_metrics.json").read_text())
     assert tunes["random weights"] == random["epoch_dev"]["macro_f1"]
