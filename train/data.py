@@ -204,6 +204,12 @@ def parse_label(text: str, names, where: str) -> int:
     raise ValueError(f"{where}: unknown label {label!r}; expected {known}")
 
 
+def is_header_label(label: str, names) -> bool:
+    """Whether the label column of a `text<TAB>label` file's first line is a header's (GLUE's
+    `sentence<TAB>label`): neither a class name nor an id."""
+    return label.strip() not in names and not label.strip().isdigit()
+
+
 def load_labeled_tsv(path: Path, names=()) -> LabeledSplit:
     """`text<TAB>label` lines (GLUE style; a header row is skipped); empty texts are dropped.
     Labels are read by `parse_label`."""
@@ -215,8 +221,8 @@ def load_labeled_tsv(path: Path, names=()) -> LabeledSplit:
         text, sep, label = line.rpartition("\t")
         if not sep:
             raise ValueError(f"{path}:{lineno}: expected text<TAB>label, got {line[:80]!r}")
-        if lineno == 1 and label.strip() not in names and not label.strip().isdigit():
-            continue  # the header
+        if lineno == 1 and is_header_label(label, names):
+            continue
         label_id = parse_label(label, names, f"{path}:{lineno}")
         if text.strip():
             texts.append(text.strip())
@@ -369,13 +375,6 @@ def load_summarization(config: DataConfig, task: str = "summarization", train: b
                                   [word_joints(t, config.word_joints) for t in loaded.summaries],
                                   loaded.skipped_empty)
     return splits
-
-
-def load_articles(config: DataConfig, train: bool = True) -> dict[str, list[str]]:
-    """{"train", "dev"[, "test"]}: the article column of load_summarization's files, the
-    monolingual text of task language_model (without `train`: dev and test)."""
-    return {split: loaded.articles
-            for split, loaded in load_summarization(config, "language_model", train).items()}
 
 
 def word_joints(text: str, mode: str) -> str:

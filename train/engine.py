@@ -276,11 +276,13 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     for _, jit in candidates:
         check_jit_devices(strategy, jit)
     chief = is_chief(strategy)
-    fresh = None  # a new run's directory, as it was before: what a failed start gives back
+    # A new run: whether its directory was there before, for a failed start to give back as
+    # it was; None for a resumed run, or a worker's.
+    existed = None
     if chief:
-        existed = out.exists()
+        before = out.exists()
         if prepare_run_directory(out, config, overwrite=overwrite) == "new":
-            fresh = existed
+            existed = before
     else:
         # Every worker runs the same command; only the chief writes the run directory.
         index = strategy.process if isinstance(strategy, JaxMultiProcess) else worker_task()[1]
@@ -290,7 +292,7 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     keras.utils.set_random_seed(t.seed)
     log.info("strategy %s with %d replica(s)", strategy_name(strategy),
              strategy.num_replicas_in_sync)
-    return strategy, chief, out, candidates, fresh
+    return strategy, chief, out, candidates, existed
 
 
 def base_metrics(config: RunConfig, strategy, jit: bool, result: dict, model) -> dict:
@@ -354,14 +356,14 @@ def average_last(model, directory: Path, last: int) -> list[str]:
 
 def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> dict:
     """One run of `task`: set up, prepare, build and compile, fit, save, evaluate; the metrics."""
-    strategy, chief, out, candidates, fresh = setup(config, out, overwrite)
+    strategy, chief, out, candidates, existed = setup(config, out, overwrite)
     task.part = input_part(strategy)
     try:
         model_cfg = task.prepare(out)
         task.combine_parts(lambda values: sum_over_workers(strategy, values))
     except BaseException:
-        if fresh is not None:  # bad data, found before anything trained: no run to keep
-            abandon_run(out, remove=not fresh)
+        if existed is not None:  # bad data, found before anything trained: no run to keep
+            abandon_run(out, remove=not existed)
         raise
     check_workers_agree(strategy, json.dumps(task.data_metrics(), sort_keys=True),
                         "the training data they found (shards, pairs)")

@@ -46,7 +46,7 @@ from keras_transformer.text.shards import (
     shard_records,
 )
 
-from .data import parse_label, word_joints
+from .data import is_header_label, parse_label, word_joints
 
 tf = LazyModule("tensorflow")
 
@@ -56,7 +56,12 @@ RECORD_CHUNK = 256
 
 Reader = Callable[[Path], Iterator[Any]]
 # What a reader gives for a shard's header line: neither a record nor a dropped line.
-HEADER = "header"
+HEADER = object()
+
+
+def records_of(items: Iterator[Any]) -> Iterator[Any]:
+    """A reader's records alone: its dropped lines (None) and headers left out."""
+    return (item for item in items if item is not None and item is not HEADER)
 
 
 # -- records of one line ----------------------------------------------------------------
@@ -85,7 +90,7 @@ def labeled_reader(names: Sequence[str], classes: int) -> Reader:
             text, sep, label = line.rpartition("\t")
             if not sep:
                 raise ColumnCountError(1)
-            if header and label.strip() not in names and not label.strip().isdigit():
+            if header and is_header_label(label, names):
                 return HEADER
             label_id = parse_label(label, names, "the label")
             if label_id >= classes:
@@ -236,7 +241,7 @@ def scan_records(files: list[Path], reader: Reader, sample: int, seed: int,
     elif sample:
         each = math.ceil(sample / len(files))
         scan.sample = [record for path in files for record in itertools.islice(
-            (r for r in reader(path) if r is not None and r is not HEADER), each)][:sample]
+            records_of(reader(path)), each)][:sample]
     if workers == 1:
         scan.check()
     return scan
@@ -252,10 +257,9 @@ def record_rows(scan: RecordScan, convert: Callable[[list], Sequence], *, shuffl
     from keras_transformer.text.numpy_pipeline import buffer_shuffled  # imports Keras
 
     workers, index = part
-    records = (r for r in interleaved_pairs(scan.files, shuffle=True, seed=seed, repeat=repeat,
-                                            cycle_length=cycle_length, workers=workers,
-                                            index=index, reader=scan.reader)
-               if r is not None and r is not HEADER)
+    records = records_of(interleaved_pairs(
+        scan.files, shuffle=True, seed=seed, repeat=repeat, cycle_length=cycle_length,
+        workers=workers, index=index, reader=scan.reader))
 
     def rows():
         while True:

@@ -419,16 +419,28 @@ def _bucketed_rows(columns: Sequence[Sequence[Sequence[int]]], *, max_length: in
 
     ``columns`` may instead be a tf.data.Dataset of such rows (a streamed corpus, shuffled by
     its reader, each row at most ``max_length`` long): it is bucketed as it is."""
-    boundaries = bucket_boundaries_for(max_length, num_buckets)
     if isinstance(columns, tf.data.Dataset):
-        return columns.bucket_by_sequence_length(
-            element_length_func=lambda *r: tf.shape(r[0])[0],
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=bucket_batch_sizes_for(boundaries, tokens_per_batch),
-            padding_values=tuple(padding_values) if len(padding_values) > 1
-            else padding_values[0],
-            pad_to_bucket_boundary=True,
-        )
+        ds = columns
+    else:
+        ds = _memory_rows(columns, max_length=max_length, what=what)
+        if shuffle:
+            ds = ds.shuffle(len(columns[0]), seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            ds = ds.repeat()
+    boundaries = bucket_boundaries_for(max_length, num_buckets)
+    return ds.bucket_by_sequence_length(
+        element_length_func=lambda *r: tf.shape(r[0])[0],
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=bucket_batch_sizes_for(boundaries, tokens_per_batch),
+        padding_values=tuple(padding_values) if len(padding_values) > 1 else padding_values[0],
+        pad_to_bucket_boundary=True,
+    )
+
+
+def _memory_rows(columns: Sequence[Sequence[Sequence[int]]], *, max_length: int,
+                 what: str) -> tf.data.Dataset:
+    """_bucketed_rows' rows held in memory, checked, as a dataset of rows (a tuple of one
+    row a column for several columns)."""
     rows = columns[0]
     lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
     if len(rows) == 0 or lengths.min() < 1:
@@ -444,18 +456,7 @@ def _bucketed_rows(columns: Sequence[Sequence[Sequence[int]]], *, max_length: in
         cut = tuple(flat[start: start + length] for flat in flats)
         return cut if len(cut) > 1 else cut[0]
 
-    ds = tf.data.Dataset.from_tensor_slices((starts, lengths)).map(row)
-    if shuffle:
-        ds = ds.shuffle(len(rows), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
-    return ds.bucket_by_sequence_length(
-        element_length_func=lambda *r: tf.shape(r[0])[0],
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=bucket_batch_sizes_for(boundaries, tokens_per_batch),
-        padding_values=tuple(padding_values) if len(columns) > 1 else padding_values[0],
-        pad_to_bucket_boundary=True,
-    )
+    return tf.data.Dataset.from_tensor_slices((starts, lengths)).map(row)
 
 
 def make_masked_lm_dataset(

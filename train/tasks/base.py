@@ -54,6 +54,12 @@ class FileScores:
     scored: list[int] = field(default_factory=list)
 
 
+def part_share(per_step: int, part: tuple[int, int]) -> int:
+    """Input pipeline part[1] of part[0]'s share of a per-step amount (tokens or rows a
+    batch), at least 1: the pipelines' batches together keep the step's amount."""
+    return max(1, per_step // part[0])
+
+
 def final_split(has_test: bool) -> str:
     """The split whose scores metrics.json keeps under the unprefixed keys (`bleu`, `rouge2`,
     ...): test, or dev in a run without a test split; `scored_split` names it."""
@@ -146,6 +152,21 @@ class Task:
                  f", worker {self.part[1]} of {self.part[0]}'s part" if self.part[0] > 1
                  else "", self.stream.dropped, len(self.stream.sample))
         return self.stream.sample
+
+    def summary_splits(self, task: str) -> dict:
+        """{"train", "dev"[, "test"]}: train.data.load_summarization's splits (`task` names
+        the task in errors); with data.stream the training split is the sample that the scan
+        of its shards drew (scan_stream), the rest of it read as training consumes it."""
+        from ..data import Summaries, load_summarization
+        from ..record_stream import summary_reader
+        from ..shards import shard_files
+
+        d = self.config.data
+        splits = load_summarization(d, task, train=not d.stream)
+        if not d.stream:
+            return splits
+        sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
+        return {"train": Summaries([a for a, _ in sample], [s for _, s in sample]), **splits}
 
     def streamed_rows(self, convert, part: tuple[int, int]):
         """A factory of generators of this worker's training rows (record_stream.record_rows:
@@ -249,6 +270,11 @@ class ArrayTask(Task):
         """A batch (ids, labels) cut to what its rows hold."""
         raise NotImplementedError
 
+    def held_splits(self, splits: dict) -> dict:
+        """The splits whose arrays `prepare` makes: all but a streamed training split, whose
+        arrays are made a chunk at a time as it is read (record_arrays)."""
+        return {k: v for k, v in splits.items() if not (k == "train" and self.stream)}
+
     def record_arrays(self, records) -> tuple[np.ndarray, np.ndarray]:
         """The (ids, labels) arrays of a chunk of a streamed run's training records, as
         `prepare` makes a split's."""
@@ -271,7 +297,7 @@ class ArrayTask(Task):
             spec = tuple(tf.TensorSpec([None] * (a.ndim - 1), tf.as_dtype(a.dtype))
                          for a in (ids, labels))
             data = rows_dataset(self.streamed_rows(convert, part), spec).padded_batch(
-                max(1, self.batch_size // part[0]), padding_values=(pad_id, -1.0))
+                part_share(self.batch_size, part), padding_values=(pad_id, -1.0))
         else:
             ids, labels = self.arrays[name]
             data = tf.data.Dataset.from_tensor_slices((ids, labels))

@@ -21,7 +21,7 @@ from ..data import LabeledSplit, load_classification, parse_label
 from ..record_stream import labeled_reader, rows_dataset
 from ..scoring import classification_scores
 from ..shards import shard_files
-from ..tasks.base import DevScore, FileScores, Task, transformer_config
+from ..tasks.base import DevScore, FileScores, Task, part_share, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer
 
 log = logging.getLogger("train")
@@ -132,7 +132,7 @@ class ClassificationTask(Task):
                                          tf.TensorSpec([], tf.int32)))
                     return make_classification_dataset(
                         rows, None, tok, max_length=d.max_source_length,
-                        batch_size=max(1, batch_size // part[0]))
+                        batch_size=part_share(batch_size, part))
                 data = make_classification_dataset(train.texts, train.labels, tok,
                                                    max_length=d.max_source_length,
                                                    batch_size=batch_size, seed=t.seed)

@@ -17,9 +17,7 @@ from keras_transformer.models.tagger import TransformerTagger
 from keras_transformer.text.copied_spans import content_labels, words
 from keras_transformer.text.word_scorer import WordScorer
 
-from ..data import Summaries, load_summarization, split_sentences, word_joints
-from ..record_stream import summary_reader
-from ..shards import shard_files
+from ..data import split_sentences, word_joints
 from ..tasks.base import (
     ArrayTask,
     DevScore,
@@ -96,11 +94,7 @@ class ContentSelectionTask(ArrayTask):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.splits = splits = load_summarization(d, "content_selection", train=not d.stream)
-        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
-            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
-            self.splits = splits = {"train": Summaries([a for a, _ in sample],
-                                                       [s for _, s in sample]), **splits}
+        self.splits = splits = self.summary_splits("content_selection")
         log.info("content selection: %s articles (word joints: %s)",
                  ", ".join(f"{len(v)} {k}" for k, v in splits.items()), d.word_joints)
         sentences = [s for article in splits["train"].articles for s in split_sentences(article)]
@@ -113,7 +107,7 @@ class ContentSelectionTask(ArrayTask):
         self.rows, self.labels, self.arrays = {}, {}, {}
         self.counts = {"empty_skipped": {k: v.skipped_empty for k, v in splits.items()},
                        "articles_cut": {}, "no_copied_word": {}, "copied_word_share": {}}
-        for name, split in splits.items():
+        for name, split in self.held_splits(splits).items():
             scorer.cut_articles = 0
             rows, labels, self.arrays[name] = self.labelled(split.articles, split.summaries)
             self.rows[name], self.labels[name] = rows, labels

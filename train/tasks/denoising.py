@@ -19,7 +19,7 @@ from keras_transformer.translator import translate
 from ..batches import replayable
 from ..config import ConfigError
 from ..record_stream import rows_dataset
-from ..tasks.base import DevScore, transformer_config
+from ..tasks.base import DevScore, part_share, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import train_tokenizer
 from .language_model import summed_nll
@@ -146,7 +146,7 @@ class DenoisingTask(Seq2SeqTask):
                        seed=seed)
         return make_denoising_dataset(
             rows, indices, max_length=d.max_source_length,
-            tokens_per_batch=max(1, d.tokens_per_batch // part[0]), pad_id=tok.pad_id,
+            tokens_per_batch=part_share(d.tokens_per_batch, part), pad_id=tok.pad_id,
             bos_id=tok.bos_id,
             eos_id=tok.eos_id, noising=noising, permute_sentences=d.permute_sentences,
             num_buckets=d.num_buckets, shuffle=shuffle, seed=self.config.training.seed,

@@ -30,11 +30,9 @@ from keras_transformer.text.extractive import (
 from keras_transformer.text.rouge import ROUGE_TYPES, format_rouge, rouge
 
 from ..config import ConfigError
-from ..data import Summaries, load_summarization, split_sentences, word_joints
+from ..data import split_sentences, word_joints
 from ..losses import replica_mean
-from ..record_stream import summary_reader
 from ..scoring import lead_baselines, oracle
-from ..shards import shard_files
 from ..tasks.base import (
     ArrayTask,
     DevScore,
@@ -148,12 +146,7 @@ class ExtractiveSummarizationTask(ArrayTask):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.splits = splits = load_summarization(d, "extractive_summarization",
-                                                  train=not d.stream)
-        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
-            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
-            self.splits = splits = {"train": Summaries([a for a, _ in sample],
-                                                       [s for _, s in sample]), **splits}
+        self.splits = splits = self.summary_splits("extractive_summarization")
         log.info("extractive summarization: %s articles (word joints: %s)",
                  ", ".join(f"{len(v)} {k}" for k, v in splits.items()), d.word_joints)
         sentences = [s for article in splits["train"].articles for s in split_sentences(article)]
@@ -162,16 +155,12 @@ class ExtractiveSummarizationTask(ArrayTask):
                                                max_source_length=d.max_source_length,
                                                max_target_length=d.max_source_length)
         self.scorer = self.make_scorer(None)
-        # A stream's training oracle is found chunk by chunk as it is read (record_arrays).
-        labels = oracle_labels(out, {k: v for k, v in splits.items()
-                                     if not (k == "train" and d.stream)}, d.article_sentences)
-        if d.stream:
-            labels["train"] = article_oracles(splits["train"].articles,
-                                              splits["train"].summaries, d.article_sentences)
+        held = self.held_splits(splits)
+        labels = oracle_labels(out, held, d.article_sentences)
         self.arrays = {}
         self.counts = {"empty_skipped": {k: v.skipped_empty for k, v in splits.items()},
                        "articles_cut": {}, "sentences_cut": {}, "no_oracle_sentence": {}}
-        for name, split in splits.items():
+        for name, split in held.items():
             self.scorer.cut_articles = self.scorer.cut_sentences = 0
             self.arrays[name] = self.labelled_arrays(split.articles, labels[name])
             self.counts["articles_cut"][name] = self.scorer.cut_articles

@@ -17,12 +17,11 @@ from keras_transformer.models.language_model import TransformerLM
 from keras_transformer.text.pipeline import language_model_rows, make_language_model_dataset
 
 from ..batches import replayable
-from ..data import load_articles, split_sentences, word_joints
+from ..data import split_sentences, word_joints
 from ..losses import token_loss
-from ..record_stream import rows_dataset, summary_reader
+from ..record_stream import rows_dataset
 from ..scoring import perplexities, syllables_and_characters
-from ..shards import shard_files
-from ..tasks.base import DevScore, FileScores, Task, transformer_config
+from ..tasks.base import DevScore, FileScores, Task, part_share, transformer_config
 from ..tokenizers import load_run_tokenizers, train_tokenizer
 
 log = logging.getLogger("train")
@@ -91,7 +90,7 @@ def generate_texts(model, tokenizer, prompt: str, *, max_new_tokens: int,
 
 class LanguageModelTask(Task):
     """data.train_source / dev_source [/ test_source]: TSV files with an article column
-    (train.data.load_articles). Each split is one stream of BOS + article + EOS cut into
+    (their article column, train.data.load_summarization's). Each split is one stream of BOS + article + EOS cut into
     windows of data.max_target_length tokens (keras_transformer.text.pipeline.
     language_model_rows), the model's context. Loss: next-token cross-entropy, padding masked
     (training.label_smoothing 0 makes it the negative log-likelihood). Scored by
@@ -99,10 +98,8 @@ class LanguageModelTask(Task):
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
-        self.texts = texts = load_articles(d, train=not d.stream)
-        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
-            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
-            texts["train"] = [article for article, _ in sample]
+        self.texts = texts = {name: split.articles for name, split in
+                              self.summary_splits("language_model").items()}
         e = config.eval
         if e.dev_score_sentences:
             texts["dev_score"] = texts["dev"][: e.dev_score_sentences]
@@ -153,7 +150,7 @@ class LanguageModelTask(Task):
                 spec = tf.TensorSpec([self.config.data.max_target_length + 1], tf.int32)
                 return replayable(lambda: self.dataset(
                     rows_dataset(self.streamed_rows(convert, part), spec),
-                    batch_size=max(1, self.batch_size // part[0])), True)
+                    batch_size=part_share(self.batch_size, part)), True)
             rows = self.rows["train"]
             return replayable(lambda: self.dataset(rows, shuffle=True, repeat=repeat), repeat)
 

@@ -33,7 +33,7 @@ from ..config import ConfigError
 from ..data import load_summaries, matching_files, resolve, word_joints
 from ..losses import token_loss
 from ..record_stream import rows_dataset, text_documents
-from ..tasks.base import DevScore, Task, transformer_config
+from ..tasks.base import DevScore, Task, part_share, transformer_config
 from ..tokenizers import train_tokenizer
 from .language_model import summed_nll
 
@@ -235,18 +235,16 @@ class MaskedLMTask(Task):
                 self.rows["dev"], self.follows["dev"] = (self.rows["dev"][:cut],
                                                          self.follows["dev"][:cut])
         else:
-            self.rows = {split: self.text_rows(t) for split, t in texts.items()
-                         if not (split == "train" and d.stream)}
+            self.rows = {split: self.text_rows(t) for split, t in texts.items()}
         for split, rows in self.rows.items():
             if not rows:
                 raise ValueError(f"the {split} text holds no piece to mask (every line is "
                                  f"empty or special); give text files with sentences")
+        if d.stream:  # the sample's rows were for the check: a stream's are made as it is read
+            del self.rows["train"]
         self.counts = {"sentences": {k: len(v) for k, v in self.rows.items()},
                        "pieces": {k: int(sum(map(len, v))) for k, v in self.rows.items()}}
         log.info("rows: %s", ", ".join(f"{n} {k}" for k, n in self.counts["sentences"].items()))
-        if self.stream is not None and not self.text_rows(record_texts(self.stream.sample)):
-            raise ValueError("the training text holds no piece to mask (every line is empty or "
-                             "special); give text files with sentences")
         return transformer_config(config, self.tok, self.tok,
                                   max_source_length=d.max_source_length,
                                   max_target_length=d.max_source_length)
@@ -284,7 +282,7 @@ class MaskedLMTask(Task):
             self.streamed_rows_dataset(part)
         return make_masked_lm_dataset(
             rows, max_length=d.max_source_length,
-            tokens_per_batch=max(1, d.tokens_per_batch // part[0]), pad_id=tok.pad_id,
+            tokens_per_batch=part_share(d.tokens_per_batch, part), pad_id=tok.pad_id,
             masking=masking,
             num_buckets=d.num_buckets, word_starts=starts, shuffle=shuffle,
             seed=self.config.training.seed, repeat=repeat, positions=positions,
@@ -295,7 +293,9 @@ class MaskedLMTask(Task):
         (data.stream), a tf.data stream."""
         import tensorflow as tf
 
-        convert = lambda records: self.text_rows(record_texts(records))  # noqa: E731
+        def convert(records):
+            return self.text_rows(record_texts(records))
+
         return rows_dataset(self.streamed_rows(convert, part), tf.TensorSpec([None], tf.int32))
 
     def datasets(self):

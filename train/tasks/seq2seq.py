@@ -19,7 +19,7 @@ from keras_transformer.text.shards import worker_part
 from ..batches import replayable
 from ..config import ConfigError, model_preview
 from ..losses import token_loss
-from ..tasks.base import FileScores, Task
+from ..tasks.base import FileScores, Task, part_share
 from ..tokenizers import load_run_tokenizers
 
 log = logging.getLogger("train")
@@ -56,11 +56,7 @@ class Seq2SeqTask(Task):
                                           repeat=config.training.steps_per_epoch > 0,
                                           **pipeline)
 
-            def make_numpy_dev():
-                return TranslationBatches(*dev, self.source_tok, self.target_tok,
-                                          shuffle=False, **pipeline)
-
-            return make_numpy_train, make_numpy_dev
+            return make_numpy_train, self.dev_factory(dev, pipeline)
         from keras_transformer.text.pipeline import make_translation_dataset
 
         def make_train():
@@ -69,11 +65,20 @@ class Seq2SeqTask(Task):
                 *train, self.source_tok, self.target_tok, shuffle=True,
                 seed=config.training.seed, repeat=repeat, **pipeline), repeat)
 
-        def make_dev():
-            return make_translation_dataset(*dev, self.source_tok, self.target_tok,
-                                            shuffle=False, **pipeline)
+        return make_train, self.dev_factory(dev, pipeline)
 
-        return make_train, make_dev
+    def dev_factory(self, dev: tuple[Sequence[str], Sequence[str]], pipeline: dict):
+        """make_dev: the dev pairs' batches in order, tf.data under TensorFlow, NumPy's
+        TranslationBatches under JAX and PyTorch."""
+        if keras.backend.backend() != "tensorflow":
+            from keras_transformer.text.numpy_pipeline import TranslationBatches
+
+            return lambda: TranslationBatches(*dev, self.source_tok, self.target_tok,
+                                              shuffle=False, **pipeline)
+        from keras_transformer.text.pipeline import make_translation_dataset
+
+        return lambda: make_translation_dataset(*dev, self.source_tok, self.target_tok,
+                                                shuffle=False, **pipeline)
 
     def stream_datasets(self, shards, dev: tuple[Sequence[str], Sequence[str]], **pipeline):
         """(make_train, make_dev) with the training pairs read from `shards` (a
@@ -91,42 +96,30 @@ class Seq2SeqTask(Task):
 
         def budget(part):
             workers, worker = part
+            tokens = part_share(pipeline["tokens_per_batch"], part)
             if workers > 1:
                 chosen, by_line = worker_part(len(files), workers, worker)
                 log.info("input pipeline %d of %d reads %s, %d tokens a batch", worker,
                          workers, f"one line in {workers} of the {len(files)} shards"
-                         if by_line else f"{len(chosen)} of the {len(files)} shards",
-                         max(1, pipeline["tokens_per_batch"] // workers))
-            return dict(pipeline, workers=workers, worker=worker,
-                        tokens_per_batch=max(1, pipeline["tokens_per_batch"] // workers))
+                         if by_line else f"{len(chosen)} of the {len(files)} shards", tokens)
+            return dict(pipeline, workers=workers, worker=worker, tokens_per_batch=tokens)
 
         if keras.backend.backend() != "tensorflow":
-            from keras_transformer.text.numpy_pipeline import StreamBatches, TranslationBatches
+            from keras_transformer.text.numpy_pipeline import StreamBatches
 
             def make_numpy_train(part=(1, 0)):
                 return StreamBatches(files, self.source_tok, self.target_tok, **stream,
                                      **budget(part))
 
-            def make_numpy_dev():
-                return TranslationBatches(*dev, self.source_tok, self.target_tok,
-                                          shuffle=False, **pipeline)
-
-            return make_numpy_train, make_numpy_dev
-        from keras_transformer.text.pipeline import (
-            make_translation_dataset,
-            make_tsv_stream_dataset,
-        )
+            return make_numpy_train, self.dev_factory(dev, pipeline)
+        from keras_transformer.text.pipeline import make_tsv_stream_dataset
 
         def make_train(part=(1, 0)):
             return replayable(lambda: make_tsv_stream_dataset(
                 files, shards.compressions, self.source_tok, self.target_tok, **stream,
                 **budget(part)), True)
 
-        def make_dev():
-            return make_translation_dataset(*dev, self.source_tok, self.target_tok,
-                                            shuffle=False, **pipeline)
-
-        return make_train, make_dev
+        return make_train, self.dev_factory(dev, pipeline)
 
     def record_pair_datasets(self, dev: tuple[Sequence[str], Sequence[str]], **pipeline):
         """(make_train, make_dev) with the training pairs of a streamed task's records
@@ -135,46 +128,31 @@ class Seq2SeqTask(Task):
         (`make_pair_stream_dataset`), NumPy under JAX and PyTorch (`StreamBatches` over the
         same pairs). make_train(part=(n, i)) reads input pipeline i's part of n alone, under
         a token budget of tokens_per_batch / n."""
-        def convert(records):
-            return records
-
         def budget(part):
-            return dict(pipeline, tokens_per_batch=max(1, pipeline["tokens_per_batch"]
-                                                       // part[0]))
+            return dict(pipeline, tokens_per_batch=part_share(pipeline["tokens_per_batch"], part))
 
         if keras.backend.backend() != "tensorflow":
-            from keras_transformer.text.numpy_pipeline import StreamBatches, TranslationBatches
+            from keras_transformer.text.numpy_pipeline import StreamBatches
 
             def make_numpy_train(part=(1, 0)):
                 return StreamBatches([], self.source_tok, self.target_tok,
                                      shuffle_buffer=self.config.data.shuffle_buffer,
-                                     pairs=self.streamed_rows(convert, part), **budget(part))
+                                     pairs=self.streamed_rows(list, part), **budget(part))
 
-            def make_numpy_dev():
-                return TranslationBatches(*dev, self.source_tok, self.target_tok,
-                                          shuffle=False, **pipeline)
-
-            return make_numpy_train, make_numpy_dev
+            return make_numpy_train, self.dev_factory(dev, pipeline)
         import tensorflow as tf
 
-        from keras_transformer.text.pipeline import (
-            make_pair_stream_dataset,
-            make_translation_dataset,
-        )
+        from keras_transformer.text.pipeline import make_pair_stream_dataset
 
         from ..record_stream import rows_dataset
 
         def make_train(part=(1, 0)):
             spec = tf.TensorSpec([], tf.string)
             return replayable(lambda: make_pair_stream_dataset(
-                rows_dataset(self.streamed_rows(convert, part), (spec, spec)),
+                rows_dataset(self.streamed_rows(list, part), (spec, spec)),
                 self.source_tok, self.target_tok, **budget(part)), True)
 
-        def make_dev():
-            return make_translation_dataset(*dev, self.source_tok, self.target_tok,
-                                            shuffle=False, **pipeline)
-
-        return make_train, make_dev
+        return make_train, self.dev_factory(dev, pipeline)
 
     def build_model(self, model_config):
         model = Transformer(model_config)

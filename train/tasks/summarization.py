@@ -20,10 +20,8 @@ from keras_transformer.text.summary_stats import format_statistics, summary_stat
 from keras_transformer.translator import keras_translator, translate
 
 from ..config import ConfigError, model_preview
-from ..data import Summaries, load_summarization, split_sentences, word_joints
-from ..record_stream import summary_reader
+from ..data import split_sentences, word_joints
 from ..scoring import lead_baselines
-from ..shards import shard_files
 from ..tasks.base import DevScore, final_split, score_prefix, transformer_config
 from ..tasks.seq2seq import Seq2SeqTask
 from ..tokenizers import build_tokenizers
@@ -150,11 +148,7 @@ class SummarizationTask(Seq2SeqTask):
         config, d = self.config, self.config.data
         if config.eval.selector:  # a missing selector fails now, not after training
             self.load_selector()
-        self.splits = splits = load_summarization(d, train=not d.stream)
-        if d.stream:  # articles read as training consumes them; the sample trains the tokenizer
-            sample = self.scan_stream(shard_files(d), summary_reader(d.word_joints))
-            self.splits = splits = {"train": Summaries([a for a, _ in sample],
-                                                       [s for _, s in sample]), **splits}
+        self.splits = splits = self.summary_splits("summarization")
         self.sources = {name: split.articles for name, split in splits.items()}
         if d.extract_sources:
             self.sources.update(self.extracted_sources(out))
