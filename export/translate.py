@@ -23,6 +23,7 @@ under a temporary name renamed into place.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from keras_transformer.command_line import (
@@ -98,17 +99,13 @@ def main(argv) -> int:
                              search_graph=not args.no_search_graph)
 
     def work(lines):
-        progress = None
-        if args.input != "-":
-            from tqdm import tqdm
+        from keras_transformer.progress import progress_bar
 
-            progress = tqdm(total=len(lines), unit="sent", file=sys.stderr, leave=False)
-        try:
+        bar = (progress_bar(total=len(lines), unit="sent", file=sys.stderr, leave=False)
+               if args.input != "-" else contextlib.nullcontext())
+        with bar as progress:
             return translator.translate(lines, settings, batch_size=args.batch_size,
                                         truncate=not args.no_truncate, progress=progress)
-        finally:
-            if progress is not None:
-                progress.close()
 
     rewrite(args, out, work)
     return 0

@@ -358,6 +358,10 @@ def test_translate_cli_handles_bad_input(exported, manifest, tmp_path):
     assert len(lines) == 6 and lines[1] == lines[2] == "" and lines[5] == ""
     assert "truncat" in result.stderr or "keeping its first" in result.stderr
     assert "not valid UTF-8" in result.stderr
+    # Each warning starts its own line on screen: the progress bar's frame (ended by \r) is
+    # cleared before it, not continued by it.
+    warned = [line for line in result.stderr.split("\n") if "WARNING" in line]
+    assert warned and all(line.split("\r")[-1].startswith("WARNING") for line in warned), warned
     strict = _run(["-m", "export.translate", "--export", str(exported[1]), "--no-truncate",
                    str(source_file)])
     assert strict.returncode == 2 and "max_source_length" in strict.stderr

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import sacrebleu
-from tqdm import tqdm
 
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.progress import progress_bar
 from keras_transformer.text.rouge import ROUGE_TYPES, rouge
 from keras_transformer.text.sentences import VietnameseRougeTokenizer, syllables
 from keras_transformer.translator import translate
@@ -40,7 +40,7 @@ def score_translations(model, source_tok, target_tok, sources, references,
                        hypotheses_path: Path | None = None) -> dict:
     """Translate `sources` by the search of `settings`, optionally write the translations one
     per line, score them."""
-    with tqdm(total=len(sources), desc="decoding", unit="sent", leave=False) as bar:
+    with progress_bar(total=len(sources), desc="decoding", unit="sent", leave=False) as bar:
         hypotheses = translate(model, source_tok, target_tok, sources, settings,
                                batch_size=batch_size, progress=bar)
     if hypotheses_path is not None:

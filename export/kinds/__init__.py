@@ -65,7 +65,7 @@ def load_backend(manifest: Manifest, runtime: str, variant: str = "float32",
     pair (decode_step alone for a language model), for an encoder-only kind a callable ids ->
     its function's output. The onnx runtime of a translator also runs the whole search in one
     call when the export has search.onnx, unless `search_graph` is False. `threads`: the
-    onnx and tflite runtimes' threads (export.runtime.base.Threads)."""
+    onnx and tflite runtimes' threads (export.runtime.Threads)."""
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {RUNTIMES}")
     check_variant(runtime, variant)

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import keras
-from tqdm import tqdm
 
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.progress import progress_bar
 from keras_transformer.text.shards import worker_part
 
 from ..batches import replayable
@@ -213,7 +213,7 @@ class Seq2SeqTask(Task):
                                 f"lines (their lines in the output are empty)")
         hypotheses = []
         if result.sources:
-            with tqdm(total=len(result.sources), desc="decoding", unit="line") as bar:
+            with progress_bar(total=len(result.sources), desc="decoding", unit="line") as bar:
                 hypotheses = self.generate(model, result.sources, progress=bar)
         # Line i of the file is the output for input line i, as export.translate writes it.
         result.outputs = [""] * len(lines)

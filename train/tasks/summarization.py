@@ -7,11 +7,11 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from keras_transformer.command_line import CommandError
 from keras_transformer.decoding import SearchSettings
 from keras_transformer.file_safety import atomic_write_text
+from keras_transformer.progress import progress_bar
 from keras_transformer.text.bottom_up import BottomUpSummarizer, chosen_sentences
 from keras_transformer.text.buckets import bucket_boundaries_for
 from keras_transformer.text.extractive import summary
@@ -241,7 +241,8 @@ class SummarizationTask(Seq2SeqTask):
             articles, references = splits[name].articles, splits[name].summaries
             if e.max_sentences:
                 articles, references = articles[: e.max_sentences], references[: e.max_sentences]
-            with tqdm(total=len(articles), desc="decoding", unit="article", leave=False) as bar:
+            with progress_bar(total=len(articles), desc="decoding", unit="article",
+                              leave=False) as bar:
                 hypotheses = self.summarize(model, articles, self.search_settings(),
                                             progress=bar)
             # The articles too, so that train.evaluate and export.parity can take them back.
