@@ -4,7 +4,8 @@ run's, beam 4) and greedy search, and the server's peak memory.
 
     python -m bench.serve --export runs/demo/export --sentences runs/demo/test.src
         [--clients 1 8 32 128] [--beams 4 1] [--seconds 10] [--max-batch-size 32]
-        [--batch-wait-ms 5] [--workers 1] [--ceiling | --no-ceiling] [--plain-stack]
+        [--batch-wait-ms 5] [--workers 1] [--variant float32] [--ceiling | --no-ceiling]
+        [--plain-stack]
 
 Each mode starts `python -m export.api` in its own process (onnx runtime, one worker); each
 client (an asyncio task over one keep-alive connection, a few lines of HTTP/1.1 rather than a
@@ -18,7 +19,8 @@ CPU model.
 
 The ceiling (--ceiling, on when the peers' torch venv is there): CTranslate2's
 translate_batch on the same sentences in one process, before the server's cells, in
-batches of --max-batch-size (bench/precision_ct2.py --ceiling in the peers' venv, float32).
+batches of --max-batch-size (bench/precision_ct2.py --ceiling in the peers' venv), at the
+compute type of the server's --variant (float32, or int8 against the export's int8 variant).
 It is the best CTranslate2 does on this CPU, whichever layout: it is measured with
 CT2_USE_MKL 0 and 1, each with one replica of all the usable cores and with one replica a
 core (inter_threads, as the server's --workers runs one model a worker; also --workers
@@ -79,6 +81,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
     parser.add_argument("--workers", type=int_in(1, 64), default=1,
                         help="the server's --workers in every mode (default 1)")
+    parser.add_argument("--variant", default="float32", choices=("float32", "int8"),
+                        help="the export's variant the server runs (export.api --variant); "
+                             "the ceiling runs CTranslate2 at the same compute type")
     parser.add_argument("--plain-stack", action="store_true",
                         help="also the batching mode on uvicorn's plain event loop and HTTP "
                              "parser (asyncio, h11), against its default (uvloop, httptools "
@@ -324,7 +329,7 @@ def measure_ceiling(args, work: dict) -> list[dict]:
         work_path.write_text(json.dumps(work))
         for mkl in CT2_MKL_SETTINGS:
             for replicas in ceiling_replicas(usable_cores(), args.workers):
-                cmd, env = ct2_command(args, "float32", mkl, "--ceiling", str(work_path),
+                cmd, env = ct2_command(args, args.variant, mkl, "--ceiling", str(work_path),
                                        "--replicas", str(replicas), "--out", str(out))
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
                 if proc.returncode != 0 or not out.exists():
@@ -412,14 +417,17 @@ def main(argv) -> int:
     clients = [1, 8] if args.quick else args.clients
     seconds = 2.0 if args.quick else args.seconds
     modes = {"batching": ["--max-batch-size", args.max_batch_size, "--batch-wait-ms",
-                          args.batch_wait_ms, "--workers", args.workers],
-             "no batching": ["--max-batch-size", 1, "--workers", args.workers]}
+                          args.batch_wait_ms, "--workers", args.workers,
+                          "--variant", args.variant],
+             "no batching": ["--max-batch-size", 1, "--workers", args.workers,
+                             "--variant", args.variant]}
     if args.plain_stack:
         modes["batching, plain"] = [*modes["batching"], "--loop", "asyncio", "--http", "h11"]
     # Before the first cell: its machine facts and load average are those the cells ran under.
     meta = payload("serve", export=args.export, note=args.note, sentences_file=args.sentences,
                    seconds=seconds, max_batch_size=args.max_batch_size,
-                   batch_wait_ms=args.batch_wait_ms, workers=args.workers)
+                   batch_wait_ms=args.batch_wait_ms, workers=args.workers,
+                   variant=args.variant)
     cpu = meta["machine"]["cpu_model"]
     ceiling, ceiling_error = [], None
     if ceiling_wanted(args):
@@ -492,7 +500,7 @@ def main(argv) -> int:
                   f"{row['batching_sentences_per_s']:.1f} sentences/s = "
                   f"{row['of_ceiling']:.2f}x the CTranslate2 ceiling "
                   f"({row['ceiling_sentences_per_s']:.1f})")
-    print(f"CPU: {cpu}; export {args.export}, {len(sentences)} sentences, "
+    print(f"CPU: {cpu}; export {args.export} ({args.variant}), {len(sentences)} sentences, "
           f"{seconds:g} s per cell")
     extra = {"ceiling": ceiling, "against_ceiling": summary} if ceiling else {}
     if ceiling_error:

@@ -22,7 +22,9 @@ transforms specific to the CPU that ran them.
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
+import logging
 import os
 import tempfile
 
@@ -390,6 +392,26 @@ def int8_file(name: str) -> str:
     return name.replace(".onnx", ".int8.onnx")
 
 
+class _PreprocessingHint(logging.Filter):
+    """onnxruntime's quantizer warns on the root logger, once per graph, that the model
+    should go through its pre-processing first, with a link. That pre-processing runs
+    onnxruntime's optimizer, whose fusions `write_int8` keeps until after quantizing on
+    purpose, so the line is advice a user of `python -m export` should not follow."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_preprocessing_hint():
+    hint = _PreprocessingHint()
+    logging.getLogger().addFilter(hint)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(hint)
+
+
 def write_int8(graph, path, lean: bool = True) -> None:
     """The dynamic-int8 copy of `graph` (a ModelProto after `rewrite`, before onnxruntime's
     fusions) at `path`, through those fusions when `lean`, checked.
@@ -407,8 +429,10 @@ def write_int8(graph, path, lean: bool = True) -> None:
     with tempfile.TemporaryDirectory(prefix=".onnx-int8.", dir=path.parent) as tmp:
         source = Path(tmp) / path.name
         onnx.save(graph, str(source))
-        quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8,
-                         op_types_to_quantize=["MatMul"], extra_options={"EnableSubgraph": True})
+        with _without_preprocessing_hint():
+            quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8,
+                             op_types_to_quantize=["MatMul"],
+                             extra_options={"EnableSubgraph": True})
     quantized = onnx.load(str(path))
     sort_nodes(quantized.graph)
     onnx.save(ort_extended(quantized) if lean else quantized, str(path))

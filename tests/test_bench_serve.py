@@ -109,7 +109,7 @@ def test_the_ceiling_is_measured_with_one_replica_and_one_a_core():
 
 def test_measure_ceiling_runs_every_setting_and_passes_replicas(tmp_path, monkeypatch):
     """measure_ceiling's commands, with a stand-in for the peers' python that writes a
-    run whose figures follow the setting."""
+    run whose figures follow the setting, at the compute type of the server's variant."""
     import argparse
     import json
 
@@ -126,14 +126,15 @@ def test_measure_ceiling_runs_every_setting_and_passes_replicas(tmp_path, monkey
         "v = 10.0 * r + int(mkl)\n"
         "res = [{'beam_size': 4, 'max_batch_size': 32, 'sentences_per_s': v}]\n"
         "res += [{'beam_size': 4, 'max_batch_size': 1, 'sentences_per_s': 4.0}] * (r == 1)\n"
-        "out = {'versions': {'ctranslate2': 'x'}, 'compute_type_used': 'float32',\n"
+        "ct = a[a.index('--compute-type') + 1]\n"
+        "out = {'versions': {'ctranslate2': 'x'}, 'compute_type_used': ct,\n"
         "       'threads': 2, 'replicas': r, 'intra_threads': 2 // r,\n"
         "       'ct2_use_mkl': mkl, 'results': res}\n"
         "open(a[a.index('--out') + 1], 'w').write(json.dumps(out))\n"
         "EOF\n")
     fake.chmod(0o755)
     monkeypatch.setattr(export.runtime, "usable_cores", lambda: 2)
-    args = argparse.Namespace(ct2_python=fake, cache_dir=tmp_path, workers=1)
+    args = argparse.Namespace(ct2_python=fake, cache_dir=tmp_path, workers=1, variant="int8")
     work = {"beams": [4], "max_batch_size": 32, "shape": {}, "sources": [[5]] * 2}
     (row,) = serve.measure_ceiling(args, work)
     assert row["sentences_per_s_by_setting"] == {
@@ -141,6 +142,7 @@ def test_measure_ceiling_runs_every_setting_and_passes_replicas(tmp_path, monkey
         "mkl=1,replicas=1": 11.0, "mkl=1,replicas=2": 21.0}
     assert (row["ct2_use_mkl"], row["replicas"], row["intra_threads"]) == ("1", 2, 1)
     assert (row["unbatched_sentences_per_s"], row["batching_gain"]) == (4.0, 5.25)
+    assert row["compute_type"] == "int8"
     assert json.dumps(row)  # what serve.json stores
 
 
