@@ -251,9 +251,9 @@ def memory(root: Path) -> list[str]:
             ""]
 
 
-# bench.serve's results: the demo's size, spa_eng_small's, and two workers.
+# bench.serve's results: the demo's size, spa_eng_small's, two workers, and int8.
 SERVE_RESULTS = ("serve.json", "serve_small/serve.json", "serve_workers2/serve.json",
-                 "serve_small_workers2/serve.json")
+                 "serve_small_workers2/serve.json", "serve_small_int8/serve.json")
 
 
 def serve(root: Path) -> list[str]:
@@ -284,7 +284,8 @@ def serve_one(root: Path, path: Path) -> list[str]:
     return [f"`{data['export']}`" + (f" ({data['note']})" if data.get("note") else "")
             + f", one sentence per request, {data['seconds']:g} s per cell, "
             f"`--max-batch-size {data['max_batch_size']}` against 1, "
-            f"{data.get('workers', 1)} worker(s); load average "
+            f"{data.get('workers', 1)} worker(s), the {data.get('variant', 'float32')} "
+            f"variant; load average "
             f"{data['loadavg_start'][0]:g} at the start (other processes shared the CPU):",
             "", *table(["beam", "clients", "sentences/s batched", "mean batch",
                         "p50 / p99 ms batched",
