@@ -55,6 +55,71 @@ def test_a_warm_start_from_a_saved_model_of_another_shape_is_refused_in_one_line
     assert_clean_failure(result, 2, "training.init_from", "another model's weights")
 
 
+@pytest.mark.slow
+def test_a_warm_start_can_continue_the_schedule_at_the_step_its_weights_were_saved(source_run,
+                                                                                  tmp_path):
+    out = tmp_path / "continued"
+    result = run_cli("train", *train_args(out, *ONE_EPOCH, f"training.init_from={source_run}",
+                                          "training.initial_step=continue",
+                                          "training.warmup_fraction=0"))
+    assert result.code == 0, result.stderr[-3000:]
+    source_steps = json.loads((source_run / "metrics.json").read_text())["steps"]
+    assert f"at step {source_steps}" in result.stderr
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 2 * source_steps
+
+
+def fake_run(folder, metrics=None):
+    folder.mkdir()
+    (folder / "spm.model").write_bytes(b"tokenizer")
+    if metrics is not None:
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def test_continue_reads_the_step_of_each_kind_of_weights_file(tmp_path):
+    from train.warm_start import initial_step
+
+    run = fake_run(tmp_path / "run", {"steps": 2119, "best_step": 1650,
+                                      "epoch_steps": [150, 300, 450]})
+    assert initial_step(7, run / "model.keras") == 7
+    assert initial_step("continue", run / "model.keras") == 2119
+    assert initial_step("continue", run / "average.keras") == 2119
+    assert initial_step("continue", run / "best.keras") == 1650
+    assert initial_step("continue", run / "checkpoints" / "epoch_0002.npz") == 300
+    with pytest.raises(ValueError, match="no step for epoch_0009.npz"):
+        initial_step("continue", run / "checkpoints" / "epoch_0009.npz")
+    unfinished = fake_run(tmp_path / "unfinished")
+    with pytest.raises(ValueError, match="missing or unreadable .* give the step as a number"):
+        initial_step("continue", unfinished / "model.keras")
+
+
+def test_continue_from_a_run_that_never_finished_is_refused_before_work(tmp_path):
+    source = fake_run(tmp_path / "source")
+    (source / "model.keras").write_bytes(b"weights")
+    out = tmp_path / "run"
+    result = run_cli("train", *train_args(out, f"training.init_from={source}",
+                                          "training.initial_step=continue",
+                                          "training.warmup_fraction=0"))
+    assert_clean_failure(result, 2, "training.initial_step: continue", "metrics.json")
+    assert not out.exists()
+    result = run_cli("train", *train_args(out, "training.initial_step=continue",
+                                          "training.warmup_fraction=0"))
+    assert_clean_failure(result, 2, "training.initial_step: continue", "set training.init_from")
+    assert not out.exists()
+
+
+def test_initial_step_takes_a_number_or_continue():
+    from tests.tiny_runs import DEMO
+    from train.config import ConfigError, load_config
+
+    assert load_config(DEMO, ["training.initial_step=continue", "training.warmup_fraction=0"]
+                       ).training.initial_step == "continue"
+    with pytest.raises(ConfigError, match="an integer or continue"):
+        load_config(DEMO, ["training.initial_step=resume", "training.warmup_fraction=0"])
+    with pytest.raises(ConfigError, match="initial_step must be >= 0"):
+        load_config(DEMO, ["training.initial_step=-1", "training.warmup_fraction=0"])
+
+
 def test_a_warm_start_from_a_missing_or_unknown_file_is_refused_before_work(
         tmp_path):
     out = tmp_path / "run"

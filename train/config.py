@@ -151,7 +151,9 @@ class TrainingConfig:
     # Start from another run's weights and tokenizer (train.warm_start): its directory, a
     # model file in it or one of its checkpoints/epoch_NNNN.npz; "": from a fresh model.
     init_from: str = ""
-    initial_step: int = 0  # the learning-rate schedule's first step (a fine-tune continues)
+    # The learning-rate schedule's first step (a fine-tune continues): a number, or
+    # "continue": the step the weights of init_from were saved at (train.warm_start).
+    initial_step: int | str = 0
     # task classification: each sentence's loss times its class's weight, as model.fit's
     # class_weight. "": none; "balanced": n / (classes x the class's count in the training
     # split), as scikit-learn's; or a mapping {label name or id: weight}, others 1.
@@ -236,6 +238,10 @@ def _check_type(where: str, value: Any, annotation: Any) -> Any:
     if isinstance(annotation, types.UnionType) and set(annotation.__args__) == {bool, str}:
         if not isinstance(value, bool) and value != "auto":
             raise ConfigError(f"{where} must be true or false or auto, got {value!r}")
+        return value
+    if isinstance(annotation, types.UnionType) and set(annotation.__args__) == {int, str}:
+        if value != "continue" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{where} must be an integer or continue, got {value!r}")
         return value
     if hint is bool:
         if not isinstance(value, bool):
@@ -531,6 +537,8 @@ def _check_ranges(config: RunConfig) -> None:
     for key, low, high, exclusive in _RANGES:
         section, name = key.split(".")
         value = getattr(getattr(config, section), name)
+        if isinstance(value, str):
+            continue  # a word such as initial_step's "continue", checked by _check_type
         # NaN fails every comparison, and no value may be infinite.
         bad = (value <= low if exclusive else value < low) or not math.isfinite(value)
         if high is not None:

@@ -53,7 +53,7 @@ from .precision_probe import fastest_setting
 from .run_directory import abandon_run, fingerprint, prepare_run_directory
 from .tasks.base import Task
 from .tokenizer_sources import given_model
-from .warm_start import start_from, weights_file
+from .warm_start import initial_step, start_from, weights_file
 from .warmup import make_schedule, planned_steps, schedule_warmup
 
 log = logging.getLogger("train")
@@ -146,8 +146,9 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         state = backup.restore(model)
         weights = weights_file(config)
         if state is None and weights is not None:
-            report = start_from(model, weights, t.initial_step)
-            log.info("started from the weights of %s at step %d", weights, t.initial_step)
+            step = initial_step(t.initial_step, weights)
+            report = start_from(model, weights, step)
+            log.info("started from the weights of %s at step %d", weights, step)
             if report is not None:
                 log_weight_report(report)
     resumed = int(state["step"]) if state else 0
@@ -255,7 +256,13 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     tokenizer is used, as the seed frees TF-Text state."""
     t = config.training
     check_precision(t.precision)
-    weights_file(config, out)  # a bad training.init_from, refused before any work
+    weights = weights_file(config, out)  # a bad training.init_from, refused before any work
+    if weights is not None:
+        initial_step(t.initial_step, weights)  # and a step it cannot tell
+    elif t.initial_step == "continue":
+        raise ValueError("training.initial_step: continue takes the step of the weights "
+                         "training.init_from names; set training.init_from (the run to "
+                         "continue), or give the step as a number")
     given_model(config)  # and a bad tokenizer.model
     strategy = make_strategy(t.strategy)
     # Paths may differ between hosts through data.data_dir (or KT_DATA_DIR); nothing else.

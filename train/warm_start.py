@@ -12,12 +12,15 @@ weights whose names match, like a Hugging Face or keras-hub checkpoint loaded in
 model. What was loaded, what is new (the task's head) and what was left (the pre-training
 head) is logged, and a same-named weight of another shape is refused.
 `training.initial_step` starts the learning-rate schedule where the old run's was, so that a
-fine-tune continues its decay instead of warming up again; Adam's moments start afresh (epoch
-checkpoints hold no optimizer state).
+fine-tune continues its decay instead of warming up again; `continue` reads that step from the
+old run's metrics.json, so that a recipe keeps continuing on a CPU that gave the old run more
+steps. Adam's moments start afresh (epoch checkpoints hold no optimizer state).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -86,6 +89,31 @@ def source_run(weights: Path) -> Path:
             return folder
     raise FileNotFoundError(f"training.init_from: no spm.model beside {weights} or in its "
                             f"parent folder; give a file inside a trained run's directory")
+
+
+def initial_step(given: int | str, weights: Path) -> int:
+    """The schedule's first step: `given`, or with "continue" the step `weights` were saved at,
+    from their run's metrics.json (`best_step` for best.keras, `epoch_steps` for an epoch
+    checkpoint, the run's last step for model.keras and average.keras)."""
+    if given != "continue":
+        return int(given)
+    metrics_file = source_run(weights) / "metrics.json"
+    fix = "give the step as a number (training.initial_step: N)"
+    try:
+        metrics = json.loads(metrics_file.read_text())
+    except (OSError, ValueError):
+        raise ValueError(f"training.initial_step: continue reads the step from {metrics_file}, "
+                         f"which is missing or unreadable (the run has not finished); {fix}") from None
+    epoch = re.fullmatch(r"epoch_(\d+)\.npz", weights.name)
+    if epoch:
+        steps, index = metrics.get("epoch_steps", []), int(epoch.group(1)) - 1
+        step = steps[index] if 0 <= index < len(steps) else None
+    else:
+        step = metrics.get("best_step" if weights.name == "best.keras" else "steps")
+    if not isinstance(step, int):
+        raise ValueError(f"training.initial_step: continue found no step for {weights.name} in "
+                         f"{metrics_file}; {fix}")
+    return step
 
 
 def copy_tokenizers(weights: Path, out: Path) -> None:
