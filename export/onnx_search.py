@@ -92,7 +92,7 @@ class _Builder:
         self.heads, self.head_dim = c.num_heads, c.d_model // c.num_heads
         self.pad, self.bos, self.eos = c.pad_id, c.bos_id, c.eos_id
         self.g = GraphBuilder(share_constants=True)
-        self.cache_shape = ["rows", self.heads, "t", self.head_dim]
+        self.cache_shape = ["live", self.heads, "t", self.head_dim]
 
     # -- small helpers over a (sub)graph -------------------------------------------------------
 
@@ -229,6 +229,9 @@ class _Builder:
         scores0 = b.op("Expand", [g.const(np.float64(0), "zero_d"), rows], "scores0")
         carried0 = [tokens0, finished0, scores0] + [empty] * n_pasts
         carried0 += list(self.initial_ngram_state(b, rows, self.ngram_size))
+        live0, row_tensors0, row_types, row_shapes = self.live_state(b, rows, memory,
+                                                                     cross_bias)
+        carried0 += live0 + row_tensors0
 
         body = self.new_body()
         index, cond_in = b.name("index"), b.name("cond")
@@ -236,18 +239,23 @@ class _Builder:
         tokens, finished, scores = names
         pasts = [b.name("past") for _ in range(n_pasts)]
         grams, recent = b.name("grams"), b.name("recent")
-        logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
+        live, row_map = b.name("live"), b.name("row_map")
+        row_tensors = [b.name("row_memory") for _ in row_tensors0]
+        step_tokens = self.gather_rows(body, tokens, live, "live_tokens")
+        logits, lse, presents = self.step(body, step_tokens, index, pasts,
+                                          *self.row_memory(row_tensors))
         # The best two, since min_length may ban one (EOS), then the best of those. TopK
         # rather than ArgMax: the same token (ties to the lower id, and the two are in id
         # order where they tie) and its logit, and faster in onnxruntime (52 against 86 us
         # on 16 x 8000 logits).
         two_logits, two = self.constrained_top(body, logits, index, grams, recent,
-                                               self.c64([min(2, self.vocab)], "two1"))
+                                               self.c64([min(2, self.vocab)], "two1"), live)
         best_logit, position = body.op("TopK", [two_logits, self.c64([1], "one1")], "best",
                                        outputs=2, axis=1)
         best = body.op("GatherElements", [two, position], "best_id", axis=1)
         gain = body.op("Sub", [self.to(body, self.squeeze(body, best_logit, [1]), T.DOUBLE),
                                self.to(body, lse, T.DOUBLE)], "gain")
+        best, gain = (self.gather_rows(body, x, row_map, "all_rows") for x in (best, gain))
         new_scores = body.op("Where", [finished, scores, body.op("Add", [scores, gain])],
                              "scores_out")
         chosen = body.op("Where", [finished, g.const(np.int32(self.pad), "pad"),
@@ -262,14 +270,21 @@ class _Builder:
         done = body.op("Or", [done, at_limit], "done_or_limit")
         all_done = body.op("ReduceMin", [self.to(body, done, T.INT32)], keepdims=0)
         cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
-        carried = [chosen, done, new_scores] + presents
+        live_out, row_map_out, *kept = self.compact(body, done, live, row_map,
+                                                    presents + row_tensors,
+                                                    [T.FLOAT] * n_pasts + row_types)
+        carried = [chosen, done, new_scores] + kept[:n_pasts]
         carried += list(self.remembered(body, grams, recent, chosen))
+        carried += [live_out, row_map_out] + kept[n_pasts:]
         scan = body.op("Identity", [chosen], "scan_tokens")
 
         types = [T.INT32, T.BOOL, T.DOUBLE] + [T.FLOAT] * n_pasts + [T.INT32, T.INT32]
+        types += [T.INT64, T.INT64] + row_types
         shapes = [["rows"]] * 3 + [self.cache_shape] * n_pasts + [None, None]
-        graph = _body_graph(body, "greedy_step", index, cond_in, names + pasts + [grams, recent],
-                            types, shapes, cond_out, carried, [(scan, T.INT32, ["rows"])])
+        shapes += [["live"], ["rows"]] + row_shapes
+        in_names = names + pasts + [grams, recent, live, row_map] + row_tensors
+        graph = _body_graph(body, "greedy_step", index, cond_in, in_names, types, shapes,
+                            cond_out, carried, [(scan, T.INT32, ["rows"])])
         loop_out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0],
                         "greedy_loop", outputs=len(carried0) + 1, body=graph)
         steps_tokens = loop_out[-1]  # (steps, B)
@@ -296,6 +311,8 @@ class _Builder:
         memory = [[self.gather_rows(b, x, row_source) for x in part] for part in memory[:2]] + [
             None if memory[2] is None else self.gather_rows(b, memory[2], row_source)]
         cross_bias = self.gather_rows(b, cross_bias, row_source)
+        live0, row_tensors0, row_types, row_shapes = self.live_state(b, rows, memory,
+                                                                     cross_bias)
         empty = self.empty_cache(b, rows)
         tokens0 = b.op("Expand", [g.const(np.int32(self.bos), "bos"), rows], "tokens0")
         bk = b.op("Concat", [batch, k_1d], "bk", axis=0)
@@ -312,6 +329,7 @@ class _Builder:
         carried0 = [tokens0, alive0, history0, fin_scores0, history0, done0, gen_len0]
         carried0 += [empty] * n_pasts
         carried0 += list(self.initial_ngram_state(b, rows, self.ngram_size))
+        carried0 += live0 + row_tensors0
         # What the body needs that no step changes, computed once here: each node in the
         # body costs a few microseconds per step, and most of a step's nodes are small.
         m_1d = self.unsqueeze(b, m, [0])
@@ -336,10 +354,16 @@ class _Builder:
         tokens, alive, history, fin_scores, fin_seqs, done, _ = names
         pasts = [b.name("past") for _ in range(n_pasts)]
         grams, recent = b.name("grams"), b.name("recent")
-        logits, lse, presents = self.step(body, tokens, index, pasts, *memory, cross_bias)
-        top_logits, top_ids = self.constrained_top(body, logits, index, grams, recent, m_1d)
+        live, row_map = b.name("live"), b.name("row_map")
+        row_tensors = [b.name("row_memory") for _ in row_tensors0]
+        step_tokens = self.gather_rows(body, tokens, live, "live_tokens")
+        logits, lse, presents = self.step(body, step_tokens, index, pasts,
+                                          *self.row_memory(row_tensors))
+        top_logits, top_ids = self.constrained_top(body, logits, index, grams, recent, m_1d,
+                                                   live)
         gains = body.op("Sub", [self.to(body, top_logits, T.DOUBLE),
                                 self.unsqueeze(body, self.to(body, lse, T.DOUBLE), [1])])
+        gains, top_ids = (self.gather_rows(body, x, row_map, "all_rows") for x in (gains, top_ids))
         cand = body.op("Add", [self.unsqueeze(body, alive, [2]),
                                body.op("Reshape", [gains, b_k_m])], "cand")
         cand = body.op("Reshape", [cand, b_km], "cand_flat")
@@ -399,16 +423,26 @@ class _Builder:
 
         parents = body.op("Reshape", [body.op("Add", [source_base, parent_beam]),
                                       self.c64([-1], "flat")], "parents")
+        done_rows = body.op("Reshape", [body.op("Expand", [self.unsqueeze(body, done_out, [1]),
+                                                           bk]), self.c64([-1], "flat")],
+                            "done_rows")
+        live_out, row_map_out, *row_tensors_out = self.compact(body, done_rows, live, row_map,
+                                                               row_tensors, row_types)
+        # Each next live row's cache is its parent's, at the parent's place among this
+        # step's live rows.
+        cache_rows = self.gather_rows(body, row_map, self.gather_rows(body, parents, live_out),
+                                      "cache_rows")
         carried = [body.op("Reshape", [new_tokens, self.c64([-1], "flat")], "tokens_out"),
                    alive_out, history_out, fin_scores_out, fin_seqs_out, done_out, gen_len]
-        carried += [self.gather_rows(body, x, parents) for x in presents]
+        carried += [self.gather_rows(body, x, cache_rows) for x in presents]
         carried += list(self.remembered(body, grams, recent, carried[0], parents))
+        carried += [live_out, row_map_out] + row_tensors_out
         types = [T.INT32, T.DOUBLE, T.INT32, T.DOUBLE, T.INT32, T.BOOL, T.INT64]
-        types += [T.FLOAT] * n_pasts + [T.INT32, T.INT32]
+        types += [T.FLOAT] * n_pasts + [T.INT32, T.INT32, T.INT64, T.INT64] + row_types
         shapes = [["rows"], ["batch", "k"], ["batch", "k", "max_length"], ["batch", "k"],
                   ["batch", "k", "max_length"], ["batch"], []] + [self.cache_shape] * n_pasts
-        shapes += [None, None]
-        in_names = names + pasts + [grams, recent]
+        shapes += [None, None, ["live"], ["rows"]] + row_shapes
+        in_names = names + pasts + [grams, recent, live, row_map] + row_tensors
         graph = _body_graph(body, "beam_step", index, cond_in, in_names, types, shapes,
                             cond_out, carried, [])
         out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0], "beam_loop",
@@ -476,6 +510,64 @@ class _Builder:
                             self.g.const(np.float64(6), "six_d")])
         return b.op("Pow", [base, "alpha"], "penalty")
 
+    # -- the rows a step computes ----------------------------------------------------------------
+
+    def live_state(self, b, rows, memory, cross_bias):
+        """The loop state of the rows that still run, before the first step (all `rows` (1,)
+        of them): -> ([live, row_map], the step's per-row inputs [cross keys..., cross
+        values..., cross_bias, copy_source if any], their types and shapes). `live` (n,)
+        int64 lists the rows a step computes, in order; `row_map` (rows,) int64 is each
+        row's place among them (0 for a row that ended, whose values the search ignores)."""
+        T = self.T
+        every = b.op("Range", [self.c64(0, "zero"), self.squeeze(b, rows, [0]),
+                               self.c64(1, "one")], "all_rows")
+        keys, values, copy_source = memory
+        tensors = [*keys, *values, cross_bias]
+        memory_shape = ["live", self.heads, "source_length", self.head_dim]
+        shapes = [memory_shape] * (2 * self.layers) + [["live", 1, 1, "source_length"]]
+        types = [T.FLOAT] * len(tensors)
+        if copy_source is not None:
+            tensors.append(copy_source)
+            types.append(T.INT32)
+            shapes.append(["live", "source_length"])
+        return [every, every], tensors, types, shapes
+
+    def row_memory(self, tensors):
+        """The step's per-row inputs (`live_state`'s order) -> step()'s (cross_keys,
+        cross_values, copy_source, cross_bias)."""
+        n = self.layers
+        copy_source = tensors[2 * n + 1] if len(tensors) > 2 * n + 1 else None
+        return tensors[:n], tensors[n:2 * n], copy_source, tensors[2 * n]
+
+    def compact(self, body, done_rows, live, row_map, tensors, types):
+        """The rows the next step computes: those whose `done_rows` (rows,) is still false.
+        A step computes the live rows alone, so a source that ended costs nothing while the
+        others run on (served batches end their sources at different lengths). When a row
+        ended this step, `tensors` (n, ...) keep the rows still live; else they go on as they
+        are; `types` are their elem types. -> (live, row_map, *tensors) for the next step."""
+        T = self.T
+        still = body.op("Not", [done_rows], "still_running")
+        count = body.op("ReduceSum", [self.to(body, still, T.INT64)], "live_count", keepdims=1)
+        ended = body.op("Less", [count, body.op("Shape", [live])], "rows_ended")
+        then = body.subgraph()
+        live_out = then.op("Reshape", [then.op("NonZero", [still]), self.c64([-1], "flat")],
+                           "live_out")
+        places = self.gather_rows(then, row_map, live_out, "live_places")
+        zeros = then.op("ConstantOfShape", [then.op("Shape", [row_map])],
+                        value=_scalar_tensor(np.int64(0)))
+        order = then.op("Range", [self.c64(0, "zero"), self.squeeze(then, count, [0]),
+                                  self.c64(1, "one")])
+        row_map_out = then.op("ScatterElements", [zeros, live_out, order], "row_map_out",
+                              axis=0)
+        kept = [self.gather_rows(then, x, places, "kept_rows") for x in tensors]
+        types = [T.INT64, T.INT64] + list(types)
+        other = body.subgraph()
+        return body.op("If", [ended], "compact_rows", outputs=len(types),
+                       then_branch=_branch(then, "rows_ended", list(zip(
+                           [live_out, row_map_out] + kept, types, strict=True))),
+                       else_branch=_branch(other, "rows_unchanged", list(zip(
+                           [live, row_map] + list(tensors), types, strict=True))))
+
     # -- the main graph --------------------------------------------------------------------------
 
     def empty_cache(self, b, rows):
@@ -493,8 +585,9 @@ class _Builder:
         body._count = self.g._count
         return body
 
-    def constrained_top(self, body, logits, index, grams, recent, k):
-        """The k best tokens of each row of the step's logits under the constraints:
+    def constrained_top(self, body, logits, index, grams, recent, k, live):
+        """The k best tokens of each row of the step's logits (the rows `live` names) under
+        the constraints:
         (values (n,k), ids (n,k) int64), in TopK's order (best first, ties to the lower id)
         except that a banned EOS may keep its place at -inf. The search only ranks these
         further (greedy takes the best of two, beam search ranks every beam's candidates
@@ -509,6 +602,7 @@ class _Builder:
         another, cost more than the nodes it skipped."""
         T = self.T
         ngram = body.subgraph()
+        grams, recent = (self.gather_rows(ngram, x, live, "live_ngrams") for x in (grams, recent))
         ngram_top = ngram.op("TopK", [
             self.constrain(ngram, logits, index, self.min_length, grams, recent), k],
             "ngram_top", outputs=2, axis=1)
@@ -604,8 +698,9 @@ def _body_graph(body, name, index, cond_in, in_names, types, shapes, cond_out, c
     flat graph: they need the rank of their inputs."""
     from onnx import TensorProto, helper
 
-    def out_shape(shape):  # the cache grows by one position per step
-        return None if shape is None else ["t_next" if d == "t" else d for d in shape]
+    def out_shape(shape):  # the cache grows by one position per step, the live rows shrink
+        renamed = {"t": "t_next", "live": "live_next"}
+        return None if shape is None else [renamed.get(d, d) for d in shape]
 
     inputs = [_info(index, TensorProto.INT64, []), _info(cond_in, TensorProto.BOOL, [])]
     inputs += [_info(n, t, shape) for n, t, shape in zip(in_names, types, shapes, strict=True)]
