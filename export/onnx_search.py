@@ -229,9 +229,13 @@ class _Builder:
         scores0 = b.op("Expand", [g.const(np.float64(0), "zero_d"), rows], "scores0")
         carried0 = [tokens0, finished0, scores0] + [empty] * n_pasts
         carried0 += list(self.initial_ngram_state(b, rows, self.ngram_size))
+        rt = b.op("Concat", [rows, self.unsqueeze(b, self.max_length, [0])], "rt", axis=0)
+        history0 = b.op("Expand", [g.const(np.int32(self.pad), "pad"), rt], "history0")
+        carried0 += [history0, self.c64(0, "zero")]
         live0, row_tensors0, row_types, row_shapes = self.live_state(b, rows, memory,
                                                                      cross_bias)
-        carried0 += live0 + row_tensors0
+        positions = b.op("Range", [self.c64(0, "zero"), self.max_length, self.c64(1, "one")],
+                         "positions")
 
         body = self.new_body()
         index, cond_in = b.name("index"), b.name("cond")
@@ -239,6 +243,7 @@ class _Builder:
         tokens, finished, scores = names
         pasts = [b.name("past") for _ in range(n_pasts)]
         grams, recent = b.name("grams"), b.name("recent")
+        history = b.name("history")
         live, row_map = b.name("live"), b.name("row_map")
         row_tensors = [b.name("row_memory") for _ in row_tensors0]
         step_tokens = self.gather_rows(body, tokens, live, "live_tokens")
@@ -268,28 +273,25 @@ class _Builder:
         at_limit = body.op("Equal", [self.row_max_length,
                                      body.op("Add", [index, self.c64(1, "one")])], "at_limit")
         done = body.op("Or", [done, at_limit], "done_or_limit")
-        all_done = body.op("ReduceMin", [self.to(body, done, T.INT32)], keepdims=0)
-        cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
-        live_out, row_map_out, *kept = self.compact(body, done, live, row_map,
-                                                    presents + row_tensors,
-                                                    [T.FLOAT] * n_pasts + row_types)
-        carried = [chosen, done, new_scores] + kept[:n_pasts]
+        at_index = body.op("Equal", [positions, index], "at_index")  # (Tmax,)
+        history_out = body.op("Where", [at_index, self.unsqueeze(body, chosen, [1]), history],
+                              "history_out")
+        gen_len = body.op("Add", [index, self.c64(1, "one")], "gen_len_out")
+        carried = [chosen, done, new_scores] + presents
         carried += list(self.remembered(body, grams, recent, chosen))
-        carried += [live_out, row_map_out] + kept[n_pasts:]
-        scan = body.op("Identity", [chosen], "scan_tokens")
-
+        carried += [history_out, gen_len]
         types = [T.INT32, T.BOOL, T.DOUBLE] + [T.FLOAT] * n_pasts + [T.INT32, T.INT32]
-        types += [T.INT64, T.INT64] + row_types
+        types += [T.INT32, T.INT64]
         shapes = [["rows"]] * 3 + [self.cache_shape] * n_pasts + [None, None]
-        shapes += [["live"], ["rows"]] + row_shapes
-        in_names = names + pasts + [grams, recent, live, row_map] + row_tensors
-        graph = _body_graph(body, "greedy_step", index, cond_in, in_names, types, shapes,
-                            cond_out, carried, [(scan, T.INT32, ["rows"])])
-        loop_out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0],
-                        "greedy_loop", outputs=len(carried0) + 1, body=graph)
-        steps_tokens = loop_out[-1]  # (steps, B)
-        tokens_out = b.op("Transpose", [steps_tokens], "tokens_bt", perm=[1, 0])
-        scores_out = self.to(b, loop_out[2], T.FLOAT, "scores_f")
+        shapes += [["rows", "max_length"], []]
+        out = self.segments(b, "greedy", body, index, cond_in,
+                            names + pasts + [grams, recent, history, b.name("gen_len")],
+                            types, shapes, carried, carried0, done, lambda x, done: done,
+                            live, row_map, row_tensors, live0, row_tensors0, row_types,
+                            row_shapes, 3, len(carried) - 1, 1)
+        history, gen_len = out[len(carried) - 2:len(carried)]
+        tokens_out = self.slice(b, history, 0, self.unsqueeze(b, gen_len, [0]), 1, "tokens_bt")
+        scores_out = self.to(b, out[2], T.FLOAT, "scores_f")
         return _branch(b, "greedy", [(tokens_out, T.INT32), (scores_out, T.FLOAT)])
 
     # -- beam search -----------------------------------------------------------------------------
@@ -329,7 +331,6 @@ class _Builder:
         carried0 = [tokens0, alive0, history0, fin_scores0, history0, done0, gen_len0]
         carried0 += [empty] * n_pasts
         carried0 += list(self.initial_ngram_state(b, rows, self.ngram_size))
-        carried0 += live0 + row_tensors0
         # What the body needs that no step changes, computed once here: each node in the
         # body costs a few microseconds per step, and most of a step's nodes are small.
         m_1d = self.unsqueeze(b, m, [0])
@@ -418,35 +419,28 @@ class _Builder:
         fin_scores_out, fin_seqs_out, done_out = self.end_at_limits(
             body, gen_len, penalty, alive_out, history_out, fin_scores_out, fin_seqs_out,
             done_out, k_1d, bkt)
-        all_done = body.op("ReduceMin", [self.to(body, done_out, T.INT32)], keepdims=0)
-        cond_out = body.op("Not", [self.to(body, all_done, T.BOOL)], "cond_out")
-
         parents = body.op("Reshape", [body.op("Add", [source_base, parent_beam]),
                                       self.c64([-1], "flat")], "parents")
-        done_rows = body.op("Reshape", [body.op("Expand", [self.unsqueeze(body, done_out, [1]),
-                                                           bk]), self.c64([-1], "flat")],
-                            "done_rows")
-        live_out, row_map_out, *row_tensors_out = self.compact(body, done_rows, live, row_map,
-                                                               row_tensors, row_types)
-        # Each next live row's cache is its parent's, at the parent's place among this
-        # step's live rows.
-        cache_rows = self.gather_rows(body, row_map, self.gather_rows(body, parents, live_out),
+        def done_rows(b, done):  # (batch,) -> (rows,)
+            return b.op("Reshape", [b.op("Expand", [self.unsqueeze(b, done, [1]), bk]),
+                                    self.c64([-1], "flat")], "done_rows")
+
+        # Each next row's cache is its parent's, at the parent's place among the live rows.
+        cache_rows = self.gather_rows(body, row_map, self.gather_rows(body, parents, live),
                                       "cache_rows")
         carried = [body.op("Reshape", [new_tokens, self.c64([-1], "flat")], "tokens_out"),
                    alive_out, history_out, fin_scores_out, fin_seqs_out, done_out, gen_len]
         carried += [self.gather_rows(body, x, cache_rows) for x in presents]
         carried += list(self.remembered(body, grams, recent, carried[0], parents))
-        carried += [live_out, row_map_out] + row_tensors_out
         types = [T.INT32, T.DOUBLE, T.INT32, T.DOUBLE, T.INT32, T.BOOL, T.INT64]
-        types += [T.FLOAT] * n_pasts + [T.INT32, T.INT32, T.INT64, T.INT64] + row_types
+        types += [T.FLOAT] * n_pasts + [T.INT32, T.INT32]
         shapes = [["rows"], ["batch", "k"], ["batch", "k", "max_length"], ["batch", "k"],
                   ["batch", "k", "max_length"], ["batch"], []] + [self.cache_shape] * n_pasts
-        shapes += [None, None, ["live"], ["rows"]] + row_shapes
-        in_names = names + pasts + [grams, recent, live, row_map] + row_tensors
-        graph = _body_graph(body, "beam_step", index, cond_in, in_names, types, shapes,
-                            cond_out, carried, [])
-        out = b.op("Loop", [self.max_length, g.const(True, "true"), *carried0], "beam_loop",
-                   outputs=len(carried0), body=graph)
+        shapes += [None, None]
+        in_names = names + pasts + [grams, recent]
+        out = self.segments(b, "beam", body, index, cond_in, in_names, types, shapes, carried,
+                            carried0, done_rows(body, done_out), done_rows, live, row_map,
+                            row_tensors, live0, row_tensors0, row_types, row_shapes, 7, 6, 5)
         _, alive, history, fin_scores, fin_seqs, done, gen_len = out[:7]
 
         # Sources that ran out of length: their alive beams compete as (EOS-less) hypotheses.
@@ -539,34 +533,64 @@ class _Builder:
         copy_source = tensors[2 * n + 1] if len(tensors) > 2 * n + 1 else None
         return tensors[:n], tensors[n:2 * n], copy_source, tensors[2 * n]
 
-    def compact(self, body, done_rows, live, row_map, tensors, types):
-        """The rows the next step computes: those whose `done_rows` (rows,) is still false.
-        A step computes the live rows alone, so a source that ended costs nothing while the
-        others run on (served batches end their sources at different lengths). When a row
-        ended this step, `tensors` (n, ...) keep the rows still live; else they go on as they
-        are; `types` are their elem types. -> (live, row_map, *tensors) for the next step."""
-        T = self.T
-        still = body.op("Not", [done_rows], "still_running")
-        count = body.op("ReduceSum", [self.to(body, still, T.INT64)], "live_count", keepdims=1)
-        ended = body.op("Less", [count, body.op("Shape", [live])], "rows_ended")
-        then = body.subgraph()
-        live_out = then.op("Reshape", [then.op("NonZero", [still]), self.c64([-1], "flat")],
-                           "live_out")
-        places = self.gather_rows(then, row_map, live_out, "live_places")
-        zeros = then.op("ConstantOfShape", [then.op("Shape", [row_map])],
-                        value=_scalar_tensor(np.int64(0)))
-        order = then.op("Range", [self.c64(0, "zero"), self.squeeze(then, count, [0]),
-                                  self.c64(1, "one")])
-        row_map_out = then.op("ScatterElements", [zeros, live_out, order], "row_map_out",
-                              axis=0)
-        kept = [self.gather_rows(then, x, places, "kept_rows") for x in tensors]
-        types = [T.INT64, T.INT64] + list(types)
-        other = body.subgraph()
-        return body.op("If", [ended], "compact_rows", outputs=len(types),
-                       then_branch=_branch(then, "rows_ended", list(zip(
-                           [live_out, row_map_out] + kept, types, strict=True))),
-                       else_branch=_branch(other, "rows_unchanged", list(zip(
-                           [live, row_map] + list(tensors), types, strict=True))))
+    def segments(self, b, name, body, index, cond_in, state, types, shapes, state_out,
+                 state0, done_rows, rows_done, live, row_map, row_tensors, live0, row_tensors0,
+                 row_types, row_shapes, first_past, gen_len_at, done_at):
+        """The search's loop as loops of steps over a fixed set of live rows: -> the final
+        values of `state`.
+
+        A step computes only the rows still running (`live`, with `row_map` and the per-row
+        `row_tensors`, which the step's nodes in `body` read from the enclosing loop), so a
+        source that ended stops costing decoder work while the others run on. The inner loop
+        runs steps until a row ends this step (`done_rows` (rows,) in `body`, true for every
+        row that ended): it reads the live rows' memory in place. The outer loop then keeps
+        the rows still running (the caches from `first_past` on, and the memory) and runs the
+        next inner loop, until every row ended. The step index is the outer loop's count of
+        steps run (`state`'s `gen_len_at`) plus the inner iteration; `rows_done(b,
+        state[done_at])` gives the (rows,) ended flags in the outer body."""
+        T, g = self.T, self.g
+        n_pasts = 2 * self.layers
+        start, iteration, n_live = b.name("start"), b.name("iteration"), b.name("n_live")
+        from onnx import helper
+        body.nodes.insert(0, helper.make_node("Add", [iteration, start], [index], name=index))
+        count = body.op("ReduceSum", [self.to(body, body.op("Not", [done_rows]), T.INT64)],
+                        "live_count", keepdims=0)
+        cond_out = body.op("Not", [body.op("Less", [count, n_live])], "none_ended")
+        inner = _body_graph(body, name + "_step", iteration, cond_in, state, types, shapes,
+                            cond_out, state_out, [])
+
+        outer = b.subgraph()
+        outer_cond = b.name("cond")
+        outer_state = [b.name("state") for _ in state]
+        outer.output("Squeeze", [outer.op("Shape", [live]), self.c64([0], "axes_0")], n_live)
+        outer.output("Identity", [outer_state[gen_len_at]], start)
+        trips = outer.op("Sub", [self.max_length, start], "steps_left")
+        final = outer.op("Loop", [trips, g.const(True, "true"), *outer_state], name + "_steps",
+                         outputs=len(state), body=inner)
+        still = outer.op("Not", [rows_done(outer, final[done_at])], "still_running")
+        live_out = outer.op("Reshape", [outer.op("NonZero", [still]), self.c64([-1], "flat")],
+                            "live_out")
+        places = self.gather_rows(outer, row_map, live_out, "live_places")
+        remaining = outer.op("ReduceSum", [self.to(outer, still, T.INT64)], keepdims=0)
+        order = outer.op("Range", [self.c64(0, "zero"), remaining, self.c64(1, "one")])
+        zeros = outer.op("ConstantOfShape", [outer.op("Shape", [row_map])],
+                         value=_scalar_tensor(np.int64(0)))
+        row_map_out = outer.op("ScatterElements", [zeros, live_out, order], "row_map_out",
+                               axis=0)
+        kept = list(final)
+        for i in range(first_past, first_past + n_pasts):
+            kept[i] = self.gather_rows(outer, final[i], places, "kept_rows")
+        kept += [live_out, row_map_out]
+        kept += [self.gather_rows(outer, x, places, "kept_rows") for x in row_tensors]
+        outer_cond_out = outer.op("Greater", [remaining, self.c64(0, "zero")], "any_running")
+        outer_graph = _body_graph(outer, name + "_segment", b.name("segment"), outer_cond,
+                                  outer_state + [live, row_map] + row_tensors,
+                                  types + [T.INT64, T.INT64] + row_types,
+                                  shapes + [["live"], ["rows"]] + row_shapes, outer_cond_out,
+                                  kept, [], own_weights=False)
+        carried0 = list(state0) + live0 + row_tensors0
+        return b.op("Loop", [self.max_length, g.const(True, "true"), *carried0],
+                    name + "_loop", outputs=len(carried0), body=outer_graph)
 
     # -- the main graph --------------------------------------------------------------------------
 
@@ -691,7 +715,7 @@ def _finite(b, x):
 
 
 def _body_graph(body, name, index, cond_in, in_names, types, shapes, cond_out, carried,
-                scans):
+                scans, own_weights=True):
     """A Loop body: (iteration, condition, carried...) -> (condition, carried..., scans...).
     The carried values' shapes (symbolic dimensions where they vary) let onnxruntime's
     fusions (MatMul + Add into Gemm, among others) match inside the body as they do in a
@@ -708,7 +732,8 @@ def _body_graph(body, name, index, cond_in, in_names, types, shapes, cond_out, c
     outputs += [_info(n, t, out_shape(shape))
                 for n, t, shape in zip(carried, types, shapes, strict=True)]
     outputs += [_info(n, t, shape) for n, t, shape in scans]
-    return helper.make_graph(body.nodes, name, inputs, outputs, body.initializers)
+    return helper.make_graph(body.nodes, name, inputs, outputs,
+                             body.initializers if own_weights else [])
 
 
 def _branch(b, name, outputs):

@@ -263,7 +263,8 @@ def test_greedy_stops_when_every_row_ended(graphs):
 
 
 def _loops(graph):
-    """The bodies of the Loop nodes in `graph` and in its subgraphs."""
+    """The bodies of the Loop nodes in `graph` and in its subgraphs that run the decoding
+    steps (each search's inner loop; its outer loop only keeps the rows still running)."""
     from onnx import AttributeProto
 
     for node in graph.node:
@@ -271,7 +272,7 @@ def _loops(graph):
             subgraphs = ([attribute.g] if attribute.type == AttributeProto.GRAPH
                          else list(attribute.graphs))
             for sub in subgraphs:
-                if node.op_type == "Loop":
+                if node.op_type == "Loop" and sub.name.endswith("_step"):
                     yield sub
                 yield from _loops(sub)
 
