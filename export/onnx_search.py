@@ -29,6 +29,13 @@ How it is laid out:
 - Inside the loop the self-attention cache grows by one position per step (`Concat` of the
   loop-carried keys/values and the new ones): a step attends to exactly the positions before
   it, with no mask. Beam search gathers the cache rows of the surviving beams (`Gather`).
+- A step computes only the rows still running: in a batch, a source that ended (EOS, its
+  stopping rule or its own limit) costs no decoder work while the others run on. Each
+  search is two loops: the inner one steps over a fixed set of live rows, reading their
+  cross-attention memory in place, until a row ends; the outer one then keeps the caches
+  and memory of the rows still running and starts the next inner loop. The search's own
+  state stays (batch, ...) wide; the step's results reach it through each row's place
+  among the live rows.
 - Scores are float64, as in NumPy. Ties are broken as NumPy breaks them: ONNX's `TopK` and
   `ArgMax` return the lower index first, which is NumPy's order of (beam, rank in the beam,
   token) for candidates and of (earlier, later) for finished hypotheses.
@@ -548,10 +555,11 @@ class _Builder:
         next inner loop, until every row ended. The step index is the outer loop's count of
         steps run (`state`'s `gen_len_at`) plus the inner iteration; `rows_done(b,
         state[done_at])` gives the (rows,) ended flags in the outer body."""
+        from onnx import helper
+
         T, g = self.T, self.g
         n_pasts = 2 * self.layers
         start, iteration, n_live = b.name("start"), b.name("iteration"), b.name("n_live")
-        from onnx import helper
         body.nodes.insert(0, helper.make_node("Add", [iteration, start], [index], name=index))
         count = body.op("ReduceSum", [self.to(body, body.op("Not", [done_rows]), T.INT64)],
                         "live_count", keepdims=0)
