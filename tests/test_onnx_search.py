@@ -199,6 +199,42 @@ def test_min_length_where_eos_comes_first(eos_first_graphs, beam, ngram):
 
 
 @pytest.fixture(scope="module")
+def eos_sometimes_graphs():
+    """A model whose output bias makes EOS likely but not first: in a batch, rows end at
+    different steps, some run to their limit."""
+    model = _model(7, positional="learned", share_embeddings=False, tie_output=False)
+    bias = model.output_projection.bias
+    bias.assign(bias.numpy() + 1.5 * (np.arange(VOCAB) == model.config.eos_id))
+    return _Graphs(model)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("ngram,min_length", [(0, 0), (2, 3)])
+def test_rows_that_end_early_leave_the_others_unchanged(eos_sometimes_graphs, beam, ngram,
+                                                        min_length):
+    """A step computes only the rows still running: a batch whose rows end at different
+    steps (by EOS and by their own limits) gives the NumPy search's tokens, and each row is
+    what it is searched alone."""
+    c = eos_sometimes_graphs.config
+    rng = np.random.default_rng(5)
+    source = rng.integers(4, VOCAB, (8, 7)).astype(np.int32)
+    source[:, -1] = c.eos_id
+    source[2, 4:] = [c.eos_id, c.pad_id, c.pad_id]
+    limits = np.array([16, 16, 12, 16, 9, 16, 16, 14])
+    settings = dict(ngram=ngram, min_length=min_length, row_limits=limits)
+    got = _assert_matches_numpy(eos_sometimes_graphs, source, beam, 16, **settings)
+    ends = [int(np.argmax(row == c.eos_id)) + 1 if (row == c.eos_id).any() else None
+            for row in np.asarray(got.tokens)]
+    assert len({e for e in ends if e is not None}) >= 2 and None in ends, ends
+    for i in range(len(source)):
+        alone = eos_sometimes_graphs.in_graph(source[i:i + 1, :], beam, 16, ngram=ngram,
+                                              min_length=min_length, row_limits=limits[i:i + 1])
+        row = np.asarray(got.tokens)[i]
+        assert row[:alone.tokens.shape[1]].tolist() == np.asarray(alone.tokens)[0].tolist()
+        np.testing.assert_allclose(got.scores[i], alone.scores[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
 def int8_graphs(tmp_path_factory):
     return _Graphs(_model(5, pre_norm=True), tmp_path_factory.mktemp("int8"))
 
