@@ -94,7 +94,7 @@ vietnews-summarizer: $(STAMP)
 	  $(PY) -m train --config train/configs/vi_denoising.yaml --out runs/vi_denoising
 	test -f runs/vietnews_copy/metrics.json || \
 	  $(PY) -m train --config train/configs/vietnews_summarization_pretrained.yaml \
-	    --out runs/vietnews_copy
+	    --out runs/vietnews_copy --set training.max_minutes=50
 	test -f runs/vietnews_summarizer/metrics.json || \
 	  $(PY) -m train --config train/configs/vietnews_summarization_extracted.yaml \
 	    --out runs/vietnews_summarizer --set eval.selector=runs/vietnews_summarizer/selector \
