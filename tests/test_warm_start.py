@@ -91,6 +91,11 @@ def test_continue_reads_the_step_of_each_kind_of_weights_file(tmp_path):
     unfinished = fake_run(tmp_path / "unfinished")
     with pytest.raises(ValueError, match="missing or unreadable .* give the step as a number"):
         initial_step("continue", unfinished / "model.keras")
+    not_a_mapping = fake_run(tmp_path / "list", [2119])
+    with pytest.raises(ValueError, match="missing or unreadable .* give the step as a number"):
+        initial_step("continue", not_a_mapping / "model.keras")
+    with pytest.raises(ValueError, match="set training.init_from"):
+        initial_step("continue", None)
 
 
 def test_continue_from_a_run_that_never_finished_is_refused_before_work(tmp_path):

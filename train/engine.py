@@ -256,13 +256,8 @@ def setup(config: RunConfig, out: Path, overwrite: bool = False):
     tokenizer is used, as the seed frees TF-Text state."""
     t = config.training
     check_precision(t.precision)
-    weights = weights_file(config, out)  # a bad training.init_from, refused before any work
-    if weights is not None:
-        initial_step(t.initial_step, weights)  # and a step it cannot tell
-    elif t.initial_step == "continue":
-        raise ValueError("training.initial_step: continue takes the step of the weights "
-                         "training.init_from names; set training.init_from (the run to "
-                         "continue), or give the step as a number")
+    # A bad training.init_from, or a step it cannot tell, refused before any work.
+    initial_step(t.initial_step, weights_file(config, out))
     given_model(config)  # and a bad tokenizer.model
     strategy = make_strategy(t.strategy)
     # Paths may differ between hosts through data.data_dir (or KT_DATA_DIR); nothing else.

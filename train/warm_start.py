@@ -91,16 +91,23 @@ def source_run(weights: Path) -> Path:
                             f"parent folder; give a file inside a trained run's directory")
 
 
-def initial_step(given: int | str, weights: Path) -> int:
-    """The schedule's first step: `given`, or with "continue" the step `weights` were saved at,
-    from their run's metrics.json (`best_step` for best.keras, `epoch_steps` for an epoch
-    checkpoint, the run's last step for model.keras and average.keras)."""
+def initial_step(given: int | str, weights: Path | None) -> int:
+    """The schedule's first step: `given`, or with "continue" the step `weights` (the file
+    training.init_from names) were saved at, from their run's metrics.json (`best_step` for
+    best.keras, `epoch_steps` for an epoch checkpoint, the run's last step for model.keras and
+    average.keras)."""
     if given != "continue":
         return int(given)
+    if weights is None:
+        raise ValueError("training.initial_step: continue takes the step of the weights "
+                         "training.init_from names; set training.init_from (the run to "
+                         "continue), or give the step as a number")
     metrics_file = source_run(weights) / "metrics.json"
     fix = "give the step as a number (training.initial_step: N)"
     try:
         metrics = json.loads(metrics_file.read_text())
+        if not isinstance(metrics, dict):
+            raise ValueError("not a JSON object")
     except (OSError, ValueError):
         raise ValueError(f"training.initial_step: continue reads the step from {metrics_file}, "
                          f"which is missing or unreadable (the run has not finished); {fix}") from None
