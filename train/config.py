@@ -194,6 +194,10 @@ class EvalConfig:
     selector_epsilon: float = 0.5
     selector_top_k: int = 0
     selector_source: str = "mask"
+    # task classification: add to the head's bias the per-class offsets that maximise the dev
+    # macro-F1, when they also raise it on dev sentences they were not chosen on
+    # (train/class_bias.py).
+    tune_class_bias: bool = False
 
 
 @dataclass
@@ -514,7 +518,10 @@ def _check_stream(config: RunConfig) -> None:
 
 def _check_class_weight(config: RunConfig) -> None:
     """training.class_weight's form (its labels are matched to the classes when the data is
-    read: train.tasks.classification.class_weights)."""
+    read: train.tasks.classification.class_weights), and eval.tune_class_bias's task."""
+    if config.eval.tune_class_bias and config.task != "classification":
+        raise ConfigError(f"eval.tune_class_bias is for task classification, not "
+                          f"{config.task}")
     weight = config.training.class_weight
     if weight == "":
         return

@@ -444,7 +444,6 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
         # Every epoch's dev score was NaN (or none ran): nothing was ever best.
         log.warning("training.final_model: best, but no epoch had a dev score: the final "
                     "model is the last weights")
-    last = model.get_weights()
     if final_model == "best" and best is not None:
         model.set_weights(best)
         log.info("final model: the best by dev (epoch %d, step %d)", dev_scoring.best_epoch,
@@ -452,12 +451,13 @@ def train(task: Task, config: RunConfig, out: Path, overwrite: bool = False) -> 
     # Which weights model.keras holds, and so what the scores below are of.
     metrics["final_model"] = ("best" if final_model == "best" and best is not None
                               else "average" if averaged else "last")
+    task.finalize(model, metrics)
+    final = model.get_weights()
     save_model(model, out / "model.keras")
     if best is not None:
         model.set_weights(best)
         save_model(model, out / "best.keras")
-        if metrics["final_model"] != "best":
-            model.set_weights(last)
+        model.set_weights(final)
     task.evaluate(model, out, strategy, metrics)
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False))
     finish(out)

@@ -209,6 +209,10 @@ class Task:
         streamed run's record counts (record_stream.RecordScan.metrics)."""
         return self.stream.metrics() if self.stream is not None else {}
 
+    def finalize(self, model, metrics: dict) -> None:
+        """Adjust the final weights before model.keras is saved (a classifier's decision
+        bias chosen on dev); what was done goes into `metrics`."""
+
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         """Score the trained model, print the results, add them to `metrics`."""
         raise NotImplementedError

@@ -15,6 +15,7 @@ from keras_transformer.losses import ClassWeightedCrossEntropy
 from keras_transformer.models.classifier import TransformerClassifier
 from keras_transformer.text.pipeline import make_classification_dataset
 
+from .. import class_bias
 from ..batches import replayable
 from ..config import ConfigError
 from ..data import LabeledSplit, load_classification, parse_label
@@ -165,14 +166,19 @@ class ClassificationTask(Task):
     def describe(self, model) -> str:
         return f", {self.num_classes} classes, batch {self.batch_size}"
 
-    def predict(self, model, split: LabeledSplit) -> tuple[np.ndarray, np.ndarray]:
-        """(gold, predicted) class ids of a split's sentences, in its order: the one
+    def logits(self, model, split: LabeledSplit) -> tuple[np.ndarray, np.ndarray]:
+        """(gold class ids (N,), logits (N,K)) of a split's sentences, in its order: the one
         prediction loop of the per-epoch dev score, the final scores and train.evaluate."""
-        gold, predicted = [], []
+        gold, logits = [], []
         for ids, labels in self.labeled_batches(split):
             gold.append(labels.numpy())
-            predicted.append(np.argmax(model(ids, training=False), axis=-1))
-        return np.concatenate(gold), np.concatenate(predicted)
+            logits.append(np.asarray(model(ids, training=False)))
+        return np.concatenate(gold), np.concatenate(logits)
+
+    def predict(self, model, split: LabeledSplit) -> tuple[np.ndarray, np.ndarray]:
+        """(gold, predicted) class ids of a split's sentences, in its order."""
+        gold, logits = self.logits(model, split)
+        return gold, np.argmax(logits, axis=-1)
 
     def scores(self, model, split: LabeledSplit) -> dict:
         """train.scoring.classification_scores of the model's predictions on a split."""
@@ -191,9 +197,30 @@ class ClassificationTask(Task):
         return DevScore(score, {"dev_score_sentences": len(dev)}, name="macro_f1",
                         label="macro-F1")
 
+    def finalize(self, model, metrics: dict) -> None:
+        """eval.tune_class_bias: the head's bias moved by the offsets train.class_bias
+        chooses on the dev split (when they also help on dev sentences they were not chosen
+        on), the choice in metrics["class_bias"]."""
+        if not self.config.eval.tune_class_bias:
+            return
+        gold, logits = self.logits(model, self.dev)
+        result = class_bias.tune(logits, gold)
+        if result["kept"]:
+            bias = model.head.bias
+            bias.assign(bias + np.asarray(result["offsets"], dtype=bias.dtype))
+        metrics["class_bias"] = {"classes": self.names, **result}
+        log.info("class bias: %s (dev macro-F1 %.2f -> %.2f; on held-out dev halves %.2f -> "
+                 "%.2f)", "offsets " + ", ".join(
+                     f"{name} {v:+.1f}" for name, v in zip(self.names, result["chosen_offsets"],
+                                                          strict=True))
+                 + ("" if result["kept"] else ", not kept"),
+                 result["dev_macro_f1_untuned"], result["dev_macro_f1_tuned"],
+                 result["held_out_untuned"], result["held_out_tuned"])
+
     def evaluate(self, model, out: Path, strategy, metrics: dict) -> None:
         if self.class_weights:
             metrics["class_weights"] = dict(zip(self.names, self.class_weights, strict=True))
+        offsets = np.asarray(metrics.get("class_bias", {}).get("offsets", [0.0]))
         count = self.config.eval.max_sentences or None
         for split in ("dev", "test"):
             if split not in self.splits:
@@ -201,12 +228,18 @@ class ClassificationTask(Task):
             # The first eval.max_sentences sentences when set, else the whole split.
             read = LabeledSplit(self.splits[split].texts[:count],
                                 self.splits[split].labels[:count])
-            scores = self.scores(model, read)
+            gold, logits = self.logits(model, read)
+            scores = classification_scores(gold, np.argmax(logits, axis=-1), self.names)
             metrics[f"{split}_accuracy"] = scores["accuracy"]
             metrics[f"{split}_macro_f1"] = scores["macro_f1"]
             metrics[f"{split}_f1"] = scores["f1"]
             metrics[f"{split}_sentences"] = len(read)
             print(f"{split}: {format_scores(scores)} ({len(read)} sentences)")
+            if offsets.any():  # what the model scored before its bias was moved
+                before = classification_scores(gold, np.argmax(logits - offsets, axis=-1),
+                                               self.names)
+                metrics[f"{split}_before_class_bias"] = {
+                    k: before[k] for k in ("accuracy", "macro_f1", "f1")}
 
     # -- train.evaluate: a label file scored like the run's dev and test splits ----------
 
