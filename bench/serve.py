@@ -7,6 +7,11 @@ run's, beam 4) and greedy search, and the server's peak memory.
         [--batch-wait-ms 5] [--workers 1] [--variant float32] [--ceiling | --no-ceiling]
         [--plain-stack]
 
+A summarizer's export is loaded the same way on /v1/summarize, with the articles of a TSV
+file whose header names an article column as the inputs (`--sentences
+../shared/data/vietnews/test.tsv.gz`); a copy-attention model has no ceiling (CTranslate2 does
+not run copy attention).
+
 Each mode starts `python -m export.api` in its own process (onnx runtime, one worker); each
 client (an asyncio task over one keep-alive connection, a few lines of HTTP/1.1 rather than a
 client package, whose milliseconds a request would be taken from the server) sends one
@@ -67,9 +72,11 @@ GOAL_CLIENTS = 32
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.serve",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", default="runs/demo/export", help="a translator's export")
+    parser.add_argument("--export", default="runs/demo/export",
+                        help="a translator's or an abstractive summarizer's export")
     parser.add_argument("--sentences", default="runs/demo/test.src",
-                        help="one sentence a line (default: the demo's test sentences)")
+                        help="one input a line (default: the demo's test sentences), or a "
+                             "TSV file with an article column (VNDS, for a summarizer)")
     parser.add_argument("--clients", type=int_in(1, 1024), nargs="+", default=list(CLIENTS))
     parser.add_argument("--beams", type=int_in(1, 64), nargs="+", default=[4, 1],
                         help="beam sizes the requests ask for (default 4, the demo run's, "
@@ -208,7 +215,7 @@ def own_cpu_seconds() -> float:
 
 
 async def load(url: str, sentences: list[str], clients: int, seconds: float,
-               beam: int) -> dict:
+               beam: int, route: str = "/v1/translate") -> dict:
     """`clients` loops of request-then-answer, each over its own keep-alive connection, for
     `seconds` (after 1 s of warm-up) -> sentences/s (answers that arrived within those
     seconds), the latency percentiles of the requests sent within them, and the answers that
@@ -231,7 +238,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float,
                 i += clients
                 sent = time.monotonic()
                 try:
-                    status = await connection.post("/v1/translate", body)
+                    status = await connection.post(route, body)
                 except OSError as err:  # counted, as a status other than 200 is
                     errors[type(err).__name__] += 1
                     failed += 1
@@ -393,6 +400,42 @@ def against_ceiling(results: list[dict], ceiling: list[dict]) -> list[dict]:
     return summary
 
 
+def read_inputs(path: Path) -> list[str]:
+    """The inputs the clients send: a text file's non-empty lines, or the articles of a TSV
+    file whose header names an article column (`.tsv`, `.tsv.gz`: VNDS, for a
+    summarizer)."""
+    if not path.is_file():
+        raise CommandError(f"{path} is missing: train the demo (make demo) or pass "
+                           f"--sentences")
+    if path.name.endswith((".tsv", ".tsv.gz")):
+        from train.data import load_summaries
+
+        try:
+            return load_summaries(path).articles
+        except ValueError as err:
+            raise CommandError(str(err), 2) from None
+    try:
+        return [s for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    except UnicodeDecodeError:
+        raise CommandError(f"{path} is not UTF-8 text: give one input per line", 2) from None
+
+
+def export_route(export: str) -> tuple[str, str, bool]:
+    """(kind, route, copy attention) of a translator's or summarizer's export, the kinds
+    whose route searches (beam_size); a one-line CommandError for another."""
+    from export.common import ExportError, Manifest
+
+    try:
+        manifest = Manifest(export)
+    except ExportError as err:
+        raise CommandError(str(err), 2) from None
+    if manifest.kind != "translator":
+        raise CommandError(f"{export} holds a {manifest.kind}'s export; bench.serve loads "
+                           f"a translator's or an abstractive summarizer's (a search)", 2)
+    route = "/v1/summarize" if manifest.task == "summarization" else "/v1/translate"
+    return manifest.kind, route, bool(manifest.model.get("copy_attention"))
+
+
 def ceiling_wanted(args) -> bool:
     """--ceiling/--no-ceiling, else whether the peers' venv is there (a line says how to make
     it when not)."""
@@ -409,11 +452,8 @@ def ceiling_wanted(args) -> bool:
 @entry_point
 def main(argv) -> int:
     args = parse_args(argv)
-    path = Path(args.sentences)
-    if not path.is_file():
-        raise CommandError(f"{path} is missing: train the demo (make demo) or pass "
-                           f"--sentences")
-    sentences = [s for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    sentences = read_inputs(Path(args.sentences))
+    kind, route, copy = export_route(args.export)
     clients = [1, 8] if args.quick else args.clients
     seconds = 2.0 if args.quick else args.seconds
     modes = {"batching": ["--max-batch-size", args.max_batch_size, "--batch-wait-ms",
@@ -430,7 +470,13 @@ def main(argv) -> int:
                    variant=args.variant)
     cpu = meta["machine"]["cpu_model"]
     ceiling, ceiling_error = [], None
-    if ceiling_wanted(args):
+    if copy and args.ceiling is None:
+        print("no CTranslate2 ceiling: the export's model has copy attention, which "
+              "CTranslate2 does not run", flush=True)
+    elif copy and args.ceiling:
+        raise CommandError("--ceiling: the export's model has copy attention, which "
+                           "CTranslate2 does not run; pass --no-ceiling", 2)
+    elif ceiling_wanted(args):
         try:
             work = ceiling_work(args.export, sentences, args.beams, args.max_batch_size,
                                 seconds)
@@ -468,7 +514,7 @@ def main(argv) -> int:
             for beam, count in ((b, c) for b in args.beams for c in clients):
                 inputs, batches = batch_counts(url)
                 server_cpu, client_cpu = cpu_seconds(process.pid), own_cpu_seconds()
-                cell = asyncio.run(load(url, sentences, count, seconds, beam))
+                cell = asyncio.run(load(url, sentences, count, seconds, beam, route))
                 inputs, batches = (a - b for a, b in zip(batch_counts(url), (inputs, batches),
                                                          strict=True))
                 per_input = 1000 / max(inputs, 1)

@@ -1,10 +1,13 @@
 """bench.serve's CTranslate2 ceiling: the work it hands CTranslate2 (the server's length rule
 on the export's own sentences and shape), how the calls are grouped, the fastest setting
 (CT2_USE_MKL and replicas) kept, and the ratios against the batching cells, on hand-made
-values (no timing is asserted)."""
+values (no timing is asserted); and a summarizer's export loaded on its route."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from bench import precision_ct2, serve
@@ -223,3 +226,44 @@ def test_the_results_page_names_the_ceiling_only_when_measured():
     data["ceiling"][0].update(replicas=1, intra_threads=2)
     (_, line) = serve_ceiling(data)
     assert "(CT2_USE_MKL=0, 1 replica of 2 threads; one sentence a call 8.0, so" in line
+
+
+@pytest.mark.slow
+def test_a_summarizers_export_is_loaded_on_its_route_with_articles_of_a_tsv(tmp_path, capsys):
+    """A copy-attention summarizer's export: the articles of a VNDS-style TSV sent to
+    /v1/summarize, every answer 200; no CTranslate2 ceiling (it has no copy attention), an
+    asked-for one refused in one line."""
+    from export.exporters import export_run
+    from tests.serving import WORDS, tiny_run
+
+    tiny_run(tmp_path / "run", "task: summarization\n", copy_attention=True,
+             share_embeddings=True)
+    export = tmp_path / "export"
+    export_run(tmp_path / "run", export, formats=("onnx",))
+    rng = np.random.default_rng(0)
+    articles = [" ".join(rng.choice(WORDS, size=8)) + " . " + " ".join(rng.choice(WORDS, size=5))
+                for _ in range(6)]
+    tsv = tmp_path / "test.tsv"
+    tsv.write_text("article\tsummary\ttitle\n" + "".join(f"{a}\tx\ty\n" for a in articles),
+                   encoding="utf-8")
+    assert serve.read_inputs(tsv) == articles
+    assert serve.main(["--export", str(export), "--sentences", str(tsv), "--ceiling"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said[-1] == ("error: --ceiling: the export's model has copy attention, which "
+                        "CTranslate2 does not run; pass --no-ceiling")
+    code = serve.main(["--export", str(export), "--sentences", str(tsv), "--clients", "2",
+                       "--beams", "1", "--seconds", "1", "--results", str(tmp_path / "out")])
+    assert code == 0
+    assert "no CTranslate2 ceiling: the export's model has copy attention" in \
+        capsys.readouterr().out
+    cells = json.loads((tmp_path / "out" / "serve.json").read_text())["results"]
+    assert {c["mode"] for c in cells} == {"batching", "no batching"}
+    assert all(c["sentences"] > 0 and c["failed"] == 0 for c in cells), cells
+
+
+def test_only_a_search_export_is_loaded(tmp_path):
+    with pytest.raises(serve.CommandError, match="not found"):
+        serve.export_route(str(tmp_path / "none"))
+    (tmp_path / "text.txt").write_bytes(b"\xff\xfe bad")
+    with pytest.raises(serve.CommandError, match="not UTF-8"):
+        serve.read_inputs(tmp_path / "text.txt")
