@@ -16,10 +16,9 @@ Server-Sent Events instead: each token as it is decided (greedy search; a beam's
 with its final hypothesis), then each input's output. GET /health, GET /metrics (Prometheus'
 text format) and GET /openapi.json describe the server.
 
-Requests that share their settings are run as one batch of at most --max-batch-size inputs
-(1: no batching), gathered until --batch-wait-ms passed with no new input and since the last
-batch ended (at most four waits; after a batch of one input the next does not wait), on
---workers threads, each with its own model on --threads runtime threads
+Requests that arrive within --batch-wait-ms of each other and share their settings are run as
+one batch of at most --max-batch-size inputs (1: no batching; after a batch of one input the
+next does not wait), on --workers threads, each with its own model on --threads runtime threads
 (default: the cores shared among the workers); beyond --max-queue waiting inputs a request is
 answered 503, and one not answered within --timeout seconds 504. The body and connection limits
 of export.serve hold (a larger body: --max-inputs inputs). Bad requests get a 4xx answer
@@ -393,9 +392,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="most inputs run together, 1 to 256; 1 turns batching off "
                              "(default 32)")
     parser.add_argument("--batch-wait-ms", type=float_in(0, 1000), default=5.0,
-                        help="a batch gathers inputs until none arrived for this long and "
-                             "the last batch ended this long ago, in milliseconds, at most "
-                             "four times it; not after a batch of one input (default 5)")
+                        help="how long the oldest waiting input waits for others to batch "
+                             "with, in milliseconds; not after a batch of one input "
+                             "(default 5)")
     parser.add_argument("--workers", type=int_in(1, 64), default=1,
                         help="worker threads, each with its own model (default 1)")
     parser.add_argument("--threads", type=int_in(1, 256), default=None,

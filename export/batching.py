@@ -21,8 +21,6 @@ log = logging.getLogger("export.api")
 
 
 _SERIALS = itertools.count()
-# A batch gathers for at most this many waits (`wait_s`) while inputs keep arriving.
-MAX_WAITS = 4
 
 
 class Overloaded(Exception):
@@ -74,16 +72,12 @@ class Row:
 class Batcher:
     """A bounded queue of inputs and one worker thread per engine.
 
-    A worker takes the oldest waiting input and gathers the inputs of its key until
-    `max_batch_size` of them wait, or until `wait_s` has passed with no new one and since the
-    last batch ended (its clients, just answered, are likely to send again: a batch that
-    started before they did would leave them to the next, and a search costs nearly as much
-    for a few rows as for many), at most `MAX_WAITS` waits after the later of the oldest
-    input's arrival and that end. It does not wait when the last batch held a single input
-    (one client at a time gains nothing by waiting, and would pay the wait on every answer;
-    a batch of several says requests overlap, and the waits start again). It then runs up
-    to `max_batch_size` inputs of that key, oldest first, sorted by length so that a batch
-    pads little. Inputs of other keys (other search settings, a streamed request) wait
+    A worker takes the oldest waiting input, waits until `wait_s` after it arrived (or until
+    `max_batch_size` inputs of its key are waiting) unless the last batch held a single
+    input (one client at a time gains nothing by waiting, and would pay the wait on every
+    answer; a batch of several says requests overlap, and the waits start again), then runs
+    up to `max_batch_size` inputs of that key, oldest first, sorted by length so that a
+    batch pads little. Inputs of other keys (other search settings, a streamed request) wait
     for their own batch. `submit` refuses inputs beyond `max_queue` waiting ones
     (Overloaded); a cancelled ticket's inputs that no worker took yet are dropped.
     """
@@ -100,7 +94,6 @@ class Batcher:
         self._closing = False
         self._busy = 0
         self._last_batch = max_batch_size  # until a batch has run: expect overlapping requests
-        self._last_end = 0.0  # when the last batch ended (time.monotonic())
         self._threads = [threading.Thread(target=self._work, args=(engine,), daemon=True,
                                           name=f"batcher-{i}")
                          for i, engine in enumerate(engines)]
@@ -158,13 +151,12 @@ class Batcher:
             if not self._rows:
                 return None
             first = self._rows[0]
-            wait = self.wait_s if self._last_batch > 1 else 0.0
+            deadline = first.arrival + (self.wait_s if self._last_batch > 1 else 0.0)
             while True:
-                opened = max(first.arrival, self._last_end)
-                same = [row.arrival for row in self._rows if row.key == first.key]
-                deadline = min(max(opened, same[-1]) + wait, opened + MAX_WAITS * wait)
+                same = sum(1 for row in self._rows
+                           if row.key == first.key)
                 left = deadline - time.monotonic()
-                if len(same) >= self.max_batch_size or left <= 0 or self._closing:
+                if same >= self.max_batch_size or left <= 0 or self._closing:
                     break
                 self._lock.wait(left)
                 if not self._rows or self._rows[0] is not first:
@@ -193,7 +185,6 @@ class Batcher:
             finally:
                 with self._lock:
                     self._busy -= 1
-                    self._last_end = time.monotonic()
 
     def _run(self, engine: Engine, batch: list[Row]) -> None:
         streamed = [row for row in batch if row.ticket.on_event is not None]

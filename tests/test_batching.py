@@ -82,48 +82,6 @@ def test_one_request_at_a_time_is_not_kept_waiting_and_overlap_waits_again():
                               ("k", ["f", "g"])]
 
 
-def test_a_batch_waits_for_the_clients_of_the_batch_that_just_ended():
-    # An input that waited through a running batch is not run alone the moment the batch
-    # ends: the batch's clients, just answered, send again within the wait and join it.
-    engine = Recorder(pause=1.5)
-    batcher = Batcher([engine], max_batch_size=8, wait_s=1.0, max_queue=100)
-    try:
-        _, first_done, _ = request(batcher, "k", ["a", "b"])
-        time.sleep(1.1)  # the first batch (after its wait) is running now
-        _, straggler_done, _ = request(batcher, "k", ["sss"])
-        assert first_done.wait(10)
-        _, again_done, _ = request(batcher, "k", ["cc"])  # a client answered, sending again
-        assert straggler_done.wait(10) and again_done.wait(10)
-    finally:
-        batcher.close(timeout=10)
-    assert engine.batches == [("k", ["a", "b"]), ("k", ["cc", "sss"])]
-
-
-def test_inputs_that_keep_arriving_are_gathered_for_at_most_max_waits():
-    from export.batching import MAX_WAITS
-
-    engine = Recorder()
-    wait = 0.5
-    batcher = Batcher([engine], max_batch_size=64, wait_s=wait, max_queue=100)
-    arrivals = []
-    try:
-        pending = []
-        start = time.monotonic()
-        while time.monotonic() - start < (MAX_WAITS + 2) * wait:  # never quiet for a wait
-            pending.append(request(batcher, "k", [f"i{len(pending)}"]))
-            arrivals.append(time.monotonic() - start)
-            time.sleep(wait / 5)
-        assert all(done.wait(10) for _, done, _ in pending)
-    finally:
-        batcher.close(timeout=10)
-    first = engine.batches[0][1]
-    # The first batch gathered past one wait, and ran by MAX_WAITS waits (the inputs after
-    # that ran in later batches).
-    assert len(first) > 5
-    assert arrivals[len(first) - 1] <= MAX_WAITS * wait + 0.3
-    assert len(engine.batches) > 1
-
-
 def test_a_full_queue_refuses_the_whole_request_and_a_cancelled_one_is_dropped():
     engine = Recorder()
     batcher = Batcher([engine], max_batch_size=8, wait_s=0.5, max_queue=3)
