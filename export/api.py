@@ -392,9 +392,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="most inputs run together, 1 to 256; 1 turns batching off "
                              "(default 32)")
     parser.add_argument("--batch-wait-ms", type=float_in(0, 1000), default=5.0,
-                        help="how long the oldest waiting input waits for others to batch "
-                             "with, in milliseconds; not after a batch of one input "
-                             "(default 5)")
+                        help="how long the oldest waiting input (or a worker after its "
+                             "batch) waits for others to batch with, in milliseconds; not "
+                             "after a batch of one input (default 5)")
     parser.add_argument("--workers", type=int_in(1, 64), default=1,
                         help="worker threads, each with its own model (default 1)")
     parser.add_argument("--threads", type=int_in(1, 256), default=None,

@@ -72,9 +72,12 @@ class Row:
 class Batcher:
     """A bounded queue of inputs and one worker thread per engine.
 
-    A worker takes the oldest waiting input, waits until `wait_s` after it arrived (or until
-    `max_batch_size` inputs of its key are waiting) unless the last batch held a single
-    input (one client at a time gains nothing by waiting, and would pay the wait on every
+    A worker takes the oldest waiting input, waits until `wait_s` after the later of its
+    arrival and the worker's own last batch end (or until `max_batch_size` inputs of its
+    key are waiting: the clients a worker just answered are likely to send again, and an
+    input that waited through the batch would otherwise run alone just before they do;
+    another worker's end does not count, or one worker would gather every input while the
+    others idle) unless the last batch held a single input (one client at a time gains nothing by waiting, and would pay the wait on every
     answer; a batch of several says requests overlap, and the waits start again), then runs
     up to `max_batch_size` inputs of that key, oldest first, sorted by length so that a
     batch pads little. Inputs of other keys (other search settings, a streamed request) wait
@@ -94,6 +97,7 @@ class Batcher:
         self._closing = False
         self._busy = 0
         self._last_batch = max_batch_size  # until a batch has run: expect overlapping requests
+        self._ends: dict[int, float] = {}  # each worker thread's last batch end
         self._threads = [threading.Thread(target=self._work, args=(engine,), daemon=True,
                                           name=f"batcher-{i}")
                          for i, engine in enumerate(engines)]
@@ -151,7 +155,8 @@ class Batcher:
             if not self._rows:
                 return None
             first = self._rows[0]
-            deadline = first.arrival + (self.wait_s if self._last_batch > 1 else 0.0)
+            own = self._ends.get(threading.get_ident(), 0.0)
+            deadline = max(first.arrival, own) + (self.wait_s if self._last_batch > 1 else 0.0)
             while True:
                 same = sum(1 for row in self._rows
                            if row.key == first.key)
@@ -185,6 +190,7 @@ class Batcher:
             finally:
                 with self._lock:
                     self._busy -= 1
+                    self._ends[threading.get_ident()] = time.monotonic()
 
     def _run(self, engine: Engine, batch: list[Row]) -> None:
         streamed = [row for row in batch if row.ticket.on_event is not None]

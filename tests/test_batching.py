@@ -82,6 +82,24 @@ def test_one_request_at_a_time_is_not_kept_waiting_and_overlap_waits_again():
                               ("k", ["f", "g"])]
 
 
+def test_a_worker_waits_for_the_clients_of_its_own_last_batch():
+    # An input that waited through a running batch is not run alone the moment the batch
+    # ends: the worker waits from its own end, and the batch's clients, just answered, send
+    # again within the wait and join it.
+    engine = Recorder(pause=1.5)
+    batcher = Batcher([engine], max_batch_size=8, wait_s=1.0, max_queue=100)
+    try:
+        _, first_done, _ = request(batcher, "k", ["a", "b"])
+        time.sleep(1.1)  # the first batch (after its wait) is running now
+        _, straggler_done, _ = request(batcher, "k", ["sss"])
+        assert first_done.wait(10)
+        _, again_done, _ = request(batcher, "k", ["cc"])  # a client answered, sending again
+        assert straggler_done.wait(10) and again_done.wait(10)
+    finally:
+        batcher.close(timeout=10)
+    assert engine.batches == [("k", ["a", "b"]), ("k", ["cc", "sss"])]
+
+
 def test_a_full_queue_refuses_the_whole_request_and_a_cancelled_one_is_dropped():
     engine = Recorder()
     batcher = Batcher([engine], max_batch_size=8, wait_s=0.5, max_queue=3)
