@@ -251,9 +251,11 @@ def memory(root: Path) -> list[str]:
             ""]
 
 
-# bench.serve's results: the demo's size, spa_eng_small's, two workers, and int8.
+# bench.serve's results: the demo's size, spa_eng_small's, two workers, int8, and the VNDS
+# summarizer's size (articles).
 SERVE_RESULTS = ("serve.json", "serve_small/serve.json", "serve_workers2/serve.json",
-                 "serve_small_workers2/serve.json", "serve_small_int8/serve.json")
+                 "serve_small_workers2/serve.json", "serve_small_int8/serve.json",
+                 "serve_summarizer/serve.json")
 
 
 def serve(root: Path) -> list[str]:
@@ -282,7 +284,7 @@ def serve_one(root: Path, path: Path) -> list[str]:
                      f"{on['failed']} / {off['failed']}",
                      f"{max(on['peak_rss_mb'], off['peak_rss_mb']):,.0f}"])
     return [f"`{data['export']}`" + (f" ({data['note']})" if data.get("note") else "")
-            + f", one sentence per request, {data['seconds']:g} s per cell, "
+            + f", one {input_word(data)} per request, {data['seconds']:g} s per cell, "
             f"`--max-batch-size {data['max_batch_size']}` against 1, "
             f"{data.get('workers', 1)} worker(s), the {data.get('variant', 'float32')} "
             f"variant; load average "
@@ -293,6 +295,12 @@ def serve_one(root: Path, path: Path) -> list[str]:
                         "server CPU ms an input, batched / unbatched",
                         "not 200 batched / unbatched", "peak MiB"], rows),
             *serve_ceiling(data), source(root, path), ""]
+
+
+def input_word(data: dict) -> str:
+    """What one request sent: an article of a TSV file (a summarizer's), else a sentence."""
+    return "article" if str(data.get("sentences_file", "")).endswith((".tsv", ".tsv.gz")) \
+        else "sentence"
 
 
 def serve_ceiling(data: dict) -> list[str]:
