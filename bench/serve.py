@@ -420,8 +420,8 @@ def read_inputs(path: Path) -> list[str]:
         raise CommandError(f"{path} is not UTF-8 text: give one input per line", 2) from None
 
 
-def export_route(export: str) -> tuple[str, str, bool]:
-    """(kind, route, copy attention) of a translator's or summarizer's export, the kinds
+def export_route(export: str) -> tuple[str, bool]:
+    """(route, copy attention) of a translator's or summarizer's export, the kinds
     whose route searches (beam_size); a one-line CommandError for another."""
     from export.common import ExportError, Manifest
 
@@ -433,7 +433,7 @@ def export_route(export: str) -> tuple[str, str, bool]:
         raise CommandError(f"{export} holds a {manifest.kind}'s export; bench.serve loads "
                            f"a translator's or an abstractive summarizer's (a search)", 2)
     route = "/v1/summarize" if manifest.task == "summarization" else "/v1/translate"
-    return manifest.kind, route, bool(manifest.model.get("copy_attention"))
+    return route, bool(manifest.model.get("copy_attention"))
 
 
 def ceiling_wanted(args) -> bool:
@@ -453,7 +453,7 @@ def ceiling_wanted(args) -> bool:
 def main(argv) -> int:
     args = parse_args(argv)
     sentences = read_inputs(Path(args.sentences))
-    kind, route, copy = export_route(args.export)
+    route, copy = export_route(args.export)
     clients = [1, 8] if args.quick else args.clients
     seconds = 2.0 if args.quick else args.seconds
     modes = {"batching": ["--max-batch-size", args.max_batch_size, "--batch-wait-ms",
