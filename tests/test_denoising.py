@@ -61,6 +61,51 @@ def reference_infill(ids, span_lengths, gap_keys, rate):
     return out
 
 
+SENTINELS = list(range(100, 110))  # ten sentinels: rows hold at most nine spans
+
+
+def reference_span_corruption(ids, span_lengths, gap_keys, rate, sentinels=SENTINELS):
+    """T5's span corruption by keras_transformer.text.noising's rule, one row and one span at
+    a time: the spans placed as infilling places them, every length at least 1, at most
+    len(sentinels) - 1 spans and a target that fits its width. (inputs, targets)."""
+    width = ids.shape[1]
+    target_width = min(width, 2 * math.floor((width - 1) * rate + 0.5) + 2)
+    source = np.full_like(ids, PAD)
+    target = np.full((len(ids), target_width), PAD, ids.dtype)
+    for b in range(len(ids)):
+        pieces = [int(t) for t in ids[b] if t not in (PAD, EOS)]
+        n = len(pieces)
+        budget = math.floor(n * rate + 0.5)
+        spans, hidden = [], 0
+        for length in span_lengths[b]:
+            if hidden >= budget:
+                break
+            spans.append(min(max(int(length), 1), budget - hidden))
+            hidden += spans[-1]
+        while spans and (len(spans) > n - sum(spans) + 1
+                         or n - sum(spans) + len(spans) + 1 > width
+                         or len(spans) >= len(sentinels)
+                         or sum(spans) + len(spans) + 2 > target_width):
+            spans.pop()
+        left = n - sum(spans)
+        gaps = sorted(np.argsort(gap_keys[b, : left + 1], kind="stable")[: len(spans)])
+        span_at = dict(zip(gaps, spans, strict=True))
+        read, written, position = [], [], 0
+        for g in range(left + 1):
+            if g in span_at:
+                k = len(written) and sum(1 for t in written if t in sentinels)
+                read.append(sentinels[k])
+                written += [sentinels[k], *pieces[position:position + span_at[g]]]
+                position += span_at[g]
+            if g < left:
+                read.append(pieces[position])
+                position += 1
+        written.append(sentinels[len(spans)])
+        source[b, : len(read) + 1] = [*read, EOS]
+        target[b, : len(written) + 1] = [*written, EOS]
+    return source, target
+
+
 def noised(ids, index=0, seed=7, rate=0.3, span_lambda=3.0, sentence_ids=None):
     from keras_transformer.text.noising import noise_batch
 
@@ -113,6 +158,58 @@ def test_infilling_equals_the_rule_followed_one_span_at_a_time():
                      pad_id=PAD, eos_id=EOS).numpy()
         want = reference_infill(ids, draws[0].numpy(), draws[1].numpy(), rate)
         np.testing.assert_array_equal(got, want)
+
+
+def test_span_corruption_equals_the_rule_followed_one_span_at_a_time():
+    from keras_transformer.text.noising import corrupt_spans, noise_draws
+
+    rng = np.random.default_rng(5)
+    width = 24
+    lengths = [23, 23, 1, 0, 2, 5, 12, 20, *rng.integers(0, 24, 40)]
+    ids = rows_of(lengths, width)
+    # T5's rate; one whose target would be as wide as the input; many short spans that run
+    # out of sentinels; long spans.
+    for rate, span_lambda in ((0.15, 3.0), (0.5, 1.0), (0.4, 0.3), (0.3, 8.0)):
+        draws = noise_draws(tf.shape(ids), 2, seed=9, span_lambda=span_lambda)
+        got = corrupt_spans(tf.constant(ids), draws[0], draws[1], rate=rate,
+                            sentinel_ids=SENTINELS, pad_id=PAD, eos_id=EOS)
+        want = reference_span_corruption(ids, draws[0].numpy(), draws[1].numpy(), rate)
+        np.testing.assert_array_equal(got[0].numpy(), want[0])
+        np.testing.assert_array_equal(got[1].numpy(), want[1])
+
+
+def test_span_corruption_input_and_target_give_the_text_back():
+    """Each sentinel of the input replaced by what follows it in the target, up to the next
+    sentinel, is the original row; every span is 1 piece or more and the rows hide the rate."""
+    from keras_transformer.text.noising import span_corruption_batch
+
+    lengths = [199] * 40 + [60] * 40
+    ids = rows_of(lengths, 200)
+    source, target = span_corruption_batch(tf.constant(ids), 0, rate=0.15, span_lambda=3.0,
+                                           sentinel_ids=list(range(1000, 1100)),
+                                           pad_id=PAD, eos_id=EOS, seed=3)
+    source, target = source.numpy(), target.numpy()
+    assert target.shape == (80, 2 * 30 + 2)
+    spans_seen = []
+    for b, n in enumerate(lengths):
+        written = [int(t) for t in target[b] if t not in (PAD, EOS)]
+        fills, k = {}, None
+        for t in written:
+            if t >= 1000:  # the rows' own ids run from 5 to 203
+                k = t
+                fills[k] = []
+            else:
+                fills[k].append(t)
+        closing = written[-1]
+        assert fills.pop(closing) == [] and closing == 1000 + len(fills)
+        assert all(len(span) >= 1 for span in fills.values())
+        spans_seen += [len(span) for span in fills.values()]
+        restored = [p for t in source[b] if t not in (PAD, EOS)
+                    for p in (fills[t] if t >= 1000 else [t])]
+        np.testing.assert_array_equal(restored, ids[b, :n])
+        assert sum(map(len, fills.values())) == math.floor(n * 0.15 + 0.5)
+    # Poisson(3) with zeros made 1 and each row's last span cut to its budget.
+    assert 2.6 < np.mean(spans_seen) < 3.3
 
 
 def budgeted_spans(lengths, rate, span_lambda, rng):
@@ -216,6 +313,35 @@ def test_batches_target_the_original_text_and_read_it_corrupted():
         again = noise_batch(tf.constant(target_out), index, pad_id=PAD, eos_id=EOS,
                             sentence_ids=tf.constant(sentences), **noising)
         np.testing.assert_array_equal(source.numpy(), again.numpy())
+    assert sorted(seen) == sorted(rows)
+
+
+def test_span_corruption_batches_target_the_spans_of_their_rows():
+    from keras_transformer.text.pipeline import make_denoising_dataset
+
+    rng = np.random.default_rng(3)
+    rows = [[*rng.integers(5, 90, size=n).tolist(), EOS] for n in rng.integers(1, 31, 60)]
+    noising = dict(rate=0.15, span_lambda=3.0, sentinel_ids=SENTINELS, seed=11)
+    data = make_denoising_dataset(rows, [[0] * len(r) for r in rows], max_length=32,
+                                  tokens_per_batch=128, pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                                  noising=noising, noise="span_corruption", num_buckets=2,
+                                  shuffle=False)
+    seen = []
+    for (source, target_in), target_out in data:
+        source, target_in, target_out = source.numpy(), target_in.numpy(), target_out.numpy()
+        # Targets of one width for inputs of one width: 2 * round(31 * 0.15) + 2 at most.
+        assert target_out.shape[1] == min(source.shape[1], 2 * math.floor(
+            (source.shape[1] - 1) * 0.15 + 0.5) + 2)
+        expected_in = np.where(target_out == EOS, PAD, target_out)[:, :-1]
+        np.testing.assert_array_equal(target_in[:, 0], BOS)
+        np.testing.assert_array_equal(target_in[:, 1:], expected_in)
+        for read, written in zip(source, target_out, strict=True):
+            fills, k = {}, None
+            for t in written[: list(written).index(EOS)]:
+                k = t if t in SENTINELS else k
+                fills.setdefault(k, []).extend([] if t in SENTINELS else [int(t)])
+            seen.append([p for t in read if t != PAD
+                         for p in (fills[t] if t in SENTINELS else [int(t)])])
     assert sorted(seen) == sorted(rows)
 
 
@@ -333,6 +459,28 @@ def test_pre_training_then_fine_tuning_a_summarizer_takes_the_tokenizer_and_ever
 
 
 @pytest.mark.slow
+def test_span_corruption_pre_trains_on_sentinels_and_restores_the_spans(pretrained, tmp_path,
+                                                                        capsys):
+    from keras_transformer.text.noising import SENTINEL_PIECES
+    from keras_transformer.text.tokenizer import SentencePieceTokenizer
+    from train.run import run
+
+    root, data, _ = pretrained
+    out = tmp_path / "t5"
+    # 100 sentinels need a larger vocabulary than SMALL's 80 pieces.
+    run(load("vi_denoising.yaml", data, "eval.dev_score_sentences=40", "tokenizer.vocab_size=240",
+             "data.noise=span_corruption", "data.noise_rate=0.15"), out)
+    tok = SentencePieceTokenizer(out / "spm.model")
+    ids = [tok.piece_id(piece) for piece in SENTINEL_PIECES]
+    assert None not in ids and len(set(ids)) == len(SENTINEL_PIECES)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 1 < metrics["dev_perplexity"] < 240
+    shown = capsys.readouterr().out
+    # The restoration printed reads a sentinel for each span.
+    assert "IN   " in shown and "<extra_id_0>" in shown.split("IN   ", 1)[1]
+
+
+@pytest.mark.slow
 def test_a_fine_tune_of_other_sizes_is_refused_in_one_line(pretrained, tmp_path):
     root, data, pre = pretrained
     result = run_cli("train", "--config",
@@ -361,4 +509,9 @@ def test_pre_training_on_a_dev_split_or_at_a_noise_rate_of_1_is_refused_before_w
     assert_clean_failure(result, 2, "data.noise_rate must be > 0 and < 1")
     result = run_cli("train", *args("data.span_lambda=0"))
     assert_clean_failure(result, 2, "data.span_lambda must be > 0")
+    result = run_cli("train", *args("data.noise=masking"))
+    assert_clean_failure(result, 2, "data.noise must be one of infilling, span_corruption")
+    result = run_cli("train", *args("data.noise=span_corruption",
+                                    "data.permute_sentences=true"))
+    assert_clean_failure(result, 2, "data.permute_sentences goes with data.noise: infilling")
     assert not (out / "model.keras").exists()

@@ -85,9 +85,11 @@ class DataConfig:
     # the slots the training head predicts in; 0: mask_rate * max_source_length plus three
     # standard deviations of the count (keras_transformer.text.masking).
     max_predictions: int = 0
-    # task denoising (BART's text infilling, keras_transformer.text.noising): the share of
-    # pieces hidden, in spans of Poisson(span_lambda) lengths, each span one [MASK]; with
-    # permute_sentences a row's sentences are shuffled first.
+    # task denoising (keras_transformer.text.noising): the share of pieces hidden, in spans of
+    # Poisson(span_lambda) lengths. noise "infilling" (BART): each span one [MASK], the target
+    # the whole text, and with permute_sentences a row's sentences are shuffled first;
+    # "span_corruption" (T5): span k is sentinel k, the target the spans (T5 hid 15%).
+    noise: str = "infilling"
     noise_rate: float = 0.3
     span_lambda: float = 3.0
     permute_sentences: bool = False

@@ -541,6 +541,7 @@ def make_denoising_dataset(
     eos_id: int,
     noising: dict,
     permute_sentences: bool = False,
+    noise: str = "infilling",
     num_buckets: int = 4,
     shuffle: bool = True,
     seed: int = 0,
@@ -553,12 +554,14 @@ def make_denoising_dataset(
     each piece's sentence index in its row. ``rows`` may instead be a tf.data.Dataset of
     (row, sentence ids) (a streamed corpus, shuffled by its reader, endless), with
     ``sentence_ids`` None. Rows are shuffled and bucketed as
-    make_masked_lm_dataset's. target_out is the row; target_in BOS + the row without its EOS;
-    source the row corrupted by ``keras_transformer.text.noising.noise_batch`` with the
-    keyword arguments ``noising`` (rate, span_lambda, mask_id, seed), its sentences permuted
-    first when ``permute_sentences``.
+    make_masked_lm_dataset's. ``noise`` "infilling": source the row corrupted by
+    ``keras_transformer.text.noising.noise_batch`` with the keyword arguments ``noising``
+    (rate, span_lambda, mask_id, seed), its sentences permuted first when
+    ``permute_sentences``, and target_out the row; "span_corruption": source and target_out
+    by ``noising.span_corruption_batch`` (``noising``: rate, span_lambda, sentinel_ids, seed).
+    target_in is BOS + target_out without its EOS.
     """
-    from keras_transformer.text.noising import noise_batch
+    from keras_transformer.text.noising import noise_batch, span_corruption_batch
 
     columns = rows if isinstance(rows, tf.data.Dataset) else [rows, sentence_ids]
     ds = _bucketed_rows(columns, max_length=max_length,
@@ -568,11 +571,17 @@ def make_denoising_dataset(
 
     def noised(index, batch):
         ids, sentences = batch
-        source = noise_batch(ids, index, pad_id=pad_id, eos_id=eos_id,
-                             sentence_ids=sentences if permute_sentences else None, **noising)
-        before = tf.where(tf.equal(ids, eos_id), pad_id, ids)[:, :-1]
-        target_in = tf.concat([tf.fill([tf.shape(ids)[0], 1], bos_id), before], axis=1)
-        return (source, target_in), ids
+        if noise == "span_corruption":
+            source, target = span_corruption_batch(ids, index, pad_id=pad_id, eos_id=eos_id,
+                                                   **noising)
+        else:
+            source = noise_batch(ids, index, pad_id=pad_id, eos_id=eos_id,
+                                 sentence_ids=sentences if permute_sentences else None,
+                                 **noising)
+            target = tf.cast(ids, tf.int32)
+        before = tf.where(tf.equal(target, eos_id), pad_id, target)[:, :-1]
+        target_in = tf.concat([tf.fill([tf.shape(target)[0], 1], bos_id), before], axis=1)
+        return (source, target_in), target
 
     ds = ds.enumerate().map(noised, num_parallel_calls=AUTOTUNE, deterministic=True)
     return ds.prefetch(AUTOTUNE)

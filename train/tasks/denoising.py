@@ -1,8 +1,9 @@
-"""Denoising pre-training (BART): unlabelled text from training splits, corrupted by text
-infilling (and optionally sentence permutation, keras_transformer.text.noising), and the
-encoder-decoder `Transformer` trained to write the original back; dev perplexity of the
-original text picks best. Its run is what a summarizer or a translator of the same sizes
-fine-tunes from (`training.init_from`: every weight, and the tokenizer with [MASK])."""
+"""Denoising pre-training: unlabelled text from training splits, corrupted by BART's text
+infilling (and optionally sentence permutation) or T5's span corruption
+(keras_transformer.text.noising), and the encoder-decoder `Transformer` trained to write the
+original back (T5: the hidden spans); the dev perplexity of the targets picks best. Its run is
+what a summarizer or a translator of the same sizes fine-tunes from (`training.init_from`:
+every weight, and the tokenizer with [MASK] and the sentinels)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from keras_transformer.text.buckets import encode_in_chunks
 from keras_transformer.text.masking import MASK_PIECE
-from keras_transformer.text.noising import check_noise
+from keras_transformer.text.noising import NOISES, SENTINEL_PIECES, check_noise
 from keras_transformer.text.pipeline import make_denoising_dataset
 from keras_transformer.translator import translate
 
@@ -62,10 +63,10 @@ def pack_sentences(sentences: list[list[int]], limit: int) -> tuple[list[list[in
 class DenoisingTask(Seq2SeqTask):
     """data.texts (training text files) and data.dev_texts, read as masked_lm reads them
     (one text per sentence), consecutive sentences packed into rows of at most
-    data.max_source_length - 1 pieces + EOS. The source is the row corrupted
-    (data.noise_rate, data.span_lambda, data.permute_sentences), the target the row. Loss:
-    cross-entropy over the target pieces; the dev perplexity of the targets picks
-    best.keras."""
+    data.max_source_length - 1 pieces + EOS. The source is the row corrupted (data.noise,
+    data.noise_rate, data.span_lambda, data.permute_sentences), the target the row (span
+    corruption: its hidden spans). Loss: cross-entropy over the target pieces; the dev
+    perplexity of the targets picks best.keras."""
 
     reads_lowercase = True
 
@@ -85,6 +86,11 @@ class DenoisingTask(Seq2SeqTask):
         if not config.tokenizer.joint:
             raise ConfigError("task denoising restores its input: one tokenizer for source "
                               "and target (tokenizer.joint: true)")
+        if d.noise not in NOISES:
+            raise ConfigError(f"data.noise must be one of {', '.join(NOISES)}, got {d.noise!r}")
+        if d.noise == "span_corruption" and d.permute_sentences:
+            raise ConfigError("data.permute_sentences goes with data.noise: infilling; span "
+                              "corruption's target is the hidden spans, not the sentences' order")
 
     def prepare(self, out: Path):
         config, d = self.config, self.config.data
@@ -94,12 +100,16 @@ class DenoisingTask(Seq2SeqTask):
                                  **read_document_splits(config, "denoising", ("dev",))}, config)
         else:
             texts = read_text_splits(config, "denoising")
-        tok = train_tokenizer(config, texts["train"], out / "spm", symbols=(MASK_PIECE,))
+        sentinels = SENTINEL_PIECES if d.noise == "span_corruption" else ()
+        tok = train_tokenizer(config, texts["train"], out / "spm",
+                              symbols=(MASK_PIECE, *sentinels))
         self.source_tok = self.target_tok = self.tok = tok
         self.mask_id = tok.piece_id(MASK_PIECE)
-        if self.mask_id is None:
-            raise ConfigError(f"the tokenizer has no {MASK_PIECE} piece; a denoising run trains "
-                              f"its own tokenizer, or starts from a masked_lm or denoising run's")
+        self.sentinel_ids = [tok.piece_id(piece) for piece in sentinels]
+        if self.mask_id is None or None in self.sentinel_ids:
+            missing = MASK_PIECE if self.mask_id is None else "T5's sentinel <extra_id_k>"
+            raise ConfigError(f"the tokenizer has no {missing} piece; a denoising run trains "
+                              f"its own tokenizer, or starts from a run whose tokenizer has it")
         self.rows = {}
         for split, lines in texts.items():
             rows = self.text_rows(lines)
@@ -142,13 +152,15 @@ class DenoisingTask(Seq2SeqTask):
             rows, indices = rows_dataset(self.streamed_rows(convert, part), (spec, spec)), None
         else:
             rows, indices = (column[:count] for column in self.rows[split])
-        noising = dict(rate=d.noise_rate, span_lambda=d.span_lambda, mask_id=self.mask_id,
-                       seed=seed)
+        noising = dict(rate=d.noise_rate, span_lambda=d.span_lambda, seed=seed,
+                       **({"sentinel_ids": self.sentinel_ids} if d.noise == "span_corruption"
+                          else {"mask_id": self.mask_id}))
         return make_denoising_dataset(
             rows, indices, max_length=d.max_source_length,
             tokens_per_batch=part_share(d.tokens_per_batch, part), pad_id=tok.pad_id,
             bos_id=tok.bos_id,
             eos_id=tok.eos_id, noising=noising, permute_sentences=d.permute_sentences,
+            noise=d.noise,
             num_buckets=d.num_buckets, shuffle=shuffle, seed=self.config.training.seed,
             repeat=repeat)
 
@@ -165,7 +177,9 @@ class DenoisingTask(Seq2SeqTask):
     def describe(self, model) -> str:
         d = self.config.data
         permuted = ", sentences permuted" if d.permute_sentences else ""
-        return (f", text infilling of {d.noise_rate:.0%} of the pieces in Poisson("
+        noise = ("span corruption (a sentinel a span, the spans the target)"
+                 if d.noise == "span_corruption" else "text infilling")
+        return (f", {noise} of {d.noise_rate:.0%} of the pieces in Poisson("
                 f"{d.span_lambda:g}) spans{permuted}, rows of up to {d.max_source_length - 1} "
                 f"pieces")
 
