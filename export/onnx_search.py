@@ -12,7 +12,8 @@ scheme, the GNMT length penalty and Hugging Face's stopping rule; `no_repeat_ngr
 to each other. The NumPy search stays the reference.
 
 Inputs: source_ids int32 (B,S) (EOS-terminated, PAD-padded), max_length int32 () (generated
-tokens, EOS included), row_max_length int32 (B,) (each source's own limit, at most
+tokens, EOS included; above the model's max_target_length it is capped there, as is
+row_max_length), row_max_length int32 (B,) (each source's own limit, at most
 max_length: a beam search ends a source there as its search alone would), beam_size int32 ()
 (1: greedy), alpha float64 (), no_repeat_ngram_size int32 () and min_length int32 () (0:
 off). Greedy and beam search alike end each source at its own limit. Outputs: tokens
@@ -680,8 +681,14 @@ class _Builder:
         cross_bias = self.unsqueeze(g, g.op("Where", [memory_outputs["memory_mask"], zero,
                                                       masked]), [1, 2], "cross_bias")
         batch = g.op("Shape", ["source_ids"], "batch", end=1)
-        self.max_length = self.to(g, "max_length", T.INT64, "max_length64")
-        self.row_max_length = self.to(g, "row_max_length", T.INT64, "row_max_length64")
+        # A limit past the model's positions is capped there, as every tool caps it: without
+        # the cap a direct call would fail inside onnxruntime on the positions' Gather.
+        cap = self.c64(self.model.config.max_target_length, "max_target_length")
+        self.max_length = g.op("Min", [self.to(g, "max_length", T.INT64, "max_length64"), cap],
+                               "max_length_capped")
+        self.row_max_length = g.op("Min", [self.to(g, "row_max_length", T.INT64,
+                                                   "row_max_length64"), cap],
+                                   "row_max_length_capped")
         self.beam_size = "beam_size"
         self.ngram_size = self.to(g, "no_repeat_ngram_size", T.INT64, "ngram_size")
         self.min_length = self.to(g, "min_length", T.INT64, "min_length64")

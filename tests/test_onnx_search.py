@@ -286,6 +286,19 @@ def test_constraints_hold_in_the_graph(graphs):
             assert c.eos_id not in row[:5], row
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_limit_past_the_models_positions_is_capped_there(graphs, beam):
+    """Called directly with max_length above max_target_length, the graph searches to
+    max_target_length, as every tool caps it, instead of failing on the positions' Gather."""
+    c = graphs.config
+    source = _sources(np.random.default_rng(11), c.eos_id, c.pad_id)
+    capped = _assert_matches_numpy(graphs, source, beam, c.max_target_length)
+    got = graphs.in_graph(source, beam, c.max_target_length + 9,
+                          row_limits=np.full(len(source), c.max_target_length + 9))
+    assert got.tokens.tolist() == capped.tokens.tolist()
+    np.testing.assert_array_equal(got.scores, capped.scores)
+
+
 def test_greedy_stops_when_every_row_ended(graphs):
     """The loop runs until every row produced EOS, not to max_length: the output is as wide
     as the longest row, as the NumPy search's."""
