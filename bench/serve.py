@@ -4,8 +4,8 @@ run's, beam 4) and greedy search, and the server's peak memory.
 
     python -m bench.serve --export runs/demo/export --sentences runs/demo/test.src
         [--clients 1 8 32 128] [--beams 4 1] [--seconds 10] [--max-batch-size 32]
-        [--batch-wait-ms 5] [--workers 1] [--variant float32] [--ceiling | --no-ceiling]
-        [--plain-stack]
+        [--batch-wait-ms 5] [--workers 1] [--timeout 30] [--variant float32]
+        [--ceiling | --no-ceiling] [--plain-stack]
 
 A summarizer's export is loaded the same way on /v1/summarize, with the articles of a TSV
 file whose header names an article column as the inputs (`--sentences
@@ -62,7 +62,13 @@ from bench.common import (
     write_json,
 )
 from bench.export_models import CACHE_DIR
-from keras_transformer.command_line import CommandError, add_debug_flag, entry_point, int_in
+from keras_transformer.command_line import (
+    CommandError,
+    add_debug_flag,
+    entry_point,
+    float_in,
+    int_in,
+)
 
 CLIENTS = (1, 8, 32, 128)
 # Where the goal is read: at this many clients, batching should reach 0.8x the ceiling.
@@ -88,6 +94,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
     parser.add_argument("--workers", type=int_in(1, 64), default=1,
                         help="the server's --workers in every mode (default 1)")
+    parser.add_argument("--timeout", type=float_in(0.1, 3600), default=30.0,
+                        help="the server's --timeout in every mode, seconds (default 30): "
+                             "unbatched cells of long inputs at many clients need more")
     parser.add_argument("--variant", default="float32", choices=("float32", "int8"),
                         help="the export's variant the server runs (export.api --variant); "
                              "the ceiling runs CTranslate2 at the same compute type")
@@ -458,16 +467,16 @@ def main(argv) -> int:
     seconds = 2.0 if args.quick else args.seconds
     modes = {"batching": ["--max-batch-size", args.max_batch_size, "--batch-wait-ms",
                           args.batch_wait_ms, "--workers", args.workers,
-                          "--variant", args.variant],
+                          "--variant", args.variant, "--timeout", args.timeout],
              "no batching": ["--max-batch-size", 1, "--workers", args.workers,
-                             "--variant", args.variant]}
+                             "--variant", args.variant, "--timeout", args.timeout]}
     if args.plain_stack:
         modes["batching, plain"] = [*modes["batching"], "--loop", "asyncio", "--http", "h11"]
     # Before the first cell: its machine facts and load average are those the cells ran under.
     meta = payload("serve", export=args.export, note=args.note, sentences_file=args.sentences,
                    seconds=seconds, max_batch_size=args.max_batch_size,
                    batch_wait_ms=args.batch_wait_ms, workers=args.workers,
-                   variant=args.variant)
+                   variant=args.variant, timeout_s=args.timeout)
     cpu = meta["machine"]["cpu_model"]
     ceiling, ceiling_error = [], None
     if copy and args.ceiling is None:

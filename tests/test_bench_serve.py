@@ -229,10 +229,11 @@ def test_the_results_page_names_the_ceiling_only_when_measured():
 
 
 @pytest.mark.slow
-def test_a_summarizers_export_is_loaded_on_its_route_with_articles_of_a_tsv(tmp_path, capsys):
+def test_a_summarizers_export_is_loaded_on_its_route_with_articles_of_a_tsv(tmp_path, capsys,
+                                                                            monkeypatch):
     """A copy-attention summarizer's export: the articles of a VNDS-style TSV sent to
     /v1/summarize, every answer 200; no CTranslate2 ceiling (it has no copy attention), an
-    asked-for one refused in one line."""
+    asked-for one refused in one line; --timeout given to the server in both modes."""
     from export.exporters import export_run
     from tests.serving import WORDS, tiny_run
 
@@ -251,9 +252,15 @@ def test_a_summarizers_export_is_loaded_on_its_route_with_articles_of_a_tsv(tmp_
     said = capsys.readouterr().err.strip().splitlines()
     assert said[-1] == ("error: --ceiling: the export's model has copy attention, which "
                         "CTranslate2 does not run; pass --no-ceiling")
+    started, start = [], serve.start
+    monkeypatch.setattr(serve, "start", lambda export, log, *options: (
+        started.append([str(o) for o in options]), start(export, log, *options))[1])
     code = serve.main(["--export", str(export), "--sentences", str(tsv), "--clients", "2",
-                       "--beams", "1", "--seconds", "1", "--results", str(tmp_path / "out")])
+                       "--beams", "1", "--seconds", "1", "--timeout", "45",
+                       "--results", str(tmp_path / "out")])
     assert code == 0
+    assert len(started) == 2 and all(
+        options[options.index("--timeout") + 1] == "45.0" for options in started), started
     assert "no CTranslate2 ceiling: the export's model has copy attention" in \
         capsys.readouterr().out
     cells = json.loads((tmp_path / "out" / "serve.json").read_text())["results"]
