@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .scoring import per_class_f1
+
 # Offsets tried for each class, in logits (class 0 stays at 0: only differences matter).
 GRID = np.round(np.arange(-4.0, 4.0001, 0.1), 2)
 ROUNDS = 3  # coordinate ascent over the classes, this many passes
@@ -24,11 +26,7 @@ ROUNDS = 3  # coordinate ascent over the classes, this many passes
 def macro_f1(gold: np.ndarray, predicted: np.ndarray, num_classes: int) -> float:
     """Macro-F1 (a fraction) over the classes in the gold labels or the predictions, as
     train.scoring.classification_scores computes it (unrounded)."""
-    right = np.bincount(gold[gold == predicted], minlength=num_classes)
-    labeled = np.bincount(gold, minlength=num_classes)
-    chosen = np.bincount(predicted, minlength=num_classes)
-    present = labeled + chosen > 0
-    return float(np.mean(2 * right[present] / (labeled + chosen)[present]))
+    return float(np.nanmean(per_class_f1(gold, predicted, num_classes)))
 
 
 def choose_offsets(logits: np.ndarray, gold: np.ndarray) -> np.ndarray:
