@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 VENV_JAX := .venv-jax
 PY_JAX := $(VENV_JAX)/bin/python
 STAMP_JAX := $(VENV_JAX)/.installed
+# A dropped connection to the package index is retried rather than failing the set-up.
+PIP_INSTALL := -m pip install --quiet --retries 10 --timeout 60
 # The library's tests, run again under JAX and PyTorch (tf_only tests skip there).
 LIBRARY_TESTS := tests/test_attention.py tests/test_embedding.py \
 	tests/test_feed_forward_add_norm.py tests/test_losses_schedules.py tests/test_decoding_*.py \
@@ -22,16 +24,16 @@ setup: $(STAMP)
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) $(PIP_INSTALL) --upgrade pip
+	$(PY) $(PIP_INSTALL) -r requirements.txt
 	touch $(STAMP)
 
 setup-jax: $(STAMP_JAX)
 
 $(STAMP_JAX): requirements-jax.txt requirements-torch.txt
 	test -x $(PY_JAX) || $(PYTHON) -m venv $(VENV_JAX)
-	$(PY_JAX) -m pip install --quiet --upgrade pip
-	$(PY_JAX) -m pip install --quiet -r requirements-torch.txt
+	$(PY_JAX) $(PIP_INSTALL) --upgrade pip
+	$(PY_JAX) $(PIP_INSTALL) -r requirements-torch.txt
 	touch $(STAMP_JAX)
 
 DEMO_SENTENCES := she bought three small dogs\nwe will sell two red bicycles\ntwenty-one thousand four hundred five\n
