@@ -27,28 +27,35 @@ def rows_of(lengths, width, first=5):
     return ids
 
 
+def reference_spans(row, lengths, keys, rate, width, *, shortest=0, too_many=lambda spans: False):
+    """One row's pieces and its spans placed by keras_transformer.text.noising's rule, one span
+    at a time: lengths drawn until they cover round(n * rate) pieces (each at least
+    `shortest`), the last cut to fit; the last spans dropped while they do not fit in the
+    gaps or the width, or while `too_many(spans)`. (pieces, {gap: span length}, pieces left)."""
+    pieces = [int(t) for t in row if t not in (PAD, EOS)]
+    n = len(pieces)
+    budget = math.floor(n * rate + 0.5)
+    spans, hidden = [], 0
+    for length in lengths:
+        if hidden >= budget:
+            break
+        spans.append(min(max(int(length), shortest), budget - hidden))
+        hidden += spans[-1]
+    while spans and (len(spans) > n - sum(spans) + 1
+                     or n - sum(spans) + len(spans) + 1 > width or too_many(spans)):
+        spans.pop()
+    left = n - sum(spans)
+    gaps = sorted(np.argsort(keys[: left + 1], kind="stable")[: len(spans)])
+    return pieces, dict(zip(gaps, spans, strict=True)), left
+
+
 def reference_infill(ids, span_lengths, gap_keys, rate):
     """BART's text infilling, one row and one span at a time (keras_transformer.text.noising's
     rule), from the same draws."""
     out = np.full_like(ids, PAD)
-    width = ids.shape[1]
     for b in range(len(ids)):
-        pieces = [int(t) for t in ids[b] if t not in (PAD, EOS)]
-        n = len(pieces)
-        budget = math.floor(n * rate + 0.5)
-        spans, hidden = [], 0
-        for length in span_lengths[b]:
-            if hidden >= budget:
-                break
-            spans.append(min(int(length), budget - hidden))
-            hidden += spans[-1]
-        # Drop the last spans while they do not fit in the gaps or in the width.
-        while spans and (len(spans) > n - sum(spans) + 1
-                         or n - sum(spans) + len(spans) + 1 > width):
-            spans.pop()
-        left = n - sum(spans)
-        gaps = sorted(np.argsort(gap_keys[b, : left + 1], kind="stable")[: len(spans)])
-        span_at = dict(zip(gaps, spans, strict=True))
+        pieces, span_at, left = reference_spans(ids[b], span_lengths[b], gap_keys[b], rate,
+                                                ids.shape[1])
         result, position = [], 0
         for g in range(left + 1):
             if g in span_at:
@@ -73,34 +80,21 @@ def reference_span_corruption(ids, span_lengths, gap_keys, rate, sentinels=SENTI
     source = np.full_like(ids, PAD)
     target = np.full((len(ids), target_width), PAD, ids.dtype)
     for b in range(len(ids)):
-        pieces = [int(t) for t in ids[b] if t not in (PAD, EOS)]
-        n = len(pieces)
-        budget = math.floor(n * rate + 0.5)
-        spans, hidden = [], 0
-        for length in span_lengths[b]:
-            if hidden >= budget:
-                break
-            spans.append(min(max(int(length), 1), budget - hidden))
-            hidden += spans[-1]
-        while spans and (len(spans) > n - sum(spans) + 1
-                         or n - sum(spans) + len(spans) + 1 > width
-                         or len(spans) >= len(sentinels)
-                         or sum(spans) + len(spans) + 2 > target_width):
-            spans.pop()
-        left = n - sum(spans)
-        gaps = sorted(np.argsort(gap_keys[b, : left + 1], kind="stable")[: len(spans)])
-        span_at = dict(zip(gaps, spans, strict=True))
+        pieces, span_at, left = reference_spans(
+            ids[b], span_lengths[b], gap_keys[b], rate, width, shortest=1,
+            too_many=lambda spans: (len(spans) >= len(sentinels)
+                                    or sum(spans) + len(spans) + 2 > target_width))
         read, written, position = [], [], 0
         for g in range(left + 1):
             if g in span_at:
-                k = len(written) and sum(1 for t in written if t in sentinels)
+                k = sum(1 for t in written if t in sentinels)
                 read.append(sentinels[k])
                 written += [sentinels[k], *pieces[position:position + span_at[g]]]
                 position += span_at[g]
             if g < left:
                 read.append(pieces[position])
                 position += 1
-        written.append(sentinels[len(spans)])
+        written.append(sentinels[len(span_at)])
         source[b, : len(read) + 1] = [*read, EOS]
         target[b, : len(written) + 1] = [*written, EOS]
     return source, target
