@@ -78,10 +78,10 @@ class Batcher:
     input that waited through the batch would otherwise run alone just before they do;
     another worker's end does not count, or one worker would gather every input while the
     others idle) unless the last batch held a single input (one client at a time gains
-    nothing by waiting, and would pay the wait on every answer; a batch of several says requests overlap, and the waits start again), then runs
-    up to `max_batch_size` inputs of that key, oldest first, sorted by length so that a
-    batch pads little. Inputs of other keys (other search settings, a streamed request) wait
-    for their own batch. `submit` refuses inputs beyond `max_queue` waiting ones
+    nothing by waiting, and would pay the wait on every answer; a batch of several says
+    requests overlap, and the waits start again), then runs up to `max_batch_size` inputs
+    of that key, oldest first, sorted by length so that a batch pads little. Inputs of
+    other keys (other search settings, a streamed request) wait for their own batch. `submit` refuses inputs beyond `max_queue` waiting ones
     (Overloaded); a cancelled ticket's inputs that no worker took yet are dropped.
     """
 

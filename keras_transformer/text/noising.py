@@ -198,7 +198,6 @@ def corrupt_spans(ids, span_lengths, gap_keys, *, rate: float, sentinel_ids, pad
     starts = hidden & ~tf.pad(hidden[:, :-1], [[0, 0], [1, 0]])
     opened = tf.cumsum(tf.cast(starts, tf.int32), axis=1)  # spans begun at or before p
     sentinel = tf.gather(sentinels, tf.clip_by_value(opened - 1, 0, len(sentinel_ids) - 1))
-    kept = content & kept
     kept_before = tf.cumsum(tf.cast(kept, tf.int32), axis=1, exclusive=True)
     hidden_before = tf.cumsum(tf.cast(hidden, tf.int32), axis=1, exclusive=True)
     ends = tf.reduce_sum(tf.cast(kept, tf.int32), axis=1, keepdims=True)
