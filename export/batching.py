@@ -81,8 +81,9 @@ class Batcher:
     nothing by waiting, and would pay the wait on every answer; a batch of several says
     requests overlap, and the waits start again), then runs up to `max_batch_size` inputs
     of that key, oldest first, sorted by length so that a batch pads little. Inputs of
-    other keys (other search settings, a streamed request) wait for their own batch. `submit` refuses inputs beyond `max_queue` waiting ones
-    (Overloaded); a cancelled ticket's inputs that no worker took yet are dropped.
+    other keys (other search settings, a streamed request) wait for their own batch.
+    `submit` refuses inputs beyond `max_queue` waiting ones (Overloaded); a cancelled
+    ticket's inputs that no worker took yet are dropped.
     """
 
     def __init__(self, engines: Sequence[Engine], *, max_batch_size: int = 32,
