@@ -87,6 +87,21 @@ def test_train_vocab_too_large_for_corpus_shrinks(tmp_path, corpus):
     assert 4 < size < 5000
 
 
+def test_a_vocabulary_smaller_than_its_required_pieces_names_the_size_that_trains(tmp_path):
+    # "hello world": 7 letters and the word-start mark, the 4 special pieces, 3 of their own.
+    symbols = ("[MASK]", "<extra_id_0>", "<extra_id_1>")
+    needed = 8 + 4 + len(symbols)
+    with pytest.raises(ValueError) as info:
+        train_sentencepiece(["hello world"] * 20, tmp_path / "x", vocab_size=needed - 1,
+                            user_defined_symbols=symbols)
+    message = str(info.value)
+    assert "\n" not in message and f"at least {needed}" in message and "[MASK]" in message
+    assert not (tmp_path / "x.model").exists()
+    path = train_sentencepiece(["hello world"] * 20, tmp_path / "y", vocab_size=needed,
+                               user_defined_symbols=symbols)
+    assert SentencePieceTokenizer(path).vocab_size == needed
+
+
 @pytest.mark.parametrize("texts", [[], ["", "   ", "\n"]])
 def test_train_without_texts_raises(tmp_path, texts):
     with pytest.raises(ValueError, match="no non-empty texts"):

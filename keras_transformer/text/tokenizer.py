@@ -9,6 +9,7 @@ so they produce identical ids.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -102,7 +103,7 @@ def train_sentencepiece(
             minloglevel=2,
         )
     except RuntimeError as err:
-        raise ValueError(f"SentencePiece training for {prefix} failed: {err}") from err
+        raise ValueError(_training_failure(prefix, err, vocab_size, user_defined_symbols)) from err
 
     model_path = prefix.with_name(prefix.name + ".model")
     actual = spm.SentencePieceProcessor(model_file=str(model_path)).get_piece_size()
@@ -114,6 +115,21 @@ def train_sentencepiece(
             vocab_size,
         )
     return model_path
+
+
+def _training_failure(prefix, err: RuntimeError, vocab_size: int,
+                      symbols: Sequence[str]) -> str:
+    """SentencePiece's failure in one line. Its message for a vocabulary smaller than the
+    pieces it must hold names neither what they are nor the size to give, and the pieces of
+    their own (a denoising run's 100 sentinels) may be most of them."""
+    short = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(err))
+    if not short:
+        return f"SentencePiece training for {prefix} failed: {err}"
+    needed = int(short.group(2))
+    own = f", {len(symbols)} pieces of their own ({symbols[0]}, ...)" if symbols else ""
+    return (f"vocab_size {vocab_size} is smaller than the {needed} pieces the tokenizer must "
+            f"hold (every character of the text, the special pieces{own}); raise vocab_size "
+            f"to at least {needed}, or more to leave room for learned pieces")
 
 
 class SentencePieceTokenizer:
