@@ -1,6 +1,7 @@
 """training.init_from: a run that starts from another run's weights and tokenizer, with the
 learning-rate schedule continued from training.initial_step (train.warm_start)."""
 
+import functools
 import json
 
 import numpy as np
@@ -66,6 +67,35 @@ def test_a_warm_start_can_continue_the_schedule_at_the_step_its_weights_were_sav
     source_steps = json.loads((source_run / "metrics.json").read_text())["steps"]
     assert f"at step {source_steps}" in result.stderr
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2 * source_steps
+
+
+@pytest.mark.slow
+def test_init_optimizer_carries_adams_moments_into_the_continued_run(source_run, tmp_path):
+    """At a rate near zero the weights, and so the gradients, are the same with and without
+    the old moments; Adam's moments decay by beta per step, so after k steps the continued
+    run's exceed the fresh one's by exactly beta^k times the old run's."""
+    from train.config import load_config
+    from train.warm_start import saved_optimizer_variables
+
+    runs = {}
+    for carried in (True, False):
+        out = tmp_path / f"carried_{carried}"
+        result = run_cli("train", *train_args(
+            out, *ONE_EPOCH, f"training.init_from={source_run}", "training.initial_step=continue",
+            "training.warmup_fraction=0", "training.lr_scale=1e-12",
+            f"training.init_optimizer={str(carried).lower()}"))
+        assert result.code == 0, result.stderr[-3000:]
+        assert ("with its optimizer's state" in result.stderr) == carried
+        runs[carried] = saved_optimizer_variables(out / "model.keras")
+    source = saved_optimizer_variables(source_run / "model.keras")
+    steps = json.loads((source_run / "metrics.json").read_text())["steps"]
+    training = load_config(source_run / "config.yaml").training
+    assert runs[True][0] == runs[False][0] == 2 * steps  # the optimizer's step count
+    assert len(source) == len(runs[True]) > 3
+    for i in range(1, len(source)):  # a momentum, then a velocity, for each weight
+        beta = training.beta_1 if i % 2 else training.beta_2
+        np.testing.assert_allclose(runs[True][i] - runs[False][i], beta ** steps * source[i],
+                                   rtol=1e-3, atol=1e-9)
 
 
 def fake_run(folder, metrics=None):
@@ -145,3 +175,99 @@ def test_a_warm_start_from_the_run_directory_itself_is_refused_before_it_is_repl
     assert_clean_failure(result, 2, "training.init_from", "run directory itself")
     assert (out / "model.keras").read_bytes() == b"weights"
     assert (out / "spm.model").read_bytes() == b"tokenizer"
+
+
+@functools.cache
+def _two_dense():
+    import keras
+
+    @keras.saving.register_keras_serializable(package="test_warm_start")
+    class TwoDense(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.hidden = keras.layers.Dense(3, name="hidden")
+            self.out = keras.layers.Dense(1, name="out")
+
+        def build(self, input_shape):
+            # Built here, as the project's models are, so that a loaded model names its
+            # weights as a new one does.
+            self.hidden.build(input_shape)
+            self.out.build((None, 3))
+
+        def call(self, x):
+            return self.out(self.hidden(x))
+
+    return TwoDense
+
+
+def _dense_model(seed, optimizer=None):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = _two_dense()(name="net")
+    model.build((None, 4))
+    model.compile(optimizer=optimizer or keras.optimizers.Adam(0.05), loss="mse")
+    return model
+
+
+def test_init_optimizer_continues_as_if_the_run_had_never_stopped(tmp_path):
+    from train.warm_start import start_from
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 1)).astype("float32")
+    source = _dense_model(0)
+    source.fit(x, y, batch_size=8, epochs=5, shuffle=False, verbose=0)
+    source.save(tmp_path / "model.keras")
+    source.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)  # the uninterrupted run
+
+    def continued(optimizer_state):
+        model = _dense_model(1)
+        start_from(model, tmp_path / "model.keras", 5, optimizer_state)
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    for a, b in zip(continued(True), source.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # A fresh Adam's first steps are as large as the rate allows: the weights part from the
+    # uninterrupted run's.
+    assert max(np.abs(a - b).max()
+               for a, b in zip(continued(False), source.get_weights(), strict=True)) > 1e-3
+
+
+def test_init_optimizer_refuses_files_without_this_models_optimizer_state(tmp_path):
+    import keras
+
+    from train.callbacks import save_weights_npz
+    from train.warm_start import start_from
+
+    bare = _dense_model(0)
+    bare.save(tmp_path / "untrained.keras")  # the optimizer was never built: nothing saved
+    with pytest.raises(ValueError, match="holds no optimizer state"):
+        start_from(_dense_model(1), tmp_path / "untrained.keras", 5, True)
+    save_weights_npz(bare, tmp_path / "epoch_0001.npz")
+    with pytest.raises(ValueError, match="epoch checkpoint, which holds no optimizer state"):
+        start_from(_dense_model(1), tmp_path / "epoch_0001.npz", 5, True)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 1)).astype("float32")
+    bare.fit(x, y, verbose=0)
+    bare.save(tmp_path / "trained.keras")
+    accumulating = _dense_model(1, keras.optimizers.Adam(0.05, gradient_accumulation_steps=2))
+    with pytest.raises(ValueError, match="has 10 variables, this run's 14"):
+        start_from(accumulating, tmp_path / "trained.keras", 5, True)
+    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, name="out")], name="net")
+    other.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ValueError, match="continues the same model"):
+        start_from(other, tmp_path / "trained.keras", 5, True)
+
+
+def test_init_optimizer_needs_the_run_it_continues_and_its_step():
+    from tests.tiny_runs import DEMO
+    from train.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="set training.init_from and training.initial_step"):
+        load_config(DEMO, ["training.init_optimizer=true"])
+    with pytest.raises(ConfigError, match="training.initial_step: continue"):
+        load_config(DEMO, ["training.init_optimizer=true", "training.init_from=runs/x"])
+    config = load_config(DEMO, ["training.init_optimizer=true", "training.init_from=runs/x",
+                                "training.initial_step=continue", "training.warmup_fraction=0"])
+    assert config.training.init_optimizer

@@ -156,6 +156,10 @@ class TrainingConfig:
     # The learning-rate schedule's first step (a fine-tune continues): a number, or
     # "continue": the step the weights of init_from were saved at (train.warm_start).
     initial_step: int | str = 0
+    # Also take the optimizer's state saved with init_from's .keras file (Adam's moments), for
+    # a run that continues the same model: a fresh Adam's first steps undo part of the old
+    # run's work. Needs initial_step, whose count Adam's bias correction reads.
+    init_optimizer: bool = False
     # task classification: each sentence's loss times its class's weight, as model.fit's
     # class_weight. "": none; "balanced": n / (classes x the class's count in the training
     # split), as scikit-learn's; or a mapping {label name or id: weight}, others 1.
@@ -364,6 +368,11 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
                           "that continues another's schedule (training.initial_step) keeps "
                           "training.warmup_steps: set training.warmup_fraction=0 with "
                           "training.initial_step")
+    if config.training.init_optimizer and not (config.training.init_from
+                                               and config.training.initial_step):
+        raise ConfigError("training.init_optimizer continues the optimizer of the run "
+                          "training.init_from names, at that run's step: set "
+                          "training.init_from and training.initial_step: continue")
     if config.training.average_last > max(config.training.keep_checkpoints, 1):
         raise ConfigError(f"training.average_last ({config.training.average_last}) must be at "
                           f"most training.keep_checkpoints ({config.training.keep_checkpoints}), "

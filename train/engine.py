@@ -147,8 +147,9 @@ def fit(model, strategy, config: RunConfig, out: Path, make_train, make_dev, *, 
         weights = weights_file(config)
         if state is None and weights is not None:
             step = initial_step(t.initial_step, weights)
-            report = start_from(model, weights, step)
-            log.info("started from the weights of %s at step %d", weights, step)
+            report = start_from(model, weights, step, t.init_optimizer)
+            log.info("started from the weights of %s at step %d%s", weights, step,
+                     ", with its optimizer's state" if t.init_optimizer else "")
             if report is not None:
                 log_weight_report(report)
     resumed = int(state["step"]) if state else 0

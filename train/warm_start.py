@@ -14,14 +14,17 @@ head) is logged, and a same-named weight of another shape is refused.
 `training.initial_step` starts the learning-rate schedule where the old run's was, so that a
 fine-tune continues its decay instead of warming up again; `continue` reads that step from the
 old run's metrics.json, so that a recipe keeps continuing on a CPU that gave the old run more
-steps. Adam's moments start afresh (epoch checkpoints hold no optimizer state).
+steps. Adam's moments start afresh, unless `training.init_optimizer` takes those saved with a
+.keras file of the same model (epoch checkpoints hold no optimizer state).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
+import zipfile
 from pathlib import Path
 
 from keras_transformer.models.presets import load_by_name, local_name
@@ -139,20 +142,30 @@ def load_source_model(weights: Path):
     return keras.saving.load_model(weights, compile=False)
 
 
-def start_from(model, weights: Path, initial_step: int) -> dict | None:
+def start_from(model, weights: Path, initial_step: int,
+               optimizer_state: bool = False) -> dict | None:
     """Set `model`'s weights from `weights` and its optimizer's step count to initial_step.
     From a saved model of another class, or of this class with other weights (a denoising
     run without copy attention into a summarizer with it): the weights that match by name
     (load_by_name). Otherwise every weight, in order. The report of what was loaded, new and
     left ({"loaded", "new", "left"}) is returned; None from an epoch checkpoint, which holds
-    no names."""
+    no names. With `optimizer_state`, the optimizer's variables saved with `weights` too
+    (load_optimizer_state), which needs a .keras file of this very model."""
     report = None
     if weights.suffix == ".npz":
+        if optimizer_state:
+            raise ValueError(f"training.init_optimizer: {weights} is an epoch checkpoint, "
+                             f"which holds no optimizer state; give the run's model.keras")
         values = load_weights_npz(weights)
     else:
         source = load_source_model(weights)
         names = [local_name(v) for v in model.weights]
         if type(source) is not type(model) or [local_name(v) for v in source.weights] != names:
+            if optimizer_state:
+                raise ValueError(f"training.init_optimizer continues the same model, and "
+                                 f"{weights} holds another ({type(source).__name__}, "
+                                 f"{len(source.weights)} weights); drop training.init_optimizer "
+                                 f"for a fine-tune")
             report = load_by_name(model, source, f"training.init_from: {weights}")
             set_updates(model.optimizer, initial_step)
             return report
@@ -170,5 +183,47 @@ def start_from(model, weights: Path, initial_step: int) -> dict | None:
         raise ValueError(f"training.init_from: {weights} holds another model's weights "
                          f"({where}); the config must build the model it was trained as")
     model.set_weights(values)
+    if optimizer_state:
+        load_optimizer_state(model, weights)
     set_updates(model.optimizer, initial_step)
     return report
+
+
+def load_optimizer_state(model, weights: Path) -> None:
+    """Set `model.optimizer`'s variables (its step count, Adam's moments) from those Keras
+    saved in the .keras file `weights`, one for one in order: a run with the same weights and
+    the same optimizer settings (precision's loss scaling and gradient accumulation add
+    variables) saved them, else a ValueError that says which differs."""
+    optimizer = model.optimizer
+    if not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    try:
+        saved = saved_optimizer_variables(weights)
+    except (OSError, KeyError, zipfile.BadZipFile) as err:
+        raise ValueError(f"training.init_optimizer: cannot read the optimizer state in "
+                         f"{weights} ({err})") from err
+    if not any(value.ndim for value in saved):  # at most its step count and rate: no moments
+        raise ValueError(f"training.init_optimizer: {weights} holds no optimizer state (saved "
+                         f"before training, or without its optimizer); drop "
+                         f"training.init_optimizer")
+    have = [tuple(v.shape) for v in optimizer.variables]
+    given = [tuple(v.shape) for v in saved]
+    if have != given:
+        raise ValueError(f"training.init_optimizer: the optimizer saved in {weights} has "
+                         f"{len(given)} variables, this run's {len(have)} (another precision's "
+                         f"loss scaling or training.accumulate_steps?); train with the old "
+                         f"run's settings, or drop training.init_optimizer")
+    for variable, value in zip(optimizer.variables, saved, strict=True):
+        variable.assign(value)
+
+
+def saved_optimizer_variables(weights: Path) -> list:
+    """The optimizer's variables Keras saved in the .keras file `weights`, in its order (the
+    step count first, then Adam's two moments of each trainable weight); [] when none."""
+    import h5py
+
+    with zipfile.ZipFile(weights) as archive:
+        data = archive.read("model.weights.h5")
+    with h5py.File(io.BytesIO(data), "r") as store:
+        group = store.get("optimizer/vars")
+        return [group[str(i)][()] for i in range(len(group))] if group is not None else []
